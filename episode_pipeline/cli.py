@@ -1,0 +1,159 @@
+"""`episode-pipeline`: the local stack, sample archives, and one-episode processing from a shell.
+
+Each sub-command is a thin shell over a function in the package; heavy imports (Dagster, FFmpeg,
+moto) happen inside the command that needs them so `--help` stays fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from episode_pipeline.keys import EpisodeRef, InvalidEpisodeKey, parse_partition_key
+
+
+def _episode_arg(value: str) -> EpisodeRef:
+    try:
+        return parse_partition_key(value)
+    except InvalidEpisodeKey as error:
+        raise argparse.ArgumentTypeError(str(error)) from error
+
+
+def _print_json(value: object) -> None:
+    print(json.dumps(value, indent=2, default=str))
+
+
+def cmd_stack(args: argparse.Namespace) -> int:
+    from episode_pipeline.local import stack
+
+    if args.action == "up":
+        info = stack.start_stack()
+    elif args.action == "down":
+        stack.stop_stack()
+        info = stack.stack_status()
+    else:
+        info = stack.stack_status()
+    if args.json:
+        _print_json(info.as_dict())
+    else:
+        print(info.describe())
+    return 0
+
+
+def cmd_dev(args: argparse.Namespace) -> int:
+    from episode_pipeline.local.dev import run_dev
+
+    return run_dev()
+
+
+def cmd_upload(args: argparse.Namespace) -> int:
+    from episode_pipeline.local.stack import ensure_stack
+    from episode_pipeline.local.upload import upload_episode
+
+    ensure_stack()
+    ref = EpisodeRef(args.org, args.episode)
+    key = upload_episode(Path(args.archive), ref)
+    print(key)
+    return 0
+
+
+def cmd_process(args: argparse.Namespace) -> int:
+    from episode_pipeline.local.stack import ensure_stack
+    from episode_pipeline.runner import process_episode
+
+    ensure_stack()
+    return 0 if process_episode(args.episode) else 1
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    from episode_pipeline.local.stack import ensure_stack
+    from episode_pipeline.report import episode_reports, format_reports
+
+    ensure_stack()
+    reports = episode_reports(args.episode)
+    if args.json:
+        _print_json(reports)
+    else:
+        print(format_reports(reports))
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from episode_pipeline.local.demo import run_demo
+
+    return run_demo()
+
+
+def cmd_make_sample(args: argparse.Namespace) -> int:
+    from episode_pipeline.lerobot.sample import SampleSpec, write_sample
+
+    spec = SampleSpec(
+        codebase_version=args.format,
+        cameras=args.cameras,
+        seconds=args.seconds,
+        fps=args.fps,
+        codec=args.codec,
+        episodes=args.episodes,
+    )
+    summary = write_sample(Path(args.out), spec)
+    _print_json(summary)
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="episode-pipeline", description=__doc__)
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    stack = commands.add_parser("stack", help="start, stop or show the embedded local stack")
+    stack.add_argument("action", choices=["up", "down", "status"])
+    stack.add_argument("--json", action="store_true", help="machine-readable output")
+    stack.set_defaults(handler=cmd_stack)
+
+    dev = commands.add_parser("dev", help="stack up, then the Dagster webserver and daemon")
+    dev.set_defaults(handler=cmd_dev)
+
+    upload = commands.add_parser("upload", help="upload an archive as a robot would")
+    upload.add_argument("archive")
+    upload.add_argument("--org", required=True)
+    upload.add_argument("--episode", required=True)
+    upload.set_defaults(handler=cmd_upload)
+
+    process = commands.add_parser("process", help="materialize one episode (ORG/EP) in-process")
+    process.add_argument("episode", type=_episode_arg)
+    process.set_defaults(handler=cmd_process)
+
+    status = commands.add_parser("status", help="what the pipeline wrote for episodes")
+    status.add_argument("episode", nargs="?", type=_episode_arg)
+    status.add_argument("--json", action="store_true")
+    status.set_defaults(handler=cmd_status)
+
+    demo = commands.add_parser("demo", help="the whole pipeline on sample episodes, locally")
+    demo.set_defaults(handler=cmd_demo)
+
+    sample = commands.add_parser("make-sample", help="write a realistic LeRobot episode archive")
+    sample.add_argument("out")
+    sample.add_argument("--format", choices=["v3.0", "v2.1"], default="v3.0")
+    sample.add_argument("--cameras", type=int, default=2)
+    sample.add_argument("--seconds", type=float, default=4.0)
+    sample.add_argument("--fps", type=int, default=30)
+    sample.add_argument("--codec", choices=["av1", "h264"], default="h264")
+    sample.add_argument("--episodes", type=int, default=1, help="LeRobot episodes in the archive")
+    sample.set_defaults(handler=cmd_make_sample)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.handler(args))
+    except KeyboardInterrupt:
+        return 130
+    except (InvalidEpisodeKey, FileNotFoundError) as error:
+        print(f"episode-pipeline: {error}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,99 @@
+"""Episode identity in one place: org/episode ids ⇄ S3 keys ⇄ Dagster partition keys.
+
+Dagster does not validate dynamic partition keys, and its UI cannot handle some characters
+(`...`, `,`, `[`, `]`, whitespace, control characters). Every id that reaches a partition key,
+an S3 key or a SQL filter passes through `EpisodeRef`, so a bad id fails here with a clear message.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from urllib.parse import unquote_plus
+
+# Letters, digits, '.', '_', '-'; starts with a letter or digit; no '..' (path traversal, and
+# Dagster's UI treats '...' as a range). 128 characters is far above any UUID or slug we issue.
+_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+_S3_KEY_PATTERN = re.compile(r"^orgs/(?P<org>[^/]+)/episodes/(?P<episode>[^/]+)/(?P<rest>.+)$")
+PARTITION_SEPARATOR = "/"
+PROCESSED_DIR = "processed"
+ARCHIVE_SUFFIX = ".zst"
+
+
+class InvalidEpisodeKey(ValueError):
+    """An S3 key, partition key or id that cannot name an episode."""
+
+
+def _validate_id(kind: str, value: str) -> str:
+    if not _ID_PATTERN.match(value) or ".." in value:
+        raise InvalidEpisodeKey(
+            f"invalid {kind} {value!r}: use 1-128 letters, digits, '.', '_' or '-', "
+            "starting with a letter or digit, without '..'"
+        )
+    return value
+
+
+@dataclass(frozen=True, order=True)
+class EpisodeRef:
+    """One uploaded episode: the pair that names its S3 prefix, its row and its partition."""
+
+    org_id: str
+    episode_id: str
+
+    def __post_init__(self) -> None:
+        _validate_id("org id", self.org_id)
+        _validate_id("episode id", self.episode_id)
+
+    @property
+    def partition_key(self) -> str:
+        return f"{self.org_id}{PARTITION_SEPARATOR}{self.episode_id}"
+
+    @property
+    def prefix(self) -> str:
+        """`orgs/<org>/episodes/<episode>/`: where the robot uploads."""
+        return f"orgs/{self.org_id}/episodes/{self.episode_id}/"
+
+    @property
+    def processed_prefix(self) -> str:
+        return f"{self.prefix}{PROCESSED_DIR}/"
+
+    def processed_key(self, member_path: str) -> str:
+        """Where a file from the archive goes: its path inside the tar under `processed/`."""
+        return self.processed_prefix + member_path.lstrip("/")
+
+    def hls_prefix(self, camera: str) -> str:
+        return f"{self.processed_prefix}hls/{camera}/"
+
+    def __str__(self) -> str:
+        return self.partition_key
+
+
+def parse_partition_key(partition_key: str) -> EpisodeRef:
+    """`ORG/EP` → EpisodeRef; raises InvalidEpisodeKey naming the bad part."""
+    org_id, sep, episode_id = partition_key.partition(PARTITION_SEPARATOR)
+    if not sep:
+        raise InvalidEpisodeKey(f"partition key {partition_key!r} is not ORG/EPISODE")
+    return EpisodeRef(org_id, episode_id)
+
+
+def parse_s3_key(key: str) -> EpisodeRef:
+    """An object key from the bucket or an S3 event (URL-encoded there) → EpisodeRef.
+
+    Raises InvalidEpisodeKey for keys outside `orgs/<org_id>/episodes/<episode_id>/…`.
+    """
+    decoded = unquote_plus(key)
+    match = _S3_KEY_PATTERN.match(decoded)
+    if not match:
+        raise InvalidEpisodeKey(f"S3 key {decoded!r} is not orgs/<org_id>/episodes/<episode_id>/…")
+    return EpisodeRef(match["org"], match["episode"])
+
+
+def is_raw_archive_key(key: str) -> bool:
+    """An upload that should start processing: a `.zst` under an episode, not our own output."""
+    decoded = unquote_plus(key)
+    match = _S3_KEY_PATTERN.match(decoded)
+    return (
+        match is not None
+        and decoded.endswith(ARCHIVE_SUFFIX)
+        and not match["rest"].startswith(f"{PROCESSED_DIR}/")
+    )
