@@ -105,3 +105,19 @@ def load_settings() -> Settings:
             "run `episode-pipeline stack up` (or set the production variables)"
         )
     return Settings.from_env({**stack_env, **os.environ}, local=True)
+
+
+def apply_local_stack_env() -> bool:
+    """Export the embedded stack's variables into this process when production's are absent.
+
+    Lets boto3, Dagster (`DAGSTER_HOME`) and child processes find the local services with nothing
+    exported by hand. Variables already set win. Returns whether the local stack's values applied.
+    """
+    if os.environ.get("DB_HOST"):
+        return False
+    stack_env = local_stack_env()
+    if stack_env is None:
+        return False
+    for name, value in stack_env.items():
+        os.environ.setdefault(name, value)
+    return True

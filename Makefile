@@ -1,0 +1,27 @@
+# The two commands a newcomer needs (see README.md): `make demo` and `make test`.
+.PHONY: demo test lint dev bench clean
+
+demo:
+	scripts/bootstrap.sh
+	.venv/bin/episode-pipeline demo
+
+test:
+	scripts/bootstrap.sh
+	.venv/bin/ruff check .
+	.venv/bin/ruff format --check .
+	.venv/bin/pytest -q -p no:cacheprovider
+
+lint:
+	.venv/bin/ruff check --fix . && .venv/bin/ruff format .
+
+dev:
+	scripts/bootstrap.sh
+	.venv/bin/episode-pipeline dev
+
+bench:
+	scripts/bootstrap.sh
+	.venv/bin/python -m benchmarks.run
+
+clean:
+	-.venv/bin/episode-pipeline stack down
+	rm -rf .episode_pipeline

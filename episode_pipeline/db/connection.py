@@ -1,0 +1,105 @@
+"""Open PostgreSQL connections from `DatabaseSettings`, the same way locally and on Aurora.
+
+Password auth by default; with `DB_IAM_AUTH=true` the password is ignored and an RDS IAM token is
+used instead (what dev requires: its database user has `rds_iam`). Tokens live 15 minutes, so one
+is cached per host/port/user/region and replaced after 10 minutes. No `statement_timeout` is set:
+a frame COPY of a long episode may legitimately run for minutes.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import psycopg
+from psycopg.conninfo import make_conninfo
+
+from episode_pipeline.settings import DatabaseSettings
+
+CONNECT_TIMEOUT_SECONDS = 10
+APPLICATION_NAME = "episode_pipeline"
+TOKEN_LIFETIME_SECONDS = 15 * 60
+TOKEN_REFRESH_AFTER_SECONDS = 10 * 60  # well before expiry: a connect may retry after a slow start
+
+TokenGenerator = Callable[[DatabaseSettings], str]
+
+
+def boto3_token(db: DatabaseSettings) -> str:
+    """An RDS IAM auth token (a presigned URL; signed locally, no network call)."""
+    import boto3
+
+    client = boto3.client("rds", region_name=db.region)
+    return client.generate_db_auth_token(
+        DBHostname=db.host, Port=db.port, DBUsername=db.user, Region=db.region
+    )
+
+
+@dataclass
+class _CachedToken:
+    token: str
+    issued_at: float
+
+
+class IamTokenCache:
+    """Hands out IAM tokens, reusing one until it is `refresh_after` seconds old.
+
+    `generate` and `clock` are injectable so the refresh logic is testable without AWS.
+    """
+
+    def __init__(
+        self,
+        generate: TokenGenerator = boto3_token,
+        clock: Callable[[], float] = time.monotonic,
+        refresh_after: float = TOKEN_REFRESH_AFTER_SECONDS,
+    ) -> None:
+        if not 0 < refresh_after < TOKEN_LIFETIME_SECONDS:
+            raise ValueError(f"refresh_after must be in (0, {TOKEN_LIFETIME_SECONDS}) seconds")
+        self._generate = generate
+        self._clock = clock
+        self._refresh_after = refresh_after
+        self._tokens: dict[tuple[str, int, str, str], _CachedToken] = {}
+        self._lock = threading.Lock()
+
+    def token(self, db: DatabaseSettings) -> str:
+        key = (db.host, db.port, db.user, db.region)
+        now = self._clock()
+        with self._lock:
+            cached = self._tokens.get(key)
+            if cached is None or now - cached.issued_at >= self._refresh_after:
+                cached = _CachedToken(self._generate(db), now)
+                self._tokens[key] = cached
+            return cached.token
+
+
+_default_tokens = IamTokenCache()
+
+
+def conninfo(db: DatabaseSettings, *, tokens: IamTokenCache | None = None) -> str:
+    """A libpq connection string for `db` (with an IAM token as password when iam_auth)."""
+    if db.iam_auth:
+        password: str | None = (tokens or _default_tokens).token(db)
+    else:
+        password = db.password
+    params: dict[str, object] = {
+        "host": db.host,
+        "port": db.port,
+        "dbname": db.name,
+        "user": db.user,
+        "connect_timeout": CONNECT_TIMEOUT_SECONDS,
+        "application_name": APPLICATION_NAME,
+    }
+    if password:
+        params["password"] = password
+    # RDS refuses IAM tokens over plain connections, so iam_auth implies SSL.
+    if db.ssl or db.iam_auth:
+        params["sslmode"] = "require"
+    return make_conninfo("", **params)
+
+
+def connect(
+    db: DatabaseSettings, *, autocommit: bool = False, tokens: IamTokenCache | None = None
+) -> psycopg.Connection:
+    """A new psycopg connection to `db`; the caller closes it (use it as a context manager)."""
+    return psycopg.connect(conninfo(db, tokens=tokens), autocommit=autocommit)

@@ -1,0 +1,167 @@
+"""Every SQL statement that touches an episode's row and metadata, in one place.
+
+Each function takes an open psycopg connection; the caller owns the transaction, so an asset can
+put several of these in one commit.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+import psycopg
+from psycopg.types.json import Jsonb
+
+from episode_pipeline.keys import EpisodeRef
+from episode_pipeline.metadata import (
+    CREATE_OPERATION,
+    ENTITY_TYPE,
+    FIRST_VERSION,
+    EpisodeColumns,
+    MetadataItem,
+    entity_version_data,
+)
+
+PROCESSING = "processing"
+PROCESSED = "processed"
+FAILED = "failed"
+UPLOADED = "uploaded"
+
+
+class EpisodeNotFound(LookupError):
+    """The application creates the episode row; the pipeline never does (seed)."""
+
+
+def ensure_episode_row(conn: psycopg.Connection, ref: EpisodeRef) -> None:
+    """Create the row if absent, as the application does on upload (CLI `upload` only)."""
+    conn.execute(
+        "INSERT INTO episodes (id, org_id, status) VALUES (%s, %s, %s) ON CONFLICT (id) DO NOTHING",
+        (ref.episode_id, ref.org_id, UPLOADED),
+    )
+
+
+def mark_processing(conn: psycopg.Connection, ref: EpisodeRef) -> None:
+    cursor = conn.execute(
+        "UPDATE episodes SET status = %s, updated_at = now() WHERE id = %s AND org_id = %s",
+        (PROCESSING, ref.episode_id, ref.org_id),
+    )
+    if cursor.rowcount == 0:
+        raise EpisodeNotFound(
+            f"episode {ref.episode_id!r} of org {ref.org_id!r} has no row in `episodes`: "
+            "the application creates it before the upload"
+        )
+
+
+def mark_processed(conn: psycopg.Connection, ref: EpisodeRef, columns: EpisodeColumns) -> datetime:
+    """Status, processed_at and the seed's columns in one statement; returns processed_at."""
+    row = conn.execute(
+        """
+        UPDATE episodes
+           SET status = %s, processed_at = now(), updated_at = now(),
+               mp4_s3_path = %s, parquet_s3_path = %s,
+               frame_count = %s, fps = %s, duration_seconds = %s
+         WHERE id = %s AND org_id = %s
+     RETURNING processed_at
+        """,
+        (
+            PROCESSED,
+            columns.mp4_s3_path,
+            columns.parquet_s3_path,
+            columns.frame_count,
+            columns.fps,
+            columns.duration_seconds,
+            ref.episode_id,
+            ref.org_id,
+        ),
+    ).fetchone()
+    if row is None:
+        raise EpisodeNotFound(f"episode {ref.episode_id!r} of org {ref.org_id!r} has no row")
+    return row[0]
+
+
+def mark_failed(conn: psycopg.Connection, ref: EpisodeRef, run_started_at: datetime) -> bool:
+    """Failed, unless this run already marked the episode processed.
+
+    The seed keeps `processed` when only the metadata write fails (it runs after the episode is
+    processed); any earlier failure, including one in a re-run of a processed episode, is `failed`.
+    Returns whether the row changed.
+    """
+    cursor = conn.execute(
+        """
+        UPDATE episodes SET status = %s, updated_at = now()
+         WHERE id = %s AND org_id = %s
+           AND NOT (status = %s AND processed_at >= %s)
+        """,
+        (FAILED, ref.episode_id, ref.org_id, PROCESSED, run_started_at),
+    )
+    return cursor.rowcount > 0
+
+
+def replace_metadata(conn: psycopg.Connection, ref: EpisodeRef, items: list[MetadataItem]) -> None:
+    """Replace the episode's keys and (over)write its version-1 `entity_versions` row."""
+    conn.execute("DELETE FROM episode_metadata WHERE episode_id = %s", (ref.episode_id,))
+    with conn.cursor() as cursor:
+        cursor.executemany(
+            "INSERT INTO episode_metadata (episode_id, meta_key, value, status)"
+            " VALUES (%s, %s, %s, %s)",
+            [(ref.episode_id, item.meta_key, item.value, item.status) for item in items],
+        )
+    conn.execute(
+        """
+        INSERT INTO entity_versions (entity_type, entity_id, version, operation, data)
+        VALUES (%s, %s, %s, %s, %s)
+        ON CONFLICT (entity_type, entity_id, version)
+        DO UPDATE SET operation = EXCLUDED.operation, data = EXCLUDED.data, created_at = now()
+        """,
+        (
+            ENTITY_TYPE,
+            ref.episode_id,
+            FIRST_VERSION,
+            CREATE_OPERATION,
+            Jsonb(entity_version_data(items)),
+        ),
+    )
+
+
+def episode_row(conn: psycopg.Connection, ref: EpisodeRef) -> dict[str, Any] | None:
+    cursor = conn.execute(
+        "SELECT * FROM episodes WHERE id = %s AND org_id = %s", (ref.episode_id, ref.org_id)
+    )
+    row = cursor.fetchone()
+    if row is None:
+        return None
+    return dict(zip([column.name for column in cursor.description], row, strict=True))
+
+
+def metadata_values(conn: psycopg.Connection, ref: EpisodeRef) -> dict[str, str | None]:
+    rows = conn.execute(
+        "SELECT meta_key, value FROM episode_metadata WHERE episode_id = %s ORDER BY id",
+        (ref.episode_id,),
+    ).fetchall()
+    return dict(rows)
+
+
+def frame_rows(conn: psycopg.Connection, ref: EpisodeRef) -> int:
+    row = conn.execute("SELECT count(*) FROM frames WHERE episode_id = %s", (ref.episode_id,))
+    return int(row.fetchone()[0])
+
+
+def timestamp_regressions(conn: psycopg.Connection, ref: EpisodeRef) -> int:
+    """Rows whose timestamp is not after the previous row's within the same LeRobot episode."""
+    row = conn.execute(
+        """
+        SELECT count(*) FROM (
+            SELECT timestamp_ms, lag(timestamp_ms) OVER (
+                       PARTITION BY lerobot_episode_index ORDER BY frame_order) AS previous
+              FROM frames WHERE episode_id = %s
+        ) ordered
+        WHERE previous IS NOT NULL AND timestamp_ms <= previous
+        """,
+        (ref.episode_id,),
+    )
+    return int(row.fetchone()[0])
+
+
+def episode_refs(conn: psycopg.Connection) -> list[EpisodeRef]:
+    rows = conn.execute("SELECT org_id, id FROM episodes ORDER BY created_at, id").fetchall()
+    return [EpisodeRef(org_id, episode_id) for org_id, episode_id in rows]

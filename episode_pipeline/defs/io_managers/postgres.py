@@ -1,0 +1,284 @@
+"""A PostgreSQL IO manager for polars DataFrames: partition-scoped atomic replace with COPY.
+
+Dagster ships none (dagster#14080, #32700), so this one stands on its own:
+
+- Table: asset definition metadata `"table"` (default: the asset's name) in schema `schema`
+  (default `public`). The table must exist (migrations own DDL); nothing is created here.
+- Partition scope: metadata `"partition_expr"` names the column holding the partition's value.
+  The value comes from the partition key through `partition_value()` (episode keys `ORG/EP` →
+  the episode id, unique across orgs). Unpartitioned assets replace the whole table.
+- Write: in ONE transaction, take an advisory lock on (table, partition), DELETE the partition's
+  rows, then COPY the frame as CSV written column-wise by polars, streamed in slices. A failure
+  anywhere (a NOT NULL violation in the last row included) rolls back to the old rows.
+- CSV NULLs: polars writes a null as an empty unquoted field and an empty string as `""`, which
+  is exactly PostgreSQL's CSV convention, so NULL and '' survive the trip distinctly.
+- Nested columns (struct, list, array) are sent as JSON text (for jsonb/json columns).
+- Load: the partition's rows (ordered by metadata `"order_by"`, a column name or a list of them),
+  typed from the result's column types. json/jsonb columns come back as **text** (JSON strings,
+  exactly as PostgreSQL prints them); decode with `pl.col(c).str.json_decode()` if needed.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import polars as pl
+import psycopg
+from dagster import ConfigurableIOManager, InputContext, OutputContext
+from psycopg import sql
+from psycopg.types.string import TextLoader
+from pydantic import Field
+
+from episode_pipeline.defs.resources.postgres import PostgresResource
+from episode_pipeline.keys import parse_partition_key
+
+COPY_SLICE_ROWS = 50_000
+_JSON_TAG = "__v"
+
+# PostgreSQL type name (pg_type.typname) → polars dtype for loaded frames. Others are inferred.
+_PG_TO_POLARS: dict[str, pl.DataType] = {
+    "int2": pl.Int16(),
+    "int4": pl.Int32(),
+    "int8": pl.Int64(),
+    "float4": pl.Float32(),
+    "float8": pl.Float64(),
+    "bool": pl.Boolean(),
+    "text": pl.String(),
+    "varchar": pl.String(),
+    "bpchar": pl.String(),
+    "json": pl.String(),
+    "jsonb": pl.String(),
+    "uuid": pl.String(),
+    "date": pl.Date(),
+    "timestamp": pl.Datetime("us"),
+    "timestamptz": pl.Datetime("us", "UTC"),
+}
+
+
+class TableMismatch(ValueError):
+    """The frame's columns do not fit the table (or the table does not exist)."""
+
+
+def csv_ready(df: pl.DataFrame) -> pl.DataFrame:
+    """The frame with nested columns as JSON text, so `write_csv` can write every column.
+
+    A null stays null (SQL NULL), not the JSON literal `null`.
+    """
+    nested = [
+        name
+        for name, dtype in df.schema.items()
+        if isinstance(dtype, pl.Struct | pl.List | pl.Array)
+    ]
+    if not nested:
+        return df
+    return df.with_columns(
+        pl.when(pl.col(name).is_null())
+        .then(None)
+        .otherwise(
+            pl.struct(pl.col(name).alias(_JSON_TAG))
+            .struct.json_encode()
+            .str.strip_prefix(f'{{"{_JSON_TAG}":')
+            .str.strip_suffix("}")
+        )
+        .alias(name)
+        for name in nested
+    )
+
+
+def csv_chunks(df: pl.DataFrame, slice_rows: int = COPY_SLICE_ROWS):
+    """CSV bytes of `df` (no header), `slice_rows` rows at a time: bounded memory for COPY."""
+    ready = csv_ready(df)
+    for frame in ready.iter_slices(slice_rows):
+        yield frame.write_csv(None, include_header=False).encode("utf-8")
+
+
+class PostgresPolarsIOManager(ConfigurableIOManager):
+    """Stores polars DataFrames in PostgreSQL tables, one partition's rows replaced atomically."""
+
+    postgres: PostgresResource
+    schema_: str = Field(default="public", alias="schema", description="Schema of the tables.")
+
+    # -- partition mapping (override for other partition schemes) ------------------------------
+
+    def partition_value(self, partition_key: str) -> Any:
+        """The `partition_expr` column's value for a partition: the episode id of `ORG/EP`."""
+        return parse_partition_key(partition_key).episode_id
+
+    # -- write ---------------------------------------------------------------------------------
+
+    def handle_output(self, context: OutputContext, obj: pl.DataFrame | None) -> None:
+        table = self._table(context.definition_metadata, context.asset_key.path[-1])
+        if not isinstance(obj, pl.DataFrame):
+            raise TypeError(
+                f"asset {context.asset_key.to_user_string()!r} returned a "
+                f"{type(obj).__name__}; the PostgreSQL IO manager stores polars DataFrames in "
+                f"{self._qualified_name(table)}"
+            )
+        column, values = self._scope(context, context.definition_metadata)
+        frame = obj
+        if column is not None:
+            frame = self._with_partition_column(frame, column, values, table)
+        started = time.perf_counter()
+        rows = self.replace(table, frame, column, values)
+        seconds = time.perf_counter() - started
+        context.add_output_metadata(
+            {
+                "table": self._qualified_name(table),
+                "rows_written": rows,
+                "seconds": round(seconds, 3),
+                "rows_per_second": round(rows / seconds, 1) if seconds > 0 else 0.0,
+                **({"partition_value": str(values[0])} if values else {}),
+            }
+        )
+
+    def replace(
+        self, table: str, frame: pl.DataFrame, column: str | None, values: Sequence[Any]
+    ) -> int:
+        """DELETE the scope's rows and COPY `frame` in one transaction; returns rows copied."""
+        target = sql.Identifier(self.schema_, table)
+        with self.postgres.transaction() as conn:
+            table_columns = self._table_columns(conn, table)
+            extra = [name for name in frame.columns if name not in table_columns]
+            if extra:
+                raise TableMismatch(
+                    f"{self._qualified_name(table)} has no column(s) {', '.join(extra)} "
+                    f"(frame columns: {', '.join(frame.columns)}; "
+                    f"table columns: {', '.join(table_columns)})"
+                )
+            # Two runs replacing the same partition would interleave DELETE and COPY: serialize.
+            lock_key = f"{self.schema_}.{table}:{values[0] if values else '*'}"
+            conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", (lock_key,))
+            if column is None:
+                conn.execute(sql.SQL("DELETE FROM {}").format(target))
+            else:
+                conn.execute(
+                    sql.SQL("DELETE FROM {} WHERE {} = ANY(%s)").format(
+                        target, sql.Identifier(column)
+                    ),
+                    (list(values),),
+                )
+            if frame.height == 0:
+                return 0
+            copy_sql = sql.SQL("COPY {} ({}) FROM STDIN (FORMAT csv)").format(
+                target, sql.SQL(", ").join(sql.Identifier(name) for name in frame.columns)
+            )
+            with conn.cursor() as cur, cur.copy(copy_sql) as copy:
+                for chunk in csv_chunks(frame):
+                    copy.write(chunk)
+        return frame.height
+
+    # -- read ----------------------------------------------------------------------------------
+
+    def load_input(self, context: InputContext) -> pl.DataFrame:
+        upstream = context.upstream_output
+        metadata = upstream.definition_metadata if upstream is not None else {}
+        table = self._table(metadata, context.asset_key.path[-1])
+        column, values = self._scope(context, metadata)
+        return self.select(table, column, values, order_by=metadata.get("order_by"))
+
+    def select(
+        self,
+        table: str,
+        column: str | None,
+        values: Sequence[Any],
+        order_by: str | Sequence[str] | None = None,
+    ) -> pl.DataFrame:
+        """The scope's rows as a DataFrame (json/jsonb as text), typed from the result columns."""
+        query = sql.SQL("SELECT * FROM {}").format(sql.Identifier(self.schema_, table))
+        params: tuple[Any, ...] = ()
+        if column is not None:
+            query += sql.SQL(" WHERE {} = ANY(%s)").format(sql.Identifier(column))
+            params = (list(values),)
+        if order_by:
+            names = [order_by] if isinstance(order_by, str) else list(order_by)
+            query += sql.SQL(" ORDER BY {}").format(
+                sql.SQL(", ").join(sql.Identifier(name) for name in names)
+            )
+        with self.postgres.connect() as conn, conn.cursor() as cur:
+            for json_type in ("json", "jsonb"):
+                cur.adapters.register_loader(json_type, TextLoader)
+            try:
+                cur.execute(query, params)
+            except psycopg.errors.UndefinedTable as error:
+                raise TableMismatch(
+                    f"table {self._qualified_name(table)} does not exist"
+                ) from error
+            except psycopg.errors.UndefinedColumn as error:
+                raise TableMismatch(
+                    f"{self._qualified_name(table)}: {error.diag.message_primary} "
+                    f"(partition_expr {column!r}, order_by {order_by!r})"
+                ) from error
+            names = [desc.name for desc in cur.description]
+            dtypes = [
+                _PG_TO_POLARS.get(self._type_name(conn, desc.type_code)) for desc in cur.description
+            ]
+            rows = cur.fetchall()
+        overrides = {name: dtype for name, dtype in zip(names, dtypes, strict=True) if dtype}
+        return pl.DataFrame(
+            rows, schema=names, schema_overrides=overrides, orient="row", infer_schema_length=None
+        )
+
+    # -- helpers -------------------------------------------------------------------------------
+
+    @staticmethod
+    def _table(metadata: Any, default: str) -> str:
+        return str((metadata or {}).get("table") or default)
+
+    def _qualified_name(self, table: str) -> str:
+        return f"{self.schema_}.{table}"
+
+    def _scope(
+        self, context: InputContext | OutputContext, metadata: Any
+    ) -> tuple[str | None, list]:
+        """(partition column, its values) for this context; (None, []) means the whole table."""
+        if not context.has_asset_partitions:
+            return None, []
+        column = (metadata or {}).get("partition_expr")
+        if not column:
+            raise ValueError(
+                f"asset {context.asset_key.to_user_string()!r} is partitioned but has no "
+                '"partition_expr" definition metadata naming the column that holds the partition '
+                "(e.g. metadata={'partition_expr': 'episode_id'})"
+            )
+        return str(column), [self.partition_value(key) for key in context.asset_partition_keys]
+
+    def _with_partition_column(
+        self, frame: pl.DataFrame, column: str, values: list[Any], table: str
+    ) -> pl.DataFrame:
+        """Add the partition column when missing; refuse rows that belong to another partition."""
+        if len(values) != 1:
+            raise ValueError(
+                f"writing {self._qualified_name(table)} needs exactly one partition, "
+                f"got {len(values)}"
+            )
+        value = values[0]
+        if column not in frame.columns:
+            return frame.with_columns(pl.lit(value).alias(column))
+        stray = frame.filter(pl.col(column).ne_missing(pl.lit(value)))
+        if stray.height:
+            sample = stray.get_column(column).head(3).to_list()
+            raise ValueError(
+                f"{stray.height} row(s) for {self._qualified_name(table)} have {column} other "
+                f"than the partition's {value!r} (e.g. {sample}); they would escape the replace"
+            )
+        return frame
+
+    def _table_columns(self, conn: psycopg.Connection, table: str) -> list[str]:
+        rows = conn.execute(
+            "SELECT column_name FROM information_schema.columns "
+            "WHERE table_schema = %s AND table_name = %s ORDER BY ordinal_position",
+            (self.schema_, table),
+        ).fetchall()
+        if not rows:
+            raise TableMismatch(
+                f"table {self._qualified_name(table)} does not exist (or has no columns visible "
+                "to this user): run the migrations"
+            )
+        return [row[0] for row in rows]
+
+    @staticmethod
+    def _type_name(conn: psycopg.Connection, oid: int) -> str | None:
+        info = conn.adapters.types.get(oid)
+        return info.name if info is not None else None

@@ -1,0 +1,102 @@
+"""PostgreSQL as a Dagster resource: the connection settings in config, the connecting in one place.
+
+The resource only carries settings; `episode_pipeline.db.connection.connect` does the work
+(password, SSL, RDS IAM token, refreshed before it expires). Every `connect()` opens a fresh
+connection, so a long run never holds a connection whose token has lapsed.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import psycopg
+from dagster import ConfigurableResource, EnvVar
+from pydantic import Field
+
+from episode_pipeline.db.connection import connect as db_connect
+from episode_pipeline.settings import DatabaseSettings
+
+PASSWORD_ENV = "DB_PASSWORD"
+
+
+def _resolved(value: str | None) -> str | None:
+    """An `EnvVar` read outside a Dagster run is just its variable's name: read the variable."""
+    if isinstance(value, EnvVar):
+        return value.get_value() or None
+    return value
+
+
+class PostgresResource(ConfigurableResource):
+    """Connection settings for the pipeline's PostgreSQL (Aurora on AWS, pgserver locally)."""
+
+    host: str = Field(description="Host name, or the Unix socket directory locally.")
+    port: int = Field(default=5432)
+    database: str = Field(default="postgres")
+    user: str = Field(default="postgres")
+    password: str | None = Field(
+        default=None,
+        description="Secret: pass EnvVar('DB_PASSWORD') so the UI shows the variable, not the "
+        "value. Ignored when iam_auth is true.",
+    )
+    ssl: bool = Field(default=False, description="Require TLS (DB_SSL).")
+    iam_auth: bool = Field(
+        default=False, description="Connect with an RDS IAM token (DB_IAM_AUTH)."
+    )
+    region: str = Field(default="us-west-2", description="AWS region for the IAM token.")
+
+    @classmethod
+    def from_settings(
+        cls, db: DatabaseSettings, *, password_env: str = PASSWORD_ENV
+    ) -> PostgresResource:
+        """Build from `load_settings().database`.
+
+        When the password came from the environment variable `password_env`, it is passed as an
+        `EnvVar`, so Dagster never displays or stores the secret itself.
+        """
+        password: str | None = db.password
+        if password is not None and os.environ.get(password_env) == password:
+            password = EnvVar(password_env)
+        return cls(
+            host=db.host,
+            port=db.port,
+            database=db.name,
+            user=db.user,
+            password=password,
+            ssl=db.ssl,
+            iam_auth=db.iam_auth,
+            region=db.region,
+        )
+
+    def database_settings(self) -> DatabaseSettings:
+        return DatabaseSettings(
+            host=self.host,
+            port=self.port,
+            name=self.database,
+            user=self.user,
+            password=_resolved(self.password),
+            ssl=self.ssl,
+            iam_auth=self.iam_auth,
+            region=self.region,
+        )
+
+    @contextmanager
+    def connect(self, *, autocommit: bool = False) -> Iterator[psycopg.Connection]:
+        """A new connection, closed on exit (no implicit commit: use `transaction()` for that)."""
+        conn = db_connect(self.database_settings(), autocommit=autocommit)
+        try:
+            yield conn
+        finally:
+            conn.close()
+
+    @contextmanager
+    def transaction(self) -> Iterator[psycopg.Connection]:
+        """A connection whose work is committed on success and rolled back on any error."""
+        with self.connect() as conn:
+            try:
+                yield conn
+            except BaseException:
+                conn.rollback()
+                raise
+            conn.commit()

@@ -1,0 +1,182 @@
+"""Turn one LeRobot data parquet into rows of the ``frames`` table.
+
+Everything is column-wise polars (this feeds a COPY at tens of thousands of rows per second): the
+JSON text of ``observation``/``action`` comes from ``struct.json_encode``, which prints float32
+values shortest-round-trip and writes NaN/inf as ``null`` (jsonb rejects NaN).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import BinaryIO
+
+import polars as pl
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+ParquetSource = str | Path | BinaryIO | bytes
+
+TIMESTAMP = "timestamp"
+STATE = "observation.state"
+ACTION = "action"
+FRAME_INDEX = "frame_index"
+EPISODE_INDEX = "episode_index"
+
+#: Output columns, in the order of the ``frames`` table (without id / episode_id).
+FRAME_COLUMNS = (
+    "frame_order",
+    "lerobot_episode_index",
+    "frame_index",
+    "timestamp_ms",
+    "observation",
+    "action",
+)
+FRAMES_SCHEMA = pl.Schema(
+    {
+        "frame_order": pl.Int64,
+        "lerobot_episode_index": pl.Int64,
+        "frame_index": pl.Int64,
+        "timestamp_ms": pl.Int64,
+        "observation": pl.String,
+        "action": pl.String,
+    }
+)
+BATCH_ROWS = 65_536
+
+
+class FrameDataError(ValueError):
+    """A data parquet cannot become frame rows; the message names the file and the field."""
+
+
+def _open(source: ParquetSource, path: str) -> pq.ParquetFile:
+    try:
+        if isinstance(source, bytes | bytearray | memoryview):
+            return pq.ParquetFile(pa.BufferReader(bytes(source)))
+        return pq.ParquetFile(source)
+    except (pa.ArrowException, OSError) as error:
+        raise FrameDataError(f"{path}: not a readable parquet file: {error}") from error
+
+
+def parquet_row_count(source: ParquetSource, *, path: str = "<parquet>") -> int:
+    """Row count from the footer alone (no column data read)."""
+    return _open(source, path).metadata.num_rows
+
+
+def _vector_kind(field: pa.Field) -> str:
+    """``list`` for list/large_list/fixed_size_list of numbers, ``scalar`` for a number."""
+    kind = field.type
+    if pa.types.is_list(kind) or pa.types.is_large_list(kind) or pa.types.is_fixed_size_list(kind):
+        inner = kind.value_type
+        if pa.types.is_floating(inner) or pa.types.is_integer(inner):
+            return "list"
+    elif pa.types.is_floating(kind) or pa.types.is_integer(kind):
+        return "scalar"
+    return "unsupported"
+
+
+def _check_schema(schema: pa.Schema, path: str) -> tuple[list[str], dict[str, str]]:
+    names = set(schema.names)
+    for required in (TIMESTAMP, STATE):
+        if required not in names:
+            raise FrameDataError(f"{path}: field {required!r} is missing (columns: {schema.names})")
+    ts_type = schema.field(TIMESTAMP).type
+    if not (pa.types.is_floating(ts_type) or pa.types.is_integer(ts_type)):
+        raise FrameDataError(f"{path}: field {TIMESTAMP!r} must be numeric seconds, got {ts_type}")
+    kinds: dict[str, str] = {}
+    for vector in (STATE, ACTION):
+        if vector not in names:
+            continue
+        kinds[vector] = _vector_kind(schema.field(vector))
+        if kinds[vector] == "unsupported":
+            raise FrameDataError(
+                f"{path}: field {vector!r} must be a list of numbers, "
+                f"got {schema.field(vector).type}"
+            )
+    for integer in (FRAME_INDEX, EPISODE_INDEX):
+        if integer in names and not pa.types.is_integer(schema.field(integer).type):
+            raise FrameDataError(
+                f"{path}: field {integer!r} must be an integer, got {schema.field(integer).type}"
+            )
+    columns = [c for c in (TIMESTAMP, STATE, ACTION, FRAME_INDEX, EPISODE_INDEX) if c in names]
+    return columns, kinds
+
+
+def _json_array(column: str, kind: str) -> pl.Expr:
+    """JSON array text of a numeric vector column; null stays null, NaN/inf become ``null``."""
+    values = pl.concat_list(pl.col(column)) if kind == "scalar" else pl.col(column)
+    encoded = (
+        pl.struct(values.alias("v"))
+        .struct.json_encode()
+        .str.strip_prefix('{"v":')
+        .str.strip_suffix("}")
+    )
+    return pl.when(pl.col(column).is_null()).then(None).otherwise(encoded)
+
+
+def _convert(
+    batch: pl.DataFrame, *, kinds: dict[str, str], start: int, path: str, row_offset: int
+) -> pl.DataFrame:
+    seconds = pl.col(TIMESTAMP).cast(pl.Float64)
+    bad = batch.select((seconds.is_null() | ~seconds.is_finite()).arg_true().first()).item()
+    if bad is not None:
+        value = batch[TIMESTAMP][bad]
+        raise FrameDataError(
+            f"{path}: field {TIMESTAMP!r} is {value!r} at row {row_offset + bad}; "
+            "every frame needs a finite timestamp"
+        )
+    state = _json_array(STATE, kinds[STATE])
+    names = batch.columns
+    return batch.select(
+        pl.int_range(start, start + batch.height, dtype=pl.Int64).alias("frame_order"),
+        (pl.col(EPISODE_INDEX) if EPISODE_INDEX in names else pl.lit(None))
+        .cast(pl.Int64)
+        .alias("lerobot_episode_index"),
+        (pl.col(FRAME_INDEX) if FRAME_INDEX in names else pl.lit(None))
+        .cast(pl.Int64)
+        .alias("frame_index"),
+        (seconds * 1000).round(0).cast(pl.Int64).alias("timestamp_ms"),
+        pl.concat_str(pl.lit('{"state":'), state.fill_null("null"), pl.lit("}")).alias(
+            "observation"
+        ),
+        (_json_array(ACTION, kinds[ACTION]) if ACTION in names else pl.lit(None))
+        .cast(pl.String)
+        .alias("action"),
+    )
+
+
+def iter_frames(
+    source: ParquetSource,
+    *,
+    path: str,
+    frame_order_start: int = 0,
+    batch_rows: int = BATCH_ROWS,
+) -> Iterator[pl.DataFrame]:
+    """Frame rows in bounded batches (memory stays flat for long episodes)."""
+    parquet = _open(source, path)
+    columns, kinds = _check_schema(parquet.schema_arrow, path)
+    order = frame_order_start
+    try:
+        for record_batch in parquet.iter_batches(batch_size=batch_rows, columns=columns):
+            batch = pl.from_arrow(record_batch)
+            assert isinstance(batch, pl.DataFrame)
+            yield _convert(
+                batch, kinds=kinds, start=order, path=path, row_offset=order - frame_order_start
+            )
+            order += batch.height
+    except (pa.ArrowException, OSError) as error:
+        raise FrameDataError(f"{path}: cannot read rows: {error}") from error
+
+
+def frames_table(
+    source: ParquetSource, *, path: str, frame_order_start: int = 0
+) -> pl.DataFrame:
+    """The whole file as one frames DataFrame (columns :data:`FRAME_COLUMNS`).
+
+    ``frame_order`` counts on from ``frame_order_start`` so several data files of one upload
+    number their frames 0..N-1 across files (pass the running total, see ``parquet_row_count``).
+    """
+    batches = list(iter_frames(source, path=path, frame_order_start=frame_order_start))
+    if not batches:
+        return pl.DataFrame(schema=FRAMES_SCHEMA)
+    return pl.concat(batches, how="vertical")

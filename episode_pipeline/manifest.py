@@ -1,0 +1,86 @@
+"""The record of one extraction: what was uploaded where, and what later steps need to know.
+
+`extracted_files` returns it; the S3 IO manager stores it as JSON beside the processed files, so
+any later step, in any process or container, loads the same facts instead of re-reading the tar.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+VIDEO = "video"
+DATA = "data"  # a frames parquet (path contains /data/)
+META = "meta"  # info.json, task table, episodes table
+
+
+@dataclass(frozen=True)
+class ArchiveObject:
+    bucket: str
+    key: str
+    size: int
+    etag: str
+    version_id: str | None = None
+
+    @property
+    def version(self) -> str:
+        """What identifies this upload: a re-upload changes it (versioned bucket or ETag)."""
+        return self.version_id or self.etag
+
+
+@dataclass(frozen=True)
+class ProcessedFile:
+    path: str  # path inside the tar
+    key: str  # S3 key under processed/
+    size: int
+    sha256: str
+    kind: str  # VIDEO | DATA | META
+    camera: str | None = None  # videos only
+    rows: int | None = None  # data parquets only (from the footer)
+
+
+@dataclass(frozen=True)
+class SkippedFile:
+    path: str
+    reason: str
+
+
+@dataclass
+class Manifest:
+    archive: ArchiveObject
+    files: list[ProcessedFile] = field(default_factory=list)
+    skipped: list[SkippedFile] = field(default_factory=list)
+    info: dict[str, Any] = field(default_factory=dict)  # parsed meta/info.json
+    info_key: str | None = None
+    tasks_key: str | None = None
+
+    @property
+    def videos(self) -> list[ProcessedFile]:
+        return [f for f in self.files if f.kind == VIDEO]
+
+    @property
+    def data_files(self) -> list[ProcessedFile]:
+        """Frames parquets in path order (seed: read in order)."""
+        return sorted((f for f in self.files if f.kind == DATA), key=lambda f: f.path)
+
+    @property
+    def bytes_extracted(self) -> int:
+        return sum(f.size for f in self.files)
+
+    @property
+    def cameras(self) -> list[str]:
+        return sorted({f.camera for f in self.videos if f.camera})
+
+    def to_json_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json_dict(cls, data: dict[str, Any]) -> Manifest:
+        return cls(
+            archive=ArchiveObject(**data["archive"]),
+            files=[ProcessedFile(**f) for f in data.get("files", [])],
+            skipped=[SkippedFile(**s) for s in data.get("skipped", [])],
+            info=data.get("info", {}),
+            info_key=data.get("info_key"),
+            tasks_key=data.get("tasks_key"),
+        )

@@ -1,0 +1,85 @@
+"""What the seed writes to `episode_metadata`, `entity_versions` and the episode row: pure rules."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from typing import Any
+
+EDITABLE = "editable"
+NON_EDITABLE = "non_editable"
+
+# The seed's editable keys start as fixed placeholders for people to fill in the application.
+PLACEHOLDERS: dict[str, str] = {
+    "operator_name": "Unknown operator",
+    "operator_id": "unknown",
+    "task": "Not set",
+    "group": "Not set",
+    "setting": "Not set",
+    "lighting": "Not set",
+    "clutter": "Not set",
+    "success_score": "Not set",
+    "descriptions": "",
+}
+NON_EDITABLE_KEYS = ("episode_title", "robot_type", "codebase_version")
+REQUIRED_KEYS = (*NON_EDITABLE_KEYS, *PLACEHOLDERS)
+
+ENTITY_TYPE = "episode"
+FIRST_VERSION = 1
+CREATE_OPERATION = "create"
+
+
+@dataclass(frozen=True)
+class MetadataItem:
+    meta_key: str
+    value: str | None
+    status: str
+
+
+def episode_metadata_items(
+    *, first_task: str | None, robot_type: str | None, codebase_version: str | None
+) -> list[MetadataItem]:
+    """The seed's metadata list, in its order: read-only facts first, then the placeholders."""
+    facts = {
+        "episode_title": first_task,
+        "robot_type": robot_type,
+        "codebase_version": codebase_version,
+    }
+    items = [MetadataItem(key, value, NON_EDITABLE) for key, value in facts.items()]
+    items += [MetadataItem(key, value, EDITABLE) for key, value in PLACEHOLDERS.items()]
+    return items
+
+
+def entity_version_data(items: list[MetadataItem]) -> list[dict[str, Any]]:
+    """The version-1 snapshot stored in `entity_versions.data`."""
+    return [asdict(item) for item in items]
+
+
+@dataclass(frozen=True)
+class EpisodeColumns:
+    """The columns set together with `status = 'processed'`."""
+
+    mp4_s3_path: str | None
+    parquet_s3_path: str | None
+    frame_count: int | None
+    fps: float | None
+    duration_seconds: int | None
+
+
+def episode_columns(
+    *,
+    mp4_keys: list[str],
+    data_parquet_keys: list[str],
+    total_frames: int | None,
+    fps: float | None,
+) -> EpisodeColumns:
+    """Seed: first mp4 and first data parquet uploaded; duration = frame_count / fps, rounded."""
+    # Half up, like the worker this replaces (JavaScript Math.round), not Python's half-even round().
+    duration = math.floor(total_frames / fps + 0.5) if total_frames is not None and fps else None
+    return EpisodeColumns(
+        mp4_s3_path=mp4_keys[0] if mp4_keys else None,
+        parquet_s3_path=data_parquet_keys[0] if data_parquet_keys else None,
+        frame_count=total_frames,
+        fps=fps,
+        duration_seconds=duration,
+    )

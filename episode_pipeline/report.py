@@ -1,0 +1,104 @@
+"""`episode-pipeline status`: what the pipeline wrote for each episode, from the stores themselves."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from dagster import AssetCheckKey, AssetKey, DagsterInstance
+from dagster._core.event_api import PartitionKeyFilter
+from dagster._core.storage.asset_check_execution_record import AssetCheckExecutionRecordStatus
+
+from episode_pipeline.keys import EpisodeRef
+from episode_pipeline.manifest import VIDEO
+from episode_pipeline.settings import apply_local_stack_env
+
+REPORT_COLUMNS = ("org_id", "episode_id", "status", "frame_count", "frames_rows", "fps")
+
+
+def _checks(instance: DagsterInstance, check_keys: list[AssetCheckKey], ref: EpisodeRef):
+    latest = instance.event_log_storage.get_latest_asset_check_execution_by_key(
+        check_keys, partition_filter=PartitionKeyFilter(key=ref.partition_key)
+    )
+    results = {}
+    for key, record in sorted(latest.items(), key=lambda item: item[0].name):
+        if record.status == AssetCheckExecutionRecordStatus.SUCCEEDED:
+            results[key.name] = True
+        elif record.status == AssetCheckExecutionRecordStatus.FAILED:
+            results[key.name] = False
+    return results
+
+
+def hls_playlists(storage, ref: EpisodeRef, videos: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Every `processed/hls/<camera>/playlist.m3u8` in S3, with the mp4 it came from."""
+    source_of = {video.get("camera"): video.get("key") for video in videos}
+    playlists = storage.list_keys(f"{ref.processed_prefix}hls/", suffix="/playlist.m3u8")
+    entries = []
+    for key in playlists:
+        camera = key.rsplit("/", 2)[-2]
+        entries.append({"camera": camera, "source": source_of.get(camera), "playlist": key})
+    return entries
+
+
+def _manifest_videos(storage, ref: EpisodeRef) -> list[dict[str, Any]]:
+    from episode_pipeline.defs.io_managers.s3 import object_key
+
+    key = object_key(AssetKey("extracted_files"), ref.partition_key, "json")
+    if storage.head(key) is None:
+        return []
+    files = json.loads(storage.get_bytes(key)).get("files", [])
+    return [f for f in files if f.get("kind") == VIDEO]
+
+
+def episode_reports(ref: EpisodeRef | None = None) -> list[dict[str, Any]]:
+    apply_local_stack_env()
+    from episode_pipeline.db import episodes as episode_db
+    from episode_pipeline.definitions import defs, postgres_resource, storage_resource
+
+    check_keys = list(defs.resolve_asset_graph().asset_check_keys)
+    instance = DagsterInstance.get()
+    storage = storage_resource()
+    reports = []
+    with postgres_resource().connect() as conn:
+        refs = [ref] if ref else episode_db.episode_refs(conn)
+        for current in refs:
+            row = episode_db.episode_row(conn, current)
+            if row is None:
+                continue
+            hls = hls_playlists(storage, current, _manifest_videos(storage, current))
+            reports.append(
+                {
+                    "org_id": current.org_id,
+                    "episode_id": current.episode_id,
+                    "status": row["status"],
+                    "processed_at": row["processed_at"],
+                    "frame_count": row["frame_count"],
+                    "fps": row["fps"],
+                    "duration_seconds": row["duration_seconds"],
+                    "mp4_s3_path": row["mp4_s3_path"],
+                    "parquet_s3_path": row["parquet_s3_path"],
+                    "frames_rows": episode_db.frame_rows(conn, current),
+                    "metadata": episode_db.metadata_values(conn, current),
+                    "hls": hls,
+                    "checks": _checks(instance, check_keys, current),
+                }
+            )
+    return reports
+
+
+def format_reports(reports: list[dict[str, Any]]) -> str:
+    """A plain table for a terminal; `--json` has everything."""
+    if not reports:
+        return "no episodes"
+    header = [*REPORT_COLUMNS, "checks"]
+    rows = [
+        [
+            *(str(report[c]) for c in REPORT_COLUMNS),
+            f"{sum(report['checks'].values())}/{len(report['checks'])} passed",
+        ]
+        for report in reports
+    ]
+    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(header)]
+    lines = ["  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True))]
+    lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) for r in rows]
+    return "\n".join(lines)

@@ -1,0 +1,148 @@
+"""IO manager logic that needs no services: keys, encodings, the CSV that COPY reads."""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import io
+import json
+from datetime import UTC, datetime
+from pathlib import PurePosixPath
+
+import polars as pl
+import pytest
+from dagster import AssetKey
+
+from episode_pipeline.defs.io_managers.postgres import (
+    PostgresPolarsIOManager,
+    csv_chunks,
+    csv_ready,
+)
+from episode_pipeline.defs.io_managers.s3 import (
+    JSON,
+    PARQUET,
+    decode,
+    encode,
+    object_key,
+    to_jsonable,
+)
+from episode_pipeline.defs.resources.postgres import PostgresResource
+from episode_pipeline.keys import InvalidEpisodeKey
+
+
+@dataclasses.dataclass
+class _Manifest:
+    keys: list[str]
+    when: datetime
+    path: PurePosixPath
+
+
+class _WithJsonDict:
+    def to_json_dict(self) -> dict:
+        return {"kind": "custom", "n": 3}
+
+
+def test_object_key_puts_episode_outputs_beside_processed_files() -> None:
+    key = object_key(AssetKey("extracted_files"), "acme/ep-1", JSON)
+    assert key == "orgs/acme/episodes/ep-1/processed/_dagster/extracted_files.json"
+
+
+def test_object_key_unpartitioned_and_prefixed_assets() -> None:
+    key = object_key(AssetKey(["lake", "summary"]), None, PARQUET)
+    assert key == "_dagster/lake/summary.parquet"
+
+
+def test_object_key_rejects_a_bad_partition_key() -> None:
+    with pytest.raises(InvalidEpisodeKey, match="not ORG/EPISODE"):
+        object_key(AssetKey("x"), "no-slash", JSON)
+
+
+def test_to_jsonable_handles_dataclasses_custom_objects_and_dates() -> None:
+    when = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
+    value = {"m": _Manifest(["a", "b"], when, PurePosixPath("x/y")), "c": _WithJsonDict()}
+    assert to_jsonable(value) == {
+        "m": {"keys": ["a", "b"], "when": "2026-11-29T12:00:00+00:00", "path": "x/y"},
+        "c": {"kind": "custom", "n": 3},
+    }
+
+
+def test_to_jsonable_names_what_it_cannot_store() -> None:
+    with pytest.raises(TypeError, match="cannot store a bytes"):
+        to_jsonable({"raw": b"\x00"})
+
+
+def test_encode_picks_parquet_for_frames_and_json_otherwise() -> None:
+    frame = pl.DataFrame({"a": [1, 2], "b": ["x", None]})
+    fmt, data = encode(frame)
+    assert fmt == PARQUET
+    assert decode(fmt, data).equals(frame)
+    fmt, data = encode([{"k": 1}])
+    assert fmt == JSON
+    assert json.loads(data) == [{"k": 1}]
+
+
+def _parse_csv(chunks: list[bytes]) -> list[list[str]]:
+    return list(csv.reader(io.StringIO(b"".join(chunks).decode())))
+
+
+def test_csv_distinguishes_null_from_empty_string() -> None:
+    """PostgreSQL CSV: unquoted empty = NULL, quoted "" = empty string."""
+    frame = pl.DataFrame({"id": [1, 2, 3], "s": ["", None, "a,b"]})
+    text = b"".join(csv_chunks(frame)).decode()
+    assert text.splitlines() == ['1,""', "2,", '3,"a,b"']
+
+
+def test_csv_ready_turns_nested_columns_into_json_text_and_keeps_nulls() -> None:
+    frame = pl.DataFrame(
+        {
+            "observation": [{"state": [1.0, 2.5]}, {"state": []}, None],
+            "action": [[0.5, -1.0], None, []],
+        }
+    )
+    ready = csv_ready(frame)
+    assert ready.schema == {"observation": pl.String, "action": pl.String}
+    assert ready.get_column("observation").to_list() == [
+        '{"state":[1.0,2.5]}',
+        '{"state":[]}',
+        None,
+    ]
+    assert ready.get_column("action").to_list() == ["[0.5,-1.0]", None, "[]"]
+    assert [json.loads(v) for v in ready.get_column("action").drop_nulls()] == [[0.5, -1.0], []]
+
+
+def test_csv_ready_handles_fixed_size_arrays() -> None:
+    frame = pl.DataFrame({"a": [[1.0, 2.0]]}, schema={"a": pl.Array(pl.Float32, 2)})
+    assert csv_ready(frame).get_column("a").to_list() == ["[1.0,2.0]"]
+
+
+def test_csv_chunks_slices_without_headers() -> None:
+    frame = pl.DataFrame({"n": list(range(10))})
+    chunks = list(csv_chunks(frame, slice_rows=4))
+    assert len(chunks) == 3
+    assert [int(row[0]) for row in _parse_csv(chunks)] == list(range(10))
+
+
+def _manager() -> PostgresPolarsIOManager:
+    return PostgresPolarsIOManager(postgres=PostgresResource(host="unused"))
+
+
+def test_partition_value_is_the_episode_id() -> None:
+    assert _manager().partition_value("acme/ep-7") == "ep-7"
+
+
+def test_partition_column_added_when_missing() -> None:
+    frame = pl.DataFrame({"frame_order": [0, 1]})
+    out = _manager()._with_partition_column(frame, "episode_id", ["ep-7"], "frames")
+    assert out.get_column("episode_id").to_list() == ["ep-7", "ep-7"]
+
+
+def test_rows_of_another_partition_are_refused() -> None:
+    frame = pl.DataFrame({"episode_id": ["ep-7", "ep-8", None]})
+    with pytest.raises(ValueError, match=r"2 row\(s\) for public.frames have episode_id"):
+        _manager()._with_partition_column(frame, "episode_id", ["ep-7"], "frames")
+
+
+def test_schema_config_uses_its_alias() -> None:
+    manager = PostgresPolarsIOManager(postgres=PostgresResource(host="h"), schema="staging")
+    assert manager.schema_ == "staging"
+    assert manager._qualified_name("frames") == "staging.frames"

@@ -1,0 +1,216 @@
+variable "region" {
+  description = "AWS region for every resource (the seed's deployment uses us-west-2)."
+  type        = string
+  default     = "us-west-2"
+}
+
+variable "environment" {
+  description = "Environment name (dev, staging, prod); tagged on every resource."
+  type        = string
+  default     = "dev"
+}
+
+variable "name_prefix" {
+  description = "Prefix of every resource name, e.g. toborverse-dev-episode-pipeline. At most 32 characters; lowercase letters, digits and hyphens."
+  type        = string
+  default     = "episode-pipeline"
+
+  validation {
+    condition     = can(regex("^[a-z][a-z0-9-]{1,31}$", var.name_prefix))
+    error_message = "name_prefix must be 2-32 characters of lowercase letters, digits and hyphens, starting with a letter."
+  }
+}
+
+variable "tags" {
+  description = "Extra tags applied to every resource (merged into the provider's default_tags)."
+  type        = map(string)
+  default     = {}
+}
+
+# --- Network -----------------------------------------------------------------------------------
+
+variable "vpc_id" {
+  description = "VPC that holds the Aurora cluster and the private subnets the tasks run in."
+  type        = string
+}
+
+variable "private_subnet_ids" {
+  description = "Private subnets (with a NAT gateway or VPC endpoints for S3, SQS, ECR, Logs, STS, RDS) for every ECS task. Tasks get no public IP."
+  type        = list(string)
+
+  validation {
+    condition     = length(var.private_subnet_ids) > 0
+    error_message = "private_subnet_ids needs at least one subnet."
+  }
+}
+
+variable "webserver_ingress_cidrs" {
+  description = "CIDR blocks (VPN, bastion) allowed to reach the Dagster UI on port 3000 of the webserver task. Empty: nobody outside the tasks' security group."
+  type        = list(string)
+  default     = []
+}
+
+# --- Data bucket, alerts -----------------------------------------------------------------------
+
+variable "data_bucket_name" {
+  description = "Name of the data bucket robots upload to (orgs/<org_id>/episodes/<episode_id>/...). Default: <name_prefix>-data-<account id>."
+  type        = string
+  default     = null
+}
+
+variable "alert_emails" {
+  description = "Email addresses subscribed to the alerts topic (dead-letter queue not empty). Each must confirm the subscription email."
+  type        = list(string)
+  default     = []
+}
+
+# --- Image -------------------------------------------------------------------------------------
+
+variable "image_tag" {
+  description = "Tag of the image in the ECR repository that every task runs. `latest` (the default) follows each push of the deploy workflow; pin a git sha to freeze a deployment."
+  type        = string
+  default     = "latest"
+}
+
+# --- Database (existing Aurora PostgreSQL cluster) ---------------------------------------------
+
+variable "db_host" {
+  description = "Writer endpoint of the Aurora PostgreSQL cluster (DB_HOST and DAGSTER_PG_HOST)."
+  type        = string
+}
+
+variable "db_port" {
+  description = "PostgreSQL port (DB_PORT and DAGSTER_PG_PORT)."
+  type        = number
+  default     = 5432
+}
+
+variable "db_name" {
+  description = "Database holding the episodes, frames, episode_metadata and entity_versions tables (DB_NAME)."
+  type        = string
+}
+
+variable "db_user" {
+  description = "Database user of the pipeline code (DB_USER). With db_iam_auth it must have the rds_iam role."
+  type        = string
+}
+
+variable "db_iam_auth" {
+  description = "Connect the pipeline code with an RDS IAM token instead of the password (DB_IAM_AUTH). Required when db_user has rds_iam."
+  type        = bool
+  default     = true
+}
+
+variable "db_cluster_resource_id" {
+  description = "Aurora cluster resource id (cluster-XXXXXXXX), used in the rds-db:connect permission for IAM authentication."
+  type        = string
+}
+
+variable "db_password_secret_arn" {
+  description = "ARN of the Secrets Manager secret of the Aurora user (JSON with a `password` key). Injected as DB_PASSWORD; unused when db_iam_auth is true. Null: no password is injected."
+  type        = string
+  default     = null
+}
+
+variable "db_secret_kms_key_arn" {
+  description = "KMS key encrypting db_password_secret_arn, when it is a customer managed key (the execution role gets kms:Decrypt on it). Null for the AWS managed key."
+  type        = string
+  default     = null
+}
+
+variable "db_security_group_id" {
+  description = "Security group of the Aurora cluster. When set, an ingress rule lets the tasks reach PostgreSQL; when null, open it yourself."
+  type        = string
+  default     = null
+}
+
+variable "dagster_db_name" {
+  description = "Database of Dagster's own run, event-log and schedule storage on the same cluster (DAGSTER_PG_DB). Create it once before the first deploy."
+  type        = string
+  default     = "dagster"
+}
+
+variable "dagster_db_user" {
+  description = "User of Dagster's storage (DAGSTER_PG_USER); always connects with an RDS IAM token, so it must have the rds_iam role."
+  type        = string
+  default     = "dagster"
+}
+
+# --- Task sizes (Fargate CPU units / MiB) ------------------------------------------------------
+
+variable "webserver_cpu" {
+  description = "CPU units of the webserver task."
+  type        = number
+  default     = 512
+}
+
+variable "webserver_memory" {
+  description = "Memory (MiB) of the webserver task."
+  type        = number
+  default     = 1024
+}
+
+variable "daemon_cpu" {
+  description = "CPU units of the daemon task."
+  type        = number
+  default     = 512
+}
+
+variable "daemon_memory" {
+  description = "Memory (MiB) of the daemon task."
+  type        = number
+  default     = 1024
+}
+
+variable "code_server_cpu" {
+  description = "CPU units of the code server task (evaluates the sensors)."
+  type        = number
+  default     = 512
+}
+
+variable "code_server_memory" {
+  description = "Memory (MiB) of the code server task."
+  type        = number
+  default     = 1024
+}
+
+variable "run_cpu" {
+  description = "CPU units of a run worker task (one episode's run). Per-run override: the `ecs/cpu` run tag."
+  type        = number
+  default     = 1024
+}
+
+variable "run_memory" {
+  description = "Memory (MiB) of a run worker task. Per-run override: the `ecs/memory` run tag."
+  type        = number
+  default     = 2048
+}
+
+variable "transcode_cpu" {
+  description = "CPU units of the transcode task (FFmpeg, started by a run through PipesECSClient)."
+  type        = number
+  default     = 2048
+}
+
+variable "transcode_memory" {
+  description = "Memory (MiB) of the transcode task."
+  type        = number
+  default     = 4096
+}
+
+variable "task_ephemeral_storage_gib" {
+  description = "Ephemeral storage (GiB, 21-200) of the run and transcode tasks, for archive members and HLS segments in flight."
+  type        = number
+  default     = 50
+
+  validation {
+    condition     = var.task_ephemeral_storage_gib >= 21 && var.task_ephemeral_storage_gib <= 200
+    error_message = "task_ephemeral_storage_gib must be between 21 and 200."
+  }
+}
+
+variable "log_retention_days" {
+  description = "Retention of the ECS log groups, in days (the seed keeps worker logs 7 days)."
+  type        = number
+  default     = 7
+}

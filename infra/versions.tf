@@ -1,0 +1,50 @@
+terraform {
+  # 1.5+ for `check`-free validation features used here; the machines run 1.11.
+  required_version = ">= 1.5.0"
+
+  required_providers {
+    aws = {
+      source = "hashicorp/aws"
+      # Exact pin: the offline validation in the test suite uses the provider mirror of the
+      # machine image, which carries this version only. Bump both together.
+      version = "5.100.0"
+    }
+  }
+
+  # Remote state: `terraform init -backend-config=backend.hcl` (bucket, key, region,
+  # dynamodb_table or use_lockfile). See docs/deployment.md.
+  backend "s3" {}
+}
+
+provider "aws" {
+  region = var.region
+
+  default_tags {
+    tags = merge(
+      {
+        app         = "episode-pipeline"
+        environment = var.environment
+        managed-by  = "terraform"
+      },
+      var.tags,
+    )
+  }
+}
+
+data "aws_caller_identity" "current" {}
+
+data "aws_partition" "current" {}
+
+locals {
+  account_id = data.aws_caller_identity.current.account_id
+  partition  = data.aws_partition.current.partition
+  prefix     = var.name_prefix
+
+  data_bucket_name    = coalesce(var.data_bucket_name, "${var.name_prefix}-data-${local.account_id}")
+  dagster_bucket_name = "${var.name_prefix}-dagster-${local.account_id}"
+  logs_bucket_name    = "${var.name_prefix}-access-logs-${local.account_id}"
+
+  # Prefix under which Dagster's compute logs (step stdout/stderr) live in the dagster bucket;
+  # must match `compute_logs.config.prefix` in dagster.yaml.
+  compute_log_prefix = "compute-logs"
+}

@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Creates .venv with uv and installs the project with its dev tools. Idempotent and quick when
+# nothing changed. On a bare Debian/Ubuntu, python3's venv module comes from apt (python3-venv).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PYTHON=${PYTHON:-python3}
+if ! "$PYTHON" -c 'import sys; sys.exit(sys.version_info < (3, 11))'; then
+  echo "bootstrap: Python 3.11+ is required ($PYTHON is $("$PYTHON" -V 2>&1))" >&2
+  exit 1
+fi
+if ! "$PYTHON" -m venv --help >/dev/null 2>&1 || ! "$PYTHON" -c 'import ensurepip' 2>/dev/null; then
+  echo "bootstrap: installing python3-venv with apt-get" >&2
+  SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  $SUDO apt-get update -qq
+  $SUDO apt-get install -y -qq python3-venv python3-pip
+fi
+
+if [ ! -x .venv/bin/uv ]; then
+  "$PYTHON" -m venv .venv
+  .venv/bin/python -m pip install -q --disable-pip-version-check uv
+fi
+stamp=.venv/.installed
+if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
+  UV_PYTHON_DOWNLOADS=never .venv/bin/uv pip install -q --python .venv/bin/python -e '.[dev]'
+  touch "$stamp"
+fi
