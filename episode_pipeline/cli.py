@@ -64,7 +64,12 @@ def cmd_process(args: argparse.Namespace) -> int:
     from episode_pipeline.runner import process_episode
 
     ensure_stack()
-    return 0 if process_episode(args.episode) else 1
+    outcome = process_episode(args.episode)
+    for error in outcome.errors:
+        print(f"episode-pipeline: {args.episode}: {error}", file=sys.stderr)
+    state = "processed" if outcome.success else "failed"
+    print(f"{args.episode}: run {outcome.run_id} {state}")
+    return 0 if outcome.success else 1
 
 
 def cmd_status(args: argparse.Namespace) -> int:

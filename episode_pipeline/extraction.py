@@ -12,9 +12,17 @@ from collections.abc import Iterable
 from episode_pipeline.archive.stream import ArchiveReader, spooled
 from episode_pipeline.defs.resources.storage import EpisodeStorage, ObjectInfo
 from episode_pipeline.keys import EpisodeRef, InvalidEpisodeKey, is_raw_archive_key, parse_s3_key
-from episode_pipeline.lerobot import layout
-from episode_pipeline.lerobot.frames import parquet_row_count
+from episode_pipeline.lerobot.cameras import camera_for
+from episode_pipeline.lerobot.frames import FrameDataError, parquet_row_count
 from episode_pipeline.lerobot.info import parse_info
+from episode_pipeline.lerobot.layout import (
+    INFO_JSON,
+    TASKS_JSONL,
+    TASKS_PARQUET,
+    MemberKind,
+    find_dataset_roots,
+    member_kind,
+)
 from episode_pipeline.manifest import (
     DATA,
     META,
@@ -30,8 +38,27 @@ class ArchiveNotFound(LookupError):
     """No `.zst` upload under the episode's prefix."""
 
 
+class NotALeRobotDataset(ValueError):
+    """The archive has no `meta/info.json`: nothing says what its files are."""
+
+
+# What the manifest calls each kind of member the pipeline keeps (None: skipped).
+_MANIFEST_KIND = {
+    MemberKind.VIDEO: VIDEO,
+    MemberKind.DATA_PARQUET: DATA,
+    MemberKind.OTHER_PARQUET: META,
+    MemberKind.METADATA: META,
+}
+
+
+def _is(path: str, name: str) -> bool:
+    return path == name or path.endswith("/" + name)
+
+
 def _newest(objects: Iterable[ObjectInfo]) -> ObjectInfo | None:
-    return max(objects, key=lambda o: (o.last_modified is not None, o.last_modified, o.key), default=None)
+    return max(
+        objects, key=lambda o: (o.last_modified is not None, o.last_modified, o.key), default=None
+    )
 
 
 def find_archive(storage: EpisodeStorage, ref: EpisodeRef) -> ArchiveObject:
@@ -75,29 +102,34 @@ def extract_archive(
     """Upload the archive's videos, parquets and kept metadata under `processed/`."""
     log = log or logging.getLogger(__name__)
     manifest = Manifest(archive=archive)
-    info_bytes: bytes | None = None
+    info_json: dict[str, bytes] = {}  # path → bytes; the members may come in any order
     body = storage.open_stream(archive.key)
     try:
         reader = ArchiveReader(body, name=storage.uri(archive.key))
         for member in reader:
-            kind = layout.member_kind(member.path)
+            kind = _MANIFEST_KIND.get(member_kind(member.path))
             if kind is None:
-                manifest.skipped.append(SkippedFile(member.path, "not a video, parquet or kept metadata file"))
+                manifest.skipped.append(
+                    SkippedFile(member.path, "not a video, parquet or kept metadata file")
+                )
                 continue
             key = ref.processed_key(member.path)
             rows = None
             if member.path.endswith(".parquet"):
                 with spooled(member) as path:
-                    rows = parquet_row_count(path) if kind == DATA else None
+                    if kind == DATA:
+                        rows = _row_count_or_none(path, member.path, log)
                     result = storage.upload_file(path, key)
             elif kind == META:
                 data = member.read()
-                if layout.is_info_json(member.path):
-                    info_bytes, manifest.info_key = data, key
+                if _is(member.path, INFO_JSON):
+                    info_json[member.path] = data
                 result = storage.put_bytes(key, data)
             else:
                 result = storage.upload_stream(key, member.fileobj, size=member.size)
-            if layout.is_task_table(member.path):
+            if manifest.tasks_key is None and (
+                _is(member.path, TASKS_PARQUET) or _is(member.path, TASKS_JSONL)
+            ):
                 manifest.tasks_key = key
             manifest.files.append(
                 ProcessedFile(member.path, key, result.size, result.sha256, kind, rows=rows)
@@ -107,15 +139,31 @@ def extract_archive(
     finally:
         body.close()
 
-    if info_bytes is None:
-        raise layout.LayoutError(f"{storage.uri(archive.key)}: no meta/info.json in the archive")
-    info = parse_info(info_bytes, source=f"{archive.key}:meta/info.json")
-    manifest.info = info.raw
+    roots = find_dataset_roots(info_json)
+    if not roots:
+        raise NotALeRobotDataset(
+            f"{storage.uri(archive.key)}: no meta/info.json in the archive "
+            "(not a LeRobot dataset folder)"
+        )
+    root = roots[0]
+    info_path = f"{root}/{INFO_JSON}" if root else INFO_JSON
+    info = parse_info(info_json[info_path], source=f"{archive.key}:{info_path}")
+    manifest.info = dict(info.raw)
+    manifest.info_key = ref.processed_key(info_path)
     manifest.files = [
-        _with_camera(f, layout.camera_for(f.path, info)) if f.kind == VIDEO else f
+        _with_camera(f, camera_for(f.path, info, root=root)) if f.kind == VIDEO else f
         for f in manifest.files
     ]
     return manifest
+
+
+def _row_count_or_none(path, member_path: str, log: logging.Logger) -> int | None:
+    """The footer's row count; an unreadable file is still uploaded and reported by `frames`."""
+    try:
+        return parquet_row_count(path, path=member_path)
+    except FrameDataError as error:
+        log.warning(f"{error}")
+        return None
 
 
 def _with_camera(file: ProcessedFile, camera: str) -> ProcessedFile:

@@ -74,7 +74,7 @@ def episode_columns(
     fps: float | None,
 ) -> EpisodeColumns:
     """Seed: first mp4 and first data parquet uploaded; duration = frame_count / fps, rounded."""
-    # Half up, like the worker this replaces (JavaScript Math.round), not Python's half-even round().
+    # Half up like the replaced worker's JavaScript Math.round, not Python's half-even round().
     duration = math.floor(total_frames / fps + 0.5) if total_frames is not None and fps else None
     return EpisodeColumns(
         mp4_s3_path=mp4_keys[0] if mp4_keys else None,

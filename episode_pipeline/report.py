@@ -1,4 +1,4 @@
-"""`episode-pipeline status`: what the pipeline wrote for each episode, from the stores themselves."""
+"""`episode-pipeline status`: what the pipeline wrote for each episode, read from the stores."""
 
 from __future__ import annotations
 

@@ -7,7 +7,9 @@ instance, plus the partition is added when missing and a failure marks the episo
 
 from __future__ import annotations
 
-from dagster import DagsterInstance
+from dataclasses import dataclass, field
+
+from dagster import DagsterEventType, DagsterInstance
 
 from episode_pipeline.keys import EpisodeRef
 from episode_pipeline.settings import apply_local_stack_env
@@ -20,8 +22,34 @@ def add_episode_partition(instance: DagsterInstance, ref: EpisodeRef) -> None:
         instance.add_dynamic_partitions(EPISODES_PARTITION_NAME, [ref.partition_key])
 
 
-def process_episode(ref: EpisodeRef, instance: DagsterInstance | None = None) -> bool:
-    """Materialize the episode's partition of the whole graph with its checks; True on success."""
+@dataclass(frozen=True)
+class ProcessOutcome:
+    success: bool
+    run_id: str
+    errors: list[str] = field(default_factory=list)  # "step: message" for each failed step
+
+    def __bool__(self) -> bool:
+        return self.success
+
+
+def step_errors(instance: DagsterInstance, run_id: str) -> list[str]:
+    """The failed steps of a run and their error messages, as a person would want them."""
+    records = instance.get_records_for_run(run_id, of_type=DagsterEventType.STEP_FAILURE).records
+    errors = []
+    for record in records:
+        event = record.event_log_entry.dagster_event
+        error = event.step_failure_data.error if event and event.step_failure_data else None
+        message = error.message.strip() if error else "failed"
+        # A user-code error arrives wrapped; its cause holds the exception that names the file.
+        while error is not None and error.cause is not None:
+            error = error.cause
+            message = error.message.strip()
+        errors.append(f"{event.step_key if event else '?'}: {message}")
+    return errors
+
+
+def process_episode(ref: EpisodeRef, instance: DagsterInstance | None = None) -> ProcessOutcome:
+    """Materialize the episode's partition of the whole graph with its checks."""
     apply_local_stack_env()
     from episode_pipeline.definitions import EPISODE_JOB_NAME, defs, postgres_resource
     from episode_pipeline.defs.sensors.reconcile import fail_orphaned_runs, in_process_run_tags
@@ -37,6 +65,35 @@ def process_episode(ref: EpisodeRef, instance: DagsterInstance | None = None) ->
         raise_on_error=False,
         tags={**in_process_run_tags(), "org": ref.org_id},
     )
-    if not result.success:
-        fail_episode_of_run(instance, result.dagster_run, postgres_resource())
-    return result.success
+    run_id = result.dagster_run.run_id
+    if result.success:
+        return ProcessOutcome(True, run_id)
+    fail_episode_of_run(instance, result.dagster_run, postgres_resource())
+    return ProcessOutcome(False, run_id, step_errors(instance, run_id))
+
+
+def run_checks(
+    ref: EpisodeRef, names: set[str] | None = None, instance: DagsterInstance | None = None
+) -> dict[str, bool]:
+    """Run the episode's checks (all, or those named) on what is stored; name → passed."""
+    apply_local_stack_env()
+    from episode_pipeline.definitions import defs
+
+    instance = instance or DagsterInstance.get()
+    keys = set(defs.resolve_asset_graph().asset_check_keys)
+    if names is not None:
+        unknown = names - {key.name for key in keys}
+        if unknown:
+            raise ValueError(f"no such check(s): {', '.join(sorted(unknown))}")
+        keys = {key for key in keys if key.name in names}
+    # A checks-only job needs the partitioned implicit asset job to carry the partitions.
+    job = defs.resolve_implicit_global_asset_job_def().get_subset(
+        asset_selection=set(), asset_check_selection=keys
+    )
+    result = job.execute_in_process(
+        partition_key=ref.partition_key, instance=instance, raise_on_error=False
+    )
+    return {
+        evaluation.check_name: evaluation.passed
+        for evaluation in result.get_asset_check_evaluations()
+    }

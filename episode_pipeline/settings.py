@@ -2,8 +2,9 @@
 
 Production sets the seed's variables (`DB_HOST`, `DB_PORT`, `DB_NAME`, `DB_USER`, `DB_PASSWORD`,
 `DB_SSL`, `DB_IAM_AUTH`, `SQS_QUEUE_URL`, ...). On a laptop nobody exports anything: when `DB_HOST`
-is unset, the embedded stack's `stack.json` (written by `episode-pipeline stack up`) supplies the same
-variables, so `dagster dev`, `dagster asset materialize` and the CLI all reach the same services.
+is unset, the embedded stack's `stack.json` (written by `episode-pipeline stack up`) supplies
+the same variables, so `dagster dev`, `dagster asset materialize` and the CLI reach the same
+services.
 """
 
 from __future__ import annotations
@@ -87,7 +88,7 @@ class Settings:
 
 
 def local_stack_env(home: Path | None = None) -> dict[str, str] | None:
-    """The environment the embedded stack publishes in its state file, or None when never started."""
+    """The variables the embedded stack publishes in its state file; None if never started."""
     state_file = (home or pipeline_home()) / STACK_STATE_FILE
     if not state_file.exists():
         return None

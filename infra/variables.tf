@@ -119,9 +119,8 @@ variable "db_secret_kms_key_arn" {
 }
 
 variable "db_security_group_id" {
-  description = "Security group of the Aurora cluster. When set, an ingress rule lets the tasks reach PostgreSQL; when null, open it yourself."
+  description = "Security group of the Aurora cluster. The tasks' egress to PostgreSQL is limited to it, and an ingress rule on it admits the tasks."
   type        = string
-  default     = null
 }
 
 variable "dagster_db_name" {

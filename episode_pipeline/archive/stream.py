@@ -253,10 +253,12 @@ class ArchiveReader:
         reader = decompressor.stream_reader(
             checked, read_size=self._read_size, read_across_frames=True, closefd=False
         )
-        self._counter = _CountingReader(reader, archive=self.name, limit=self.limits.max_total_bytes)
+        self._counter = _CountingReader(
+            reader, archive=self.name, limit=self.limits.max_total_bytes
+        )
         buffered = io.BufferedReader(self._counter, buffer_size=self._read_size)
         try:
-            tar = tarfile.open(fileobj=buffered, mode="r|")
+            tar = tarfile.open(fileobj=buffered, mode="r|")  # noqa: SIM115 - the with below closes it
         except (tarfile.TarError, EOFError) as error:
             raise CorruptArchive(f"{self.name}: not a readable tar stream: {error}") from error
         with tar:

@@ -93,7 +93,8 @@ def apply_migrations(conn: psycopg.Connection, directory: Path = MIGRATIONS_DIR)
                 with conn.transaction():
                     conn.execute(migration.sql)  # type: ignore[arg-type]  # file content, no params
                     conn.execute(
-                        "INSERT INTO schema_migrations (version, name, checksum) VALUES (%s, %s, %s)",
+                        "INSERT INTO schema_migrations (version, name, checksum) "
+                        "VALUES (%s, %s, %s)",
                         (migration.version, migration.name, migration.checksum),
                     )
             except psycopg.Error as error:

@@ -4,8 +4,6 @@ Each check recomputes its facts from the stores (PostgreSQL, S3) rather than tru
 asset reported, so corrupting an output on purpose makes the check fail.
 """
 
-from __future__ import annotations
-
 from typing import Any
 
 from dagster import (

@@ -135,7 +135,8 @@ def _convert(
         (pl.col(FRAME_INDEX) if FRAME_INDEX in names else pl.lit(None))
         .cast(pl.Int64)
         .alias("frame_index"),
-        (seconds * 1000).round(0).cast(pl.Int64).alias("timestamp_ms"),
+        # Half-up like the original worker's Math.round (polars' round() is half-to-even).
+        (seconds * 1000 + 0.5).floor().cast(pl.Int64).alias("timestamp_ms"),
         pl.concat_str(pl.lit('{"state":'), state.fill_null("null"), pl.lit("}")).alias(
             "observation"
         ),
@@ -168,9 +169,7 @@ def iter_frames(
         raise FrameDataError(f"{path}: cannot read rows: {error}") from error
 
 
-def frames_table(
-    source: ParquetSource, *, path: str, frame_order_start: int = 0
-) -> pl.DataFrame:
+def frames_table(source: ParquetSource, *, path: str, frame_order_start: int = 0) -> pl.DataFrame:
     """The whole file as one frames DataFrame (columns :data:`FRAME_COLUMNS`).
 
     ``frame_order`` counts on from ``frame_order_start`` so several data files of one upload

@@ -63,10 +63,10 @@ class DatasetInfo:
 
     @property
     def duration_seconds(self) -> int | None:
-        """``total_frames / fps`` rounded, as the episode row stores it."""
+        """``total_frames / fps`` rounded half-up (as the original worker's Math.round did)."""
         if self.total_frames is None or not self.fps:
             return None
-        return round(self.total_frames / self.fps)
+        return math.floor(self.total_frames / self.fps + 0.5)
 
 
 def _error(source: str, field_name: str, problem: str) -> DatasetInfoError:
@@ -152,7 +152,9 @@ def _video_feature(key: str, spec: Mapping[str, Any], source: str) -> VideoFeatu
     )
 
 
-def parse_info(data: bytes | str | Mapping[str, Any], *, source: str = "meta/info.json") -> DatasetInfo:
+def parse_info(
+    data: bytes | str | Mapping[str, Any], *, source: str = "meta/info.json"
+) -> DatasetInfo:
     """Parse info.json bytes (or an already decoded mapping) into a :class:`DatasetInfo`."""
     if isinstance(data, Mapping):
         raw: Any = data
@@ -164,7 +166,9 @@ def parse_info(data: bytes | str | Mapping[str, Any], *, source: str = "meta/inf
     if not isinstance(raw, Mapping):
         raise DatasetInfoError(f"{source}: top level must be a JSON object")
 
-    features_raw = raw.get("features") or {}
+    features_raw = raw.get("features")
+    if features_raw is None:
+        features_raw = {}
     if not isinstance(features_raw, Mapping):
         raise _error(source, "features", "must be an object of feature specs")
     features: dict[str, Mapping[str, Any]] = {}
@@ -172,7 +176,9 @@ def parse_info(data: bytes | str | Mapping[str, Any], *, source: str = "meta/inf
         if not isinstance(spec, Mapping):
             raise _error(source, f"features.{key}", "must be an object")
         features[str(key)] = spec
-    videos = {k: _video_feature(k, s, source) for k, s in features.items() if s.get("dtype") == "video"}
+    videos = {
+        k: _video_feature(k, s, source) for k, s in features.items() if s.get("dtype") == "video"
+    }
     if not videos:
         videos = {
             k: _video_feature(k, s, source)

@@ -141,7 +141,9 @@ class ArchiveLayout:
 
     def of_kind(self, kind: MemberKind) -> list[ClassifiedMember]:
         """Members of one kind in natural path order (the order frames are numbered in)."""
-        return sorted((m for m in self.members if m.kind is kind), key=lambda m: natural_key(m.path))
+        return sorted(
+            (m for m in self.members if m.kind is kind), key=lambda m: natural_key(m.path)
+        )
 
     @property
     def videos(self) -> list[ClassifiedMember]:

@@ -32,7 +32,7 @@ def _open_parquet(source: ParquetSource, path: str) -> pq.ParquetFile:
 
 
 def task_column(schema: pa.Schema) -> str | None:
-    """The column holding the task text: pandas index column, then ``task``, ``__index_level_0__``."""
+    """The task text column: the pandas index column, else ``task``, else ``__index_level_0__``."""
     names = set(schema.names)
     metadata = schema.metadata or {}
     pandas_meta = metadata.get(b"pandas")
@@ -47,7 +47,9 @@ def task_column(schema: pa.Schema) -> str | None:
     for candidate in ("task", "__index_level_0__"):
         if candidate in names:
             return candidate
-    strings = [f.name for f in schema if pa.types.is_string(f.type) or pa.types.is_large_string(f.type)]
+    strings = [
+        f.name for f in schema if pa.types.is_string(f.type) or pa.types.is_large_string(f.type)
+    ]
     return strings[0] if len(strings) == 1 else None
 
 

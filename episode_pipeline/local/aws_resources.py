@@ -109,9 +109,7 @@ def ensure_resources(
     s3 = client("s3", endpoint_url)
     sqs = client("sqs", endpoint_url)
     try:
-        s3.create_bucket(
-            Bucket=bucket, CreateBucketConfiguration={"LocationConstraint": REGION}
-        )
+        s3.create_bucket(Bucket=bucket, CreateBucketConfiguration={"LocationConstraint": REGION})
         created = True
     except ClientError as error:
         if error.response["Error"]["Code"] != "BucketAlreadyOwnedByYou":
@@ -202,6 +200,4 @@ def restore_snapshot(s3: Any, bucket: str, directory: Path) -> int:
 
     with ThreadPoolExecutor(_PARALLEL) as pool:
         list(pool.map(put, manifest.items()))
-    # The restored objects' ETags differ for multipart uploads; record the new ones so the next
-    # save does not download everything again.
     return len(manifest)

@@ -35,7 +35,7 @@ def answers(port: int, timeout: float = 1.0) -> bool:
     try:
         with urllib.request.urlopen(f"{endpoint(port)}/moto-api/config", timeout=timeout) as resp:
             json.loads(resp.read())
-            return resp.status == 200
+            return 200 <= resp.status < 300  # moto answers 201
     except (OSError, urllib.error.URLError, ValueError):
         return False
 
@@ -59,7 +59,7 @@ def running_pid(home: Path) -> int | None:
 
 def start_moto(home: Path, port: int) -> int:
     """Spawn `python -m moto.server` on 127.0.0.1:port; returns at once (see `wait_ready`)."""
-    log = (home / LOG_FILE).open("ab")
+    log = (home / LOG_FILE).open("wb")  # one start per log: it logs every request
     env = {**os.environ, "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing"}
     env.pop("AWS_ENDPOINT_URL", None)  # moto must not proxy to itself or a previous stack
     with log:

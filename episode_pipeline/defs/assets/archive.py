@@ -1,7 +1,5 @@
 """The upload and its extraction: `raw_archive` (observed in S3) → `extracted_files` (manifest)."""
 
-from __future__ import annotations
-
 from dagster import (
     AssetExecutionContext,
     AssetObservation,

@@ -1,7 +1,5 @@
 """`episode`: the row the application shows, marked `processed` once every output is complete."""
 
-from __future__ import annotations
-
 from dagster import AssetExecutionContext, MaterializeResult, MetadataValue, asset
 
 from episode_pipeline.db.episodes import mark_processed

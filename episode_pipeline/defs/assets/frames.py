@@ -1,7 +1,5 @@
 """`frames`: one row per data-parquet row, replaced per episode by the PostgreSQL IO manager."""
 
-from __future__ import annotations
-
 import tempfile
 from pathlib import Path
 
@@ -10,7 +8,7 @@ from dagster import AssetExecutionContext, MetadataValue, Output, asset
 
 from episode_pipeline.defs.partitions import episode_partitions
 from episode_pipeline.defs.resources.storage import EpisodeStorage
-from episode_pipeline.lerobot.frames import FrameTableError, empty_frames_table, frames_table
+from episode_pipeline.lerobot.frames import FRAMES_SCHEMA, FrameDataError, frames_table
 from episode_pipeline.manifest import Manifest
 
 FRAMES_TABLE = "frames"
@@ -23,7 +21,7 @@ FRAMES_TABLE = "frames"
     kinds={"postgres", "polars"},
     metadata={"table": FRAMES_TABLE, "partition_expr": "episode_id", "order_by": "frame_order"},
     description="Every parquet whose path contains /data/, in path order: `timestamp` → "
-    "`timestamp_ms`, `observation.state` → `{\"state\": [...]}`, `action` → array. An unreadable "
+    '`timestamp_ms`, `observation.state` → `{"state": [...]}`, `action` → array. An unreadable '
     "file is skipped and listed (seed), never silently.",
 )
 def frames(
@@ -38,13 +36,13 @@ def frames(
             local = storage.download_file(data_file.key, Path(tmp) / "data.parquet")
             try:
                 table = frames_table(local, path=data_file.path, frame_order_start=next_order)
-            except FrameTableError as error:
+            except FrameDataError as error:
                 context.log.warning(f"skipped {data_file.path}: {error}")
                 failed.append({"file": data_file.path, "error": str(error)})
                 continue
             tables.append(table)
             next_order += table.height
-    table = pl.concat(tables) if tables else empty_frames_table()
+    table = pl.concat(tables) if tables else pl.DataFrame(schema=FRAMES_SCHEMA)
     return Output(
         table,
         metadata={

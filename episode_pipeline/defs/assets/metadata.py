@@ -1,7 +1,5 @@
 """`episode_metadata`: the seed's keys and the version-1 `entity_versions` row, one transaction."""
 
-from __future__ import annotations
-
 from dagster import AssetExecutionContext, MaterializeResult, MetadataValue, asset
 
 from episode_pipeline.db.episodes import replace_metadata

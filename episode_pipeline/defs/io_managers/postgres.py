@@ -117,11 +117,14 @@ class PostgresPolarsIOManager(ConfigurableIOManager):
                 f"{self._qualified_name(table)}"
             )
         column, values = self._scope(context, context.definition_metadata)
-        frame = obj
-        if column is not None:
-            frame = self._with_partition_column(frame, column, values, table)
+        if len(values) > 1:
+            raise ValueError(
+                f"asset {context.asset_key.to_user_string()!r}: writing "
+                f"{self._qualified_name(table)} needs exactly one partition, got {len(values)}"
+            )
+        value = values[0] if values else None
         started = time.perf_counter()
-        rows = self.replace(table, frame, column, values)
+        rows = self.replace(table, obj, column, value)
         seconds = time.perf_counter() - started
         context.add_output_metadata(
             {
@@ -129,14 +132,24 @@ class PostgresPolarsIOManager(ConfigurableIOManager):
                 "rows_written": rows,
                 "seconds": round(seconds, 3),
                 "rows_per_second": round(rows / seconds, 1) if seconds > 0 else 0.0,
-                **({"partition_value": str(values[0])} if values else {}),
+                **({"partition_value": str(value)} if column else {}),
             }
         )
 
     def replace(
-        self, table: str, frame: pl.DataFrame, column: str | None, values: Sequence[Any]
+        self,
+        table: str,
+        frame: pl.DataFrame,
+        partition_column: str | None = None,
+        partition_value: Any = None,
     ) -> int:
-        """DELETE the scope's rows and COPY `frame` in one transaction; returns rows copied."""
+        """Make `frame` the rows of one partition (or of the whole table when no column is given).
+
+        One transaction: DELETE the partition's rows, COPY the frame (its partition column added
+        when missing). Returns the rows copied. Any error leaves the previous rows in place.
+        """
+        if partition_column is not None:
+            frame = self._with_partition_column(frame, partition_column, partition_value, table)
         target = sql.Identifier(self.schema_, table)
         with self.postgres.transaction() as conn:
             table_columns = self._table_columns(conn, table)
@@ -148,16 +161,19 @@ class PostgresPolarsIOManager(ConfigurableIOManager):
                     f"table columns: {', '.join(table_columns)})"
                 )
             # Two runs replacing the same partition would interleave DELETE and COPY: serialize.
-            lock_key = f"{self.schema_}.{table}:{values[0] if values else '*'}"
-            conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", (lock_key,))
-            if column is None:
+            scope = "*" if partition_column is None else f"{partition_column}={partition_value}"
+            conn.execute(
+                "SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))",
+                (f"{self.schema_}.{table}:{scope}",),
+            )
+            if partition_column is None:
                 conn.execute(sql.SQL("DELETE FROM {}").format(target))
             else:
                 conn.execute(
-                    sql.SQL("DELETE FROM {} WHERE {} = ANY(%s)").format(
-                        target, sql.Identifier(column)
+                    sql.SQL("DELETE FROM {} WHERE {} = %s").format(
+                        target, sql.Identifier(partition_column)
                     ),
-                    (list(values),),
+                    (partition_value,),
                 )
             if frame.height == 0:
                 return 0
@@ -245,15 +261,9 @@ class PostgresPolarsIOManager(ConfigurableIOManager):
         return str(column), [self.partition_value(key) for key in context.asset_partition_keys]
 
     def _with_partition_column(
-        self, frame: pl.DataFrame, column: str, values: list[Any], table: str
+        self, frame: pl.DataFrame, column: str, value: Any, table: str
     ) -> pl.DataFrame:
         """Add the partition column when missing; refuse rows that belong to another partition."""
-        if len(values) != 1:
-            raise ValueError(
-                f"writing {self._qualified_name(table)} needs exactly one partition, "
-                f"got {len(values)}"
-            )
-        value = values[0]
         if column not in frame.columns:
             return frame.with_columns(pl.lit(value).alias(column))
         stray = frame.filter(pl.col(column).ne_missing(pl.lit(value)))

@@ -6,8 +6,6 @@ run stays STARTED forever. Those runs carry the host and pid that executed them,
 this host means a dead run, which we report failed; the run-failure sensor then marks the episode.
 """
 
-from __future__ import annotations
-
 import os
 import socket
 from collections.abc import Iterable

@@ -1,7 +1,5 @@
 """A run that fails (or dies and is failed by run monitoring) leaves its episode `failed` (seed)."""
 
-from __future__ import annotations
-
 from datetime import UTC, datetime
 
 from dagster import (

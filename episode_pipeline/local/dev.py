@@ -1,0 +1,66 @@
+"""`episode-pipeline dev`: the local stack, then `dagster dev` (webserver + daemon) against it.
+
+`dagster dev` is started from Python with its own session: a shell `&` start ignores SIGINT and
+SIGTERM (platform notes). Ctrl-C or SIGTERM here is forwarded to it as SIGTERM, its graceful
+shutdown; whatever remains of its process group after 30 s is killed. The stack keeps running
+afterwards (`episode-pipeline stack down` stops it).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from types import FrameType
+
+from episode_pipeline.local.stack import start_stack
+
+DEFAULT_PORT = 3000
+SHUTDOWN_GRACE_SECONDS = 30
+
+
+def dagster_command(port: int = DEFAULT_PORT) -> list[str]:
+    executable = Path(sys.executable).parent / "dagster"
+    base = [str(executable)] if executable.exists() else [sys.executable, "-m", "dagster"]
+    return [*base, "dev", "-m", "episode_pipeline.definitions", "-h", "127.0.0.1", "-p", str(port)]
+
+
+def dev_environment(stack_env: dict[str, str]) -> dict[str, str]:
+    """Our environment plus the stack's; DB_HOST and friends point at the embedded services."""
+    return {**os.environ, **stack_env}
+
+
+def _stop(process: subprocess.Popen[bytes]) -> int:
+    # SIGTERM to `dagster dev` alone: it stops its webserver, daemon and code server in ~2 s.
+    # (SIGINT to the whole group makes each child shut down on its own and `dagster dev` hangs.)
+    process.terminate()
+    try:
+        return process.wait(SHUTDOWN_GRACE_SECONDS)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+        return process.wait()
+
+
+def run_dev(port: int = DEFAULT_PORT) -> int:
+    """Run `dagster dev` until it exits or we are interrupted; returns its exit code."""
+    info = start_stack()
+    print(f"local stack ready in {info.home}; Dagster on http://127.0.0.1:{port}", file=sys.stderr)
+    process = subprocess.Popen(
+        dagster_command(port), env=dev_environment(info.env), start_new_session=True
+    )
+
+    def forward(signum: int, frame: FrameType | None) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, forward)
+    try:
+        return process.wait()
+    except KeyboardInterrupt:
+        _stop(process)
+        return 130
+    finally:
+        signal.signal(signal.SIGTERM, previous)

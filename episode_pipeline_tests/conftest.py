@@ -1,0 +1,124 @@
+"""Shared fixtures: one embedded stack per test session, in a private home under pytest's tmp dir.
+
+The session's `os.environ` points at that stack (EPISODE_PIPELINE_HOME, DAGSTER_HOME, the AWS
+endpoint and fake credentials), so `load_settings()` and CLI subprocesses started with
+`os.environ` reach it; production `DB_*` variables are removed so nothing reaches a real database.
+Tests that stop or restart a stack use their own home (see test_stack.py), never this one.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import psycopg
+import pytest
+
+from episode_pipeline.db.connection import connect
+from episode_pipeline.keys import EpisodeRef
+from episode_pipeline.local import aws_resources
+from episode_pipeline.local.stack import StackInfo, start_stack, stop_stack
+from episode_pipeline.settings import HOME_ENV, Settings, load_settings
+
+TEST_ORG = "test-org"
+# Exported to the session so the stack's values win over a developer's shell.
+_SESSION_ENV = (
+    "AWS_ENDPOINT_URL",
+    "AWS_ACCESS_KEY_ID",
+    "AWS_SECRET_ACCESS_KEY",
+    "AWS_DEFAULT_REGION",
+    "DAGSTER_HOME",
+)
+_PRODUCTION_ENV = (
+    "DB_HOST",
+    "DB_PORT",
+    "DB_NAME",
+    "DB_USER",
+    "DB_PASSWORD",
+    "DB_SSL",
+    "DB_IAM_AUTH",
+    "DATA_BUCKET",
+    "SQS_QUEUE_URL",
+    "SQS_DLQ_URL",
+    "AWS_REGION",
+    "AWS_PROFILE",
+    "AWS_SESSION_TOKEN",
+)
+
+
+@pytest.fixture(scope="session")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StackInfo]:
+    """The session's running stack (started once, stopped at the end without an S3 snapshot)."""
+    home = tmp_path_factory.mktemp("stack-home")
+    saved = dict(os.environ)
+    for name in _PRODUCTION_ENV:
+        os.environ.pop(name, None)
+    os.environ[HOME_ENV] = str(home)
+    info = start_stack(home)
+    os.environ.update({name: info.env[name] for name in _SESSION_ENV})
+    try:
+        yield info
+    finally:
+        stop_stack(home, save_objects=False)
+        os.environ.clear()
+        os.environ.update(saved)
+
+
+@pytest.fixture(scope="session")
+def settings(stack: StackInfo) -> Settings:
+    return load_settings()
+
+
+@pytest.fixture
+def db_conn(settings: Settings) -> Iterator[psycopg.Connection]:
+    """An autocommit connection to the stack's `episodes` database, closed after the test."""
+    with connect(settings.database, autocommit=True) as conn:
+        yield conn
+
+
+@pytest.fixture(scope="session")
+def s3_client(stack: StackInfo) -> Any:
+    assert stack.s3_endpoint is not None
+    return aws_resources.client("s3", stack.s3_endpoint)
+
+
+@pytest.fixture(scope="session")
+def sqs_client(stack: StackInfo) -> Any:
+    assert stack.s3_endpoint is not None
+    return aws_resources.client("sqs", stack.s3_endpoint)
+
+
+def new_episode_ref(org_id: str = TEST_ORG) -> EpisodeRef:
+    """A fresh episode id (`ep-<8 hex>`), so tests sharing the stack never share rows or keys."""
+    return EpisodeRef(org_id, f"ep-{uuid.uuid4().hex[:8]}")
+
+
+@pytest.fixture
+def episode_ref() -> Callable[..., EpisodeRef]:
+    """Factory: `episode_ref()` or `episode_ref("other-org")` gives a new unique EpisodeRef."""
+    return new_episode_ref
+
+
+def insert_episode(
+    conn: psycopg.Connection, ref: EpisodeRef, status: str = "uploaded"
+) -> EpisodeRef:
+    """Insert the episode row the application would have created before the upload."""
+    conn.execute(
+        "INSERT INTO episodes (id, org_id, status) VALUES (%s, %s, %s)",
+        (ref.episode_id, ref.org_id, status),
+    )
+    return ref
+
+
+@pytest.fixture
+def episode_row(
+    db_conn: psycopg.Connection, episode_ref: Callable[..., EpisodeRef]
+) -> Callable[..., EpisodeRef]:
+    """Factory: `episode_row()` inserts a new 'uploaded' episode and returns its EpisodeRef."""
+
+    def make(org_id: str = TEST_ORG, status: str = "uploaded") -> EpisodeRef:
+        return insert_episode(db_conn, episode_ref(org_id), status)
+
+    return make

@@ -1,0 +1,151 @@
+"""S3IOManager against the moto server: episode-partitioned JSON and parquet round trips."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import polars as pl
+import pytest
+from dagster import DagsterInstance, DynamicPartitionsDefinition, asset, materialize
+
+from episode_pipeline.defs.io_managers.s3 import MissingStoredOutput, S3IOManager
+from episode_pipeline.defs.resources.storage import EpisodeStorage
+from episode_pipeline.keys import EpisodeRef
+from episode_pipeline.settings import Settings
+
+pytestmark = pytest.mark.integration
+
+EPISODES = DynamicPartitionsDefinition(name="s3_io_test_episodes")
+
+
+@dataclasses.dataclass
+class Manifest:
+    keys: list[str]
+    cameras: dict[str, str]
+
+    @classmethod
+    def from_json_dict(cls, data: dict[str, Any]) -> Manifest:
+        return cls(keys=list(data["keys"]), cameras=dict(data["cameras"]))
+
+
+@asset(partitions_def=EPISODES)
+def manifest() -> Manifest:
+    return Manifest(keys=["a.mp4", "b.parquet"], cameras={"a.mp4": "cam_main"})
+
+
+@asset(partitions_def=EPISODES)
+def table() -> pl.DataFrame:
+    return pl.DataFrame({"frame": [0, 1, 2], "label": ["x", None, ""]})
+
+
+@asset(partitions_def=EPISODES)
+def summary(manifest: dict, table: pl.DataFrame) -> dict:
+    """Plain `dict` input: the JSON as stored."""
+    return {"files": len(manifest["keys"]), "rows": table.height, "cams": manifest["cameras"]}
+
+
+@asset(partitions_def=EPISODES)
+def typed_reader(manifest: Manifest) -> list:
+    """A `from_json_dict` class input: rebuilt from the JSON."""
+    assert isinstance(manifest, Manifest)
+    return manifest.keys
+
+
+@pytest.fixture(scope="module")
+def storage(settings: Settings) -> EpisodeStorage:
+    return EpisodeStorage.from_settings(settings)
+
+
+@pytest.fixture(scope="module")
+def instance() -> DagsterInstance:
+    with DagsterInstance.ephemeral() as instance:
+        yield instance
+
+
+@pytest.fixture
+def new_partition(
+    episode_ref: Callable[[], EpisodeRef], instance: DagsterInstance
+) -> Callable[[], EpisodeRef]:
+    """A fresh episode partition (no database row needed: this manager only touches S3)."""
+
+    def make() -> EpisodeRef:
+        ref = episode_ref()
+        instance.add_dynamic_partitions(EPISODES.name, [ref.partition_key])
+        return ref
+
+    return make
+
+
+def test_json_and_parquet_round_trip_beside_the_processed_files(
+    storage: EpisodeStorage,
+    instance: DagsterInstance,
+    new_partition: Callable[[], EpisodeRef],
+) -> None:
+    ref = new_partition()
+    result = materialize(
+        [manifest, table, summary, typed_reader],
+        partition_key=ref.partition_key,
+        instance=instance,
+        resources={"io_manager": S3IOManager(storage=storage)},
+    )
+    assert result.success
+
+    prefix = f"{ref.processed_prefix}_dagster/"
+    assert storage.list_keys(prefix) == [
+        f"{prefix}manifest.json",
+        f"{prefix}summary.json",
+        f"{prefix}table.parquet",
+        f"{prefix}typed_reader.json",
+    ]
+    stored = json.loads(storage.get_bytes(f"{prefix}manifest.json"))
+    assert stored == {"cameras": {"a.mp4": "cam_main"}, "keys": ["a.mp4", "b.parquet"]}
+    assert json.loads(storage.get_bytes(f"{prefix}summary.json")) == {
+        "cams": {"a.mp4": "cam_main"},
+        "files": 2,
+        "rows": 3,
+    }
+    assert json.loads(storage.get_bytes(f"{prefix}typed_reader.json")) == ["a.mp4", "b.parquet"]
+    frame = pl.read_parquet(storage.get_bytes(f"{prefix}table.parquet"))
+    assert frame.get_column("label").to_list() == ["x", None, ""]
+
+    info = storage.head(f"{prefix}manifest.json")
+    assert info is not None
+    assert info.size > 0
+    metadata = result.asset_materializations_for_node("manifest")[0].metadata
+    assert metadata["s3_uri"].value == storage.uri(f"{prefix}manifest.json")
+    assert metadata["bytes"].value == info.size
+
+
+def test_a_missing_upstream_object_names_the_key_and_the_partition(
+    storage: EpisodeStorage,
+    instance: DagsterInstance,
+    new_partition: Callable[[], EpisodeRef],
+) -> None:
+    ref = new_partition()
+    with pytest.raises(MissingStoredOutput) as raised:
+        materialize(
+            [manifest, table, summary],
+            selection=[summary],
+            partition_key=ref.partition_key,
+            instance=instance,
+            resources={"io_manager": S3IOManager(storage=storage)},
+        )
+    message = str(raised.value)
+    assert ref.partition_key in message
+    assert f"{ref.processed_prefix}_dagster/manifest.json" in message
+    assert "asset 'manifest'" in message
+
+
+def test_unpartitioned_output_lives_under_dagster_prefix(storage: EpisodeStorage) -> None:
+    name = f"s3io_plain_{uuid.uuid4().hex[:8]}"
+
+    @asset(name=name)
+    def plain() -> dict:
+        return {"ok": True}
+
+    assert materialize([plain], resources={"io_manager": S3IOManager(storage=storage)}).success
+    assert json.loads(storage.get_bytes(f"_dagster/{name}.json")) == {"ok": True}

@@ -1,0 +1,306 @@
+"""The embedded stack: lifecycle, idempotence, the seed's queue wiring, and the Dagster instance.
+
+Lifecycle tests run on their own stack in a module-scoped home (`own_home`), so stopping and
+restarting never disturbs the session stack other tests use. They run in file order and each one
+starts the stack first (a no-op when it is already up).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import unquote_plus
+
+import psutil
+import pytest
+
+from episode_pipeline.db.connection import connect
+from episode_pipeline.local import aws_resources
+from episode_pipeline.local.dagster_home import instance_config
+from episode_pipeline.local.stack import (
+    StackInfo,
+    ensure_stack,
+    stack_status,
+    start_stack,
+    stop_stack,
+)
+from episode_pipeline.settings import (
+    HOME_ENV,
+    STACK_STATE_FILE,
+    Settings,
+    load_settings,
+    local_stack_env,
+)
+
+pytestmark = pytest.mark.integration
+
+CONTRACT_ENV = {
+    "AWS_ENDPOINT_URL",
+    "AWS_ACCESS_KEY_ID",
+    "AWS_SECRET_ACCESS_KEY",
+    "AWS_DEFAULT_REGION",
+    "DATA_BUCKET",
+    "SQS_QUEUE_URL",
+    "SQS_DLQ_URL",
+    "DB_HOST",
+    "DB_PORT",
+    "DB_NAME",
+    "DB_USER",
+    "DB_PASSWORD",
+    "DB_SSL",
+    "DAGSTER_HOME",
+}
+CONTRACT_KEYS = {
+    "running",
+    "s3_endpoint",
+    "bucket",
+    "sqs_queue_url",
+    "dlq_url",
+    "database_url",
+    "dagster_home",
+    "env",
+}
+
+
+# --- the session stack (read-only checks) --------------------------------------------------
+
+
+def test_state_file_holds_the_contract(stack: StackInfo) -> None:
+    state = json.loads((Path(stack.home) / STACK_STATE_FILE).read_text())
+    assert set(state) >= CONTRACT_KEYS
+    assert set(state["env"]) >= CONTRACT_ENV
+    assert state["running"] is True
+    assert local_stack_env(Path(stack.home)) == stack.env
+
+
+def test_load_settings_reaches_the_stack_with_nothing_exported(stack: StackInfo) -> None:
+    assert "DB_HOST" not in os.environ
+    settings = load_settings()
+    assert settings.local
+    assert settings.bucket == stack.bucket
+    assert settings.sqs_queue_url == stack.sqs_queue_url
+    with connect(settings.database) as conn:
+        assert conn.execute("SELECT current_database()").fetchone() == ("episodes",)
+
+
+def test_services_listen_on_loopback_only(stack: StackInfo) -> None:
+    ports = {stack.moto_port, stack.postgres_port}
+    listening = [
+        c
+        for c in psutil.net_connections(kind="inet")
+        if c.status == psutil.CONN_LISTEN and c.laddr.port in ports
+    ]
+    assert {c.laddr.port for c in listening} == ports
+    assert {c.laddr.ip for c in listening} == {"127.0.0.1"}
+
+
+def test_queue_and_dlq_match_the_seed(stack: StackInfo, sqs_client: Any) -> None:
+    queue = sqs_client.get_queue_attributes(QueueUrl=stack.sqs_queue_url, AttributeNames=["All"])
+    dlq = sqs_client.get_queue_attributes(QueueUrl=stack.dlq_url, AttributeNames=["All"])
+    queue, dlq = queue["Attributes"], dlq["Attributes"]
+    assert queue["VisibilityTimeout"] == "900"
+    assert queue["MessageRetentionPeriod"] == "345600"
+    assert json.loads(queue["RedrivePolicy"]) == {
+        "deadLetterTargetArn": dlq["QueueArn"],
+        "maxReceiveCount": 3,
+    }
+    assert dlq["MessageRetentionPeriod"] == "1209600"
+
+
+def test_bucket_notification_filters_zst_under_orgs(stack: StackInfo, s3_client: Any) -> None:
+    config = s3_client.get_bucket_notification_configuration(Bucket=stack.bucket)
+    (queue_config,) = config["QueueConfigurations"]
+    assert queue_config["Events"] == ["s3:ObjectCreated:*"]
+    rules = {r["Name"].lower(): r["Value"] for r in queue_config["Filter"]["Key"]["FilterRules"]}
+    assert rules == {"prefix": "orgs/", "suffix": ".zst"}
+    assert queue_config["QueueArn"].endswith(":episode-pipeline-local-raw-uploads")
+
+
+def test_start_again_returns_the_running_stack(stack: StackInfo) -> None:
+    again = start_stack(Path(stack.home))
+    assert again.running
+    assert (again.moto_pid, again.postgres_pid) == (stack.moto_pid, stack.postgres_pid)
+    assert again.env == stack.env
+
+
+def test_dagster_instance_runs_on_the_embedded_postgres(stack: StackInfo) -> None:
+    """A real run writes events through dagster-postgres (the psycopg2 NOTIFY path)."""
+    import dagster as dg
+
+    config = instance_config("pw", 1)
+    assert "psycopg2" in config["storage"]["postgres"]["postgres_url"]
+
+    @dg.asset
+    def stack_probe() -> int:
+        return 1
+
+    assert stack.dagster_home is not None
+    with dg.DagsterInstance.from_config(stack.dagster_home) as instance:
+        before = instance.get_runs_count()
+        result = dg.materialize([stack_probe], instance=instance)
+        assert result.success
+        assert instance.get_runs_count() == before + 1
+        assert type(instance.run_coordinator).__name__ == "QueuedRunCoordinator"
+
+
+# --- a private stack: start in another process, restart, stop ------------------------------
+
+
+@pytest.fixture(scope="module")
+def own_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    home = tmp_path_factory.mktemp("own-stack")
+    yield home
+    stop_stack(home, save_objects=False)  # in case a test failed half way
+
+
+def _cli(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, HOME_ENV: str(home)}
+    return subprocess.run(
+        [sys.executable, "-m", "episode_pipeline.cli", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+
+
+def _alive(pid: int | None) -> bool:
+    if pid is None:
+        return False
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def test_stack_outlives_the_process_that_started_it(own_home: Path) -> None:
+    started = json.loads(_cli(own_home, "stack", "up", "--json").stdout)
+    assert started["running"] is True
+    status = stack_status(own_home)  # the CLI process has exited by now
+    assert status.running
+    assert (status.moto_pid, status.postgres_pid) == (started["moto_pid"], started["postgres_pid"])
+    assert json.loads(_cli(own_home, "stack", "status", "--json").stdout)["running"] is True
+
+
+def test_concurrent_starts_share_one_stack(own_home: Path) -> None:
+    first = start_stack(own_home)
+    results: list[StackInfo] = []
+    threads = [
+        threading.Thread(target=lambda: results.append(start_stack(own_home))) for _ in range(3)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert {(r.moto_pid, r.postgres_pid, r.moto_port) for r in results} == {
+        (first.moto_pid, first.postgres_pid, first.moto_port)
+    }
+    motos = [
+        p
+        for p in psutil.process_iter(["cmdline"])
+        if p.info["cmdline"] and str(first.moto_port) in p.info["cmdline"]
+    ]
+    assert [p.pid for p in motos] == [first.moto_pid]
+
+
+def _receive_all(sqs: Any, queue_url: str) -> list[dict[str, Any]]:
+    """Drain the private queue (nobody else reads it); long-poll once, then until empty."""
+    bodies: list[dict[str, Any]] = []
+    wait = 2
+    while True:
+        response = sqs.receive_message(
+            QueueUrl=queue_url, MaxNumberOfMessages=10, WaitTimeSeconds=wait
+        )
+        messages = response.get("Messages", [])
+        if not messages:
+            return bodies
+        for message in messages:
+            bodies.append(json.loads(message["Body"]))
+            sqs.delete_message(QueueUrl=queue_url, ReceiptHandle=message["ReceiptHandle"])
+        wait = 0
+
+
+def _created_keys(bodies: list[dict[str, Any]]) -> list[str]:
+    """Object keys of ObjectCreated records (moto URL-encodes them, as AWS does)."""
+    records = [record for body in bodies for record in body.get("Records", [])]
+    return [unquote_plus(record["s3"]["object"]["key"]) for record in records]
+
+
+def test_zst_upload_is_notified_and_other_keys_are_not(own_home: Path) -> None:
+    info = start_stack(own_home)
+    assert info.s3_endpoint and info.sqs_queue_url
+    s3 = aws_resources.client("s3", info.s3_endpoint)
+    sqs = aws_resources.client("sqs", info.s3_endpoint)
+    _receive_all(sqs, info.sqs_queue_url)  # the s3:TestEvent from setting up the notification
+    s3.put_object(Bucket=info.bucket, Key="orgs/o1/episodes/e1/robot.tar.zst", Body=b"z")
+    s3.put_object(Bucket=info.bucket, Key="orgs/o1/episodes/e1/notes.txt", Body=b"t")
+    s3.put_object(Bucket=info.bucket, Key="elsewhere/robot.tar.zst", Body=b"z")
+    assert _created_keys(_receive_all(sqs, info.sqs_queue_url)) == [
+        "orgs/o1/episodes/e1/robot.tar.zst"
+    ]
+
+
+def test_objects_and_rows_survive_a_restart(own_home: Path) -> None:
+    info = start_stack(own_home)
+    settings = Settings.from_env(info.env, local=True)
+    s3 = aws_resources.client("s3", info.s3_endpoint or "")
+    key = "orgs/o2/episodes/e2/processed/hls/cam/playlist.m3u8"
+    s3.put_object(Bucket=info.bucket, Key=key, Body=b"#EXTM3U\n", ContentType="audio/mpegurl")
+    with connect(settings.database, autocommit=True) as conn:
+        conn.execute("INSERT INTO episodes (id, org_id) VALUES ('e2', 'o2') ON CONFLICT DO NOTHING")
+
+    stop_stack(own_home)
+    assert not stack_status(own_home).running
+    restarted = start_stack(own_home)
+
+    assert restarted.running
+    s3 = aws_resources.client("s3", restarted.s3_endpoint or "")
+    got = s3.get_object(Bucket=restarted.bucket, Key=key)
+    assert (got["Body"].read(), got["ContentType"]) == (b"#EXTM3U\n", "audio/mpegurl")
+    assert s3.head_object(Bucket=restarted.bucket, Key="orgs/o1/episodes/e1/robot.tar.zst")
+    settings = Settings.from_env(restarted.env, local=True)
+    with connect(settings.database) as conn:
+        assert conn.execute("SELECT org_id FROM episodes WHERE id = 'e2'").fetchone() == ("o2",)
+    # Restoring objects must not look like new uploads: only the setup's s3:TestEvent arrives.
+    sqs = aws_resources.client("sqs", restarted.s3_endpoint or "")
+    bodies = _receive_all(sqs, restarted.sqs_queue_url or "")
+    assert _created_keys(bodies) == []
+    assert [body.get("Event") for body in bodies] == ["s3:TestEvent"]
+
+
+def test_ensure_stack_starts_a_stopped_stack_and_says_so(
+    own_home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    stop_stack(own_home, save_objects=False)
+    info = ensure_stack(own_home)
+    assert info.running
+    assert f"starting the local stack in {own_home}" in capsys.readouterr().err
+    ensure_stack(own_home)
+    assert "starting" not in capsys.readouterr().err
+
+
+def test_stop_leaves_no_process_and_no_port(own_home: Path) -> None:
+    info = start_stack(own_home)
+    pids = [info.moto_pid, info.postgres_pid]
+    postmaster = psutil.Process(info.postgres_pid)
+    pids += [child.pid for child in postmaster.children(recursive=True)]
+    ports = {info.moto_port, info.postgres_port}
+
+    stop_stack(own_home)
+
+    assert [pid for pid in pids if _alive(pid)] == []
+    bound = [
+        c
+        for c in psutil.net_connections(kind="inet")
+        if c.laddr and c.laddr.port in ports and c.status == psutil.CONN_LISTEN
+    ]
+    assert bound == []
+    assert not stack_status(own_home).running
+    assert not (own_home / "moto.pid").exists()
+    stop_stack(own_home)  # stopping a stopped stack is a no-op

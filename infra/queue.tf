@@ -1,0 +1,134 @@
+# Upload queue, its dead-letter queue and the alarm on the dead-letter queue. The numbers are the
+# seed's contract (episode_pipeline_tests/test_deploy_infra.py checks them).
+
+locals {
+  notification_prefix = "orgs/"
+  notification_suffix = ".zst"
+
+  queue_visibility_timeout_seconds = 900     # 15 minutes
+  queue_retention_seconds          = 345600  # 4 days
+  queue_receive_wait_seconds       = 20      # long polling
+  dlq_retention_seconds            = 1209600 # 14 days
+  max_receive_count                = 3
+}
+
+resource "aws_sqs_queue" "dlq" {
+  name                      = "${local.prefix}-uploads-dlq"
+  message_retention_seconds = local.dlq_retention_seconds
+  sqs_managed_sse_enabled   = true
+}
+
+resource "aws_sqs_queue" "uploads" {
+  name                       = "${local.prefix}-uploads"
+  visibility_timeout_seconds = local.queue_visibility_timeout_seconds
+  message_retention_seconds  = local.queue_retention_seconds
+  receive_wait_time_seconds  = local.queue_receive_wait_seconds
+  # SSE-SQS: S3 event notifications can be delivered to it without KMS key grants.
+  sqs_managed_sse_enabled = true
+
+  redrive_policy = jsonencode({
+    deadLetterTargetArn = aws_sqs_queue.dlq.arn
+    maxReceiveCount     = local.max_receive_count
+  })
+}
+
+# Only the upload queue may move messages into the dead-letter queue.
+resource "aws_sqs_queue_redrive_allow_policy" "dlq" {
+  queue_url = aws_sqs_queue.dlq.id
+
+  redrive_allow_policy = jsonencode({
+    redrivePermission = "byQueue"
+    sourceQueueArns   = [aws_sqs_queue.uploads.arn]
+  })
+}
+
+resource "aws_sqs_queue_policy" "uploads" {
+  queue_url = aws_sqs_queue.uploads.id
+  policy    = data.aws_iam_policy_document.uploads_queue.json
+}
+
+data "aws_iam_policy_document" "uploads_queue" {
+  statement {
+    sid       = "DataBucketNotifications"
+    effect    = "Allow"
+    actions   = ["sqs:SendMessage"]
+    resources = [aws_sqs_queue.uploads.arn]
+
+    principals {
+      type        = "Service"
+      identifiers = ["s3.amazonaws.com"]
+    }
+
+    condition {
+      test     = "ArnEquals"
+      variable = "aws:SourceArn"
+      values   = [aws_s3_bucket.data.arn]
+    }
+
+    condition {
+      test     = "StringEquals"
+      variable = "aws:SourceAccount"
+      values   = [local.account_id]
+    }
+  }
+}
+
+# --- Alerts: a message in the dead-letter queue means an episode failed 3 times ------------------
+
+resource "aws_sns_topic" "alerts" {
+  name              = "${local.prefix}-alerts"
+  kms_master_key_id = aws_kms_key.pipeline.arn
+}
+
+resource "aws_sns_topic_policy" "alerts" {
+  arn    = aws_sns_topic.alerts.arn
+  policy = data.aws_iam_policy_document.alerts_topic.json
+}
+
+data "aws_iam_policy_document" "alerts_topic" {
+  statement {
+    sid       = "CloudWatchAlarms"
+    effect    = "Allow"
+    actions   = ["sns:Publish"]
+    resources = [aws_sns_topic.alerts.arn]
+
+    principals {
+      type        = "Service"
+      identifiers = ["cloudwatch.amazonaws.com"]
+    }
+
+    condition {
+      test     = "StringEquals"
+      variable = "aws:SourceAccount"
+      values   = [local.account_id]
+    }
+  }
+}
+
+resource "aws_sns_topic_subscription" "alert_email" {
+  for_each = toset(var.alert_emails)
+
+  topic_arn = aws_sns_topic.alerts.arn
+  protocol  = "email"
+  endpoint  = each.value
+}
+
+resource "aws_cloudwatch_metric_alarm" "dlq_not_empty" {
+  alarm_name        = "${local.prefix}-uploads-dlq-not-empty"
+  alarm_description = "An upload failed ${local.max_receive_count} times and is in ${aws_sqs_queue.dlq.name}. Inspect it, fix the cause, then redrive it (docs/deployment.md)."
+
+  namespace   = "AWS/SQS"
+  metric_name = "ApproximateNumberOfMessagesVisible"
+  dimensions = {
+    QueueName = aws_sqs_queue.dlq.name
+  }
+  statistic           = "Maximum"
+  period              = 60
+  evaluation_periods  = 1
+  comparison_operator = "GreaterThanThreshold"
+  threshold           = 0
+  treat_missing_data  = "notBreaching"
+
+  alarm_actions = [aws_sns_topic.alerts.arn]
+  ok_actions    = [aws_sns_topic.alerts.arn]
+}
