@@ -155,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
         return int(args.handler(args))
     except KeyboardInterrupt:
         return 130
-    except (InvalidEpisodeKey, FileNotFoundError) as error:
+    except (ValueError, FileNotFoundError) as error:  # bad input: say what, no traceback
         print(f"episode-pipeline: {error}", file=sys.stderr)
         return 2
 

@@ -45,22 +45,27 @@ def _stop(process: subprocess.Popen[bytes]) -> int:
         return process.wait()
 
 
+def _raise_interrupt(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt
+
+
 def run_dev(port: int = DEFAULT_PORT) -> int:
     """Run `dagster dev` until it exits or we are interrupted; returns its exit code."""
     info = start_stack()
     print(f"local stack ready in {info.home}; Dagster on http://127.0.0.1:{port}", file=sys.stderr)
+    # Ctrl-C raises KeyboardInterrupt here and SIGTERM does too. Installing handlers (rather
+    # than inheriting "ignore", as a shell `&` start does) also means the child starts with
+    # default dispositions, so `dagster dev` honours the SIGTERM we forward.
+    previous_int = signal.signal(signal.SIGINT, signal.default_int_handler)
+    previous_term = signal.signal(signal.SIGTERM, _raise_interrupt)
     process = subprocess.Popen(
         dagster_command(port), env=dev_environment(info.env), start_new_session=True
     )
-
-    def forward(signum: int, frame: FrameType | None) -> None:
-        raise KeyboardInterrupt
-
-    previous = signal.signal(signal.SIGTERM, forward)
     try:
         return process.wait()
     except KeyboardInterrupt:
         _stop(process)
         return 130
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        signal.signal(signal.SIGINT, previous_int)
+        signal.signal(signal.SIGTERM, previous_term)

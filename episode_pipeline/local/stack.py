@@ -118,6 +118,7 @@ def _read_state(home: Path) -> StackInfo | None:
 
 def _write_state(home: Path, info: StackInfo) -> None:
     tmp = home / (STACK_STATE_FILE + ".tmp")
+    tmp.touch(mode=0o600)  # it holds the database password
     tmp.write_text(json.dumps(info.as_dict(), indent=2) + "\n")
     os.replace(tmp, home / STACK_STATE_FILE)
 
