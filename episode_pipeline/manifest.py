@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from episode_pipeline.lerobot.info import DatasetInfo, parse_info
+
 VIDEO = "video"
 DATA = "data"  # a frames parquet (path contains /data/)
 META = "meta"  # info.json, task table, episodes table
@@ -70,6 +72,10 @@ class Manifest:
     @property
     def cameras(self) -> list[str]:
         return sorted({f.camera for f in self.videos if f.camera})
+
+    def dataset_info(self) -> DatasetInfo:
+        """The parsed meta/info.json (stored raw in the manifest, parsed one way everywhere)."""
+        return parse_info(self.info, source=self.info_key or "meta/info.json")
 
     def to_json_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import asdict, dataclass
 from typing import Any
+
+from episode_pipeline.lerobot.info import DatasetInfo
 
 EDITABLE = "editable"
 NON_EDITABLE = "non_editable"
@@ -67,19 +68,13 @@ class EpisodeColumns:
 
 
 def episode_columns(
-    *,
-    mp4_keys: list[str],
-    data_parquet_keys: list[str],
-    total_frames: int | None,
-    fps: float | None,
+    *, mp4_keys: list[str], data_parquet_keys: list[str], info: DatasetInfo
 ) -> EpisodeColumns:
-    """Seed: first mp4 and first data parquet uploaded; duration = frame_count / fps, rounded."""
-    # Half up like the replaced worker's JavaScript Math.round, not Python's half-even round().
-    duration = math.floor(total_frames / fps + 0.5) if total_frames is not None and fps else None
+    """Seed: first mp4 and first data parquet uploaded; totals from meta/info.json."""
     return EpisodeColumns(
         mp4_s3_path=mp4_keys[0] if mp4_keys else None,
         parquet_s3_path=data_parquet_keys[0] if data_parquet_keys else None,
-        frame_count=total_frames,
-        fps=fps,
-        duration_seconds=duration,
+        frame_count=info.total_frames,
+        fps=info.fps,
+        duration_seconds=info.duration_seconds,
     )

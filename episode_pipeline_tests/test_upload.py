@@ -9,9 +9,10 @@ from typing import Any
 import psycopg
 import pytest
 
+from episode_pipeline.db.episodes import EpisodeOrgMismatch
 from episode_pipeline.keys import EpisodeRef
 from episode_pipeline.local.stack import StackInfo
-from episode_pipeline.local.upload import EpisodeOrgMismatch, archive_key, upload_episode
+from episode_pipeline.local.upload import archive_key, upload_episode
 
 pytestmark = pytest.mark.integration
 

@@ -32,12 +32,25 @@ class EpisodeNotFound(LookupError):
     """The application creates the episode row; the pipeline never does (seed)."""
 
 
+class EpisodeOrgMismatch(ValueError):
+    """The episode id already exists under another org."""
+
+
 def ensure_episode_row(conn: psycopg.Connection, ref: EpisodeRef) -> None:
-    """Create the row if absent, as the application does on upload (CLI `upload` only)."""
+    """Create the row if absent (status `uploaded`), as the application does before an upload.
+
+    Only the local `upload` command does this; the pipeline itself never creates episodes.
+    """
     conn.execute(
         "INSERT INTO episodes (id, org_id, status) VALUES (%s, %s, %s) ON CONFLICT (id) DO NOTHING",
         (ref.episode_id, ref.org_id, UPLOADED),
     )
+    row = conn.execute("SELECT org_id FROM episodes WHERE id = %s", (ref.episode_id,)).fetchone()
+    if row is None or row[0] != ref.org_id:
+        raise EpisodeOrgMismatch(
+            f"episodes.org_id for episode {ref.episode_id!r} is {row[0] if row else None!r}, "
+            f"not {ref.org_id!r}"
+        )
 
 
 def mark_processing(conn: psycopg.Connection, ref: EpisodeRef) -> None:

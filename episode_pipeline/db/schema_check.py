@@ -11,6 +11,8 @@ from collections.abc import Mapping
 
 import psycopg
 
+from episode_pipeline.lerobot.frames import FRAME_COLUMNS
+
 # table -> columns the pipeline reads or writes. Serial ids and created_at defaults are listed
 # too where the pipeline reads them back (episode_metadata, entity_versions upserts key on them).
 REQUIRED_COLUMNS: Mapping[str, tuple[str, ...]] = {
@@ -26,15 +28,7 @@ REQUIRED_COLUMNS: Mapping[str, tuple[str, ...]] = {
         "duration_seconds",
         "updated_at",
     ),
-    "frames": (
-        "episode_id",
-        "frame_order",
-        "lerobot_episode_index",
-        "frame_index",
-        "timestamp_ms",
-        "observation",
-        "action",
-    ),
+    "frames": ("episode_id", *FRAME_COLUMNS),
     "episode_metadata": (
         "episode_id",
         "meta_key",

@@ -8,7 +8,6 @@ from episode_pipeline.defs.partitions import episode_partitions
 from episode_pipeline.defs.resources.postgres import PostgresResource
 from episode_pipeline.defs.resources.storage import EpisodeStorage
 from episode_pipeline.keys import parse_partition_key
-from episode_pipeline.lerobot.info import parse_info
 from episode_pipeline.manifest import DATA, Manifest
 from episode_pipeline.metadata import episode_columns
 
@@ -30,12 +29,11 @@ def episode(
 ) -> MaterializeResult:
     ref = parse_partition_key(context.partition_key)
     manifest = extracted_files
-    info = parse_info(manifest.info, source=f"{manifest.info_key}")
+    info = manifest.dataset_info()
     columns = episode_columns(
         mp4_keys=[f.key for f in manifest.videos],
         data_parquet_keys=[f.key for f in manifest.files if f.kind == DATA],
-        total_frames=info.total_frames,
-        fps=info.fps,
+        info=info,
     )
     with postgres.transaction() as conn:
         processed_at = mark_processed(conn, ref, columns)

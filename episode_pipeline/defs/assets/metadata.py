@@ -7,7 +7,6 @@ from episode_pipeline.defs.partitions import episode_partitions
 from episode_pipeline.defs.resources.postgres import PostgresResource
 from episode_pipeline.defs.resources.storage import EpisodeStorage
 from episode_pipeline.keys import parse_partition_key
-from episode_pipeline.lerobot.info import parse_info
 from episode_pipeline.lerobot.tasks import first_task
 from episode_pipeline.manifest import Manifest
 from episode_pipeline.metadata import episode_metadata_items
@@ -29,7 +28,7 @@ def episode_metadata(
 ) -> MaterializeResult:
     ref = parse_partition_key(context.partition_key)
     manifest = extracted_files
-    info = parse_info(manifest.info, source=f"{manifest.info_key}")
+    info = manifest.dataset_info()
     title = None
     if manifest.tasks_key:
         title = first_task(storage.get_bytes(manifest.tasks_key), path=manifest.tasks_key)

@@ -1,0 +1,191 @@
+"""The upload queue (SQS) as a Dagster resource: receive, delete, keep in flight.
+
+The bucket notification puts one message per uploaded archive here. The sensors receive them,
+hand them to runs and delete them only after the run succeeds (the seed worker's contract), so
+the few operations they need live in one place. One cached boto3 client per resource instance;
+locally the endpoint is the moto server, on AWS the task role signs.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+import boto3
+from botocore.config import Config
+from botocore.exceptions import ClientError
+from dagster import ConfigurableResource, EnvVar
+from pydantic import Field, PrivateAttr
+
+from episode_pipeline.events import RECEIVE_COUNT_ATTRIBUTE
+from episode_pipeline.settings import Settings
+
+# The seed's queue: 15-minute visibility. ChangeMessageVisibility renews it by this much.
+DEFAULT_VISIBILITY_SECONDS = 900
+MAX_BATCH = 10  # SQS's limit per ReceiveMessage / *Batch call
+
+# What SQS answers when a receipt handle no longer names an in-flight message: it expired, the
+# message was received again (new handle) or it is already deleted.
+GONE_ERROR_CODES = frozenset(
+    {
+        "ReceiptHandleIsInvalid",
+        "InvalidParameterValue",
+        "MessageNotInflight",
+        "AWS.SimpleQueueService.MessageNotInflight",
+    }
+)
+
+
+class QueueNotConfigured(RuntimeError):
+    """SQS_QUEUE_URL is unset: there is no queue to read."""
+
+
+def is_gone_error(error: ClientError) -> bool:
+    """The receipt handle is stale (expired, superseded, or the message is gone)."""
+    return str(error.response.get("Error", {}).get("Code", "")) in GONE_ERROR_CODES
+
+
+class UploadQueue(ConfigurableResource):
+    """The SQS queue the data bucket notifies about uploaded archives (SQS_QUEUE_URL)."""
+
+    queue_url: str | None = Field(
+        default=None, description="SQS_QUEUE_URL; None leaves the upload sensors idle."
+    )
+    region: str = Field(default="us-west-2")
+    endpoint_url: str | None = Field(
+        default=None, description="SQS endpoint; the moto server locally, None on AWS."
+    )
+    access_key_id: str | None = Field(
+        default=None, description="Only for moto locally; on AWS the task role supplies keys."
+    )
+    secret_access_key: str | None = Field(default=None, description="Secret; moto locally only.")
+    visibility_timeout_seconds: int = Field(
+        default=DEFAULT_VISIBILITY_SECONDS,
+        description="How long a heartbeat keeps a message in flight (the queue's own timeout).",
+    )
+
+    _client: Any = PrivateAttr(default=None)
+    _lock: Any = PrivateAttr(default_factory=threading.Lock)
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> UploadQueue:
+        """Build from `load_settings()`; a secret key taken from the environment stays an EnvVar."""
+        secret: str | None = settings.aws_secret_access_key
+        if secret is not None and os.environ.get("AWS_SECRET_ACCESS_KEY") == secret:
+            secret = EnvVar("AWS_SECRET_ACCESS_KEY")
+        return cls(
+            queue_url=settings.sqs_queue_url,
+            region=settings.aws_region,
+            endpoint_url=settings.aws_endpoint_url,
+            access_key_id=settings.aws_access_key_id,
+            secret_access_key=secret,
+        )
+
+    @property
+    def configured(self) -> bool:
+        return bool(self.queue_url)
+
+    # -- client ---------------------------------------------------------------------------------
+
+    @property
+    def client(self) -> Any:
+        """The cached boto3 SQS client (created once, on first use, under a lock)."""
+        if self._client is None:
+            with self._lock:
+                if self._client is None:
+                    self._client = self._make_client()
+        return self._client
+
+    def _make_client(self) -> Any:
+        secret = self.secret_access_key
+        if isinstance(secret, EnvVar):  # read outside a Dagster run: resolve it ourselves
+            secret = secret.get_value()
+        # Short timeouts: a sensor tick must finish well inside the 60 s gRPC limit.
+        config = Config(
+            region_name=self.region,
+            retries={"mode": "standard", "max_attempts": 3},
+            connect_timeout=5,
+            read_timeout=30,
+        )
+        session = boto3.session.Session(
+            aws_access_key_id=self.access_key_id,
+            aws_secret_access_key=secret,
+            region_name=self.region,
+        )
+        return session.client("sqs", endpoint_url=self.endpoint_url, config=config)
+
+    def _url(self) -> str:
+        if not self.queue_url:
+            raise QueueNotConfigured("SQS_QUEUE_URL is not set: no upload queue to use")
+        return self.queue_url
+
+    # -- operations -----------------------------------------------------------------------------
+
+    def receive(self, max_messages: int = MAX_BATCH, wait_seconds: int = 0) -> list[dict[str, Any]]:
+        """Up to `max_messages` (≤ 10) messages with their receive count; [] when none came."""
+        response = self.client.receive_message(
+            QueueUrl=self._url(),
+            MaxNumberOfMessages=max(1, min(MAX_BATCH, max_messages)),
+            WaitTimeSeconds=max(0, min(20, wait_seconds)),
+            # Both spellings: moto and older SQS read the first, current SQS the second.
+            AttributeNames=[RECEIVE_COUNT_ATTRIBUTE],
+            MessageSystemAttributeNames=[RECEIVE_COUNT_ATTRIBUTE],
+        )
+        return list(response.get("Messages", []))
+
+    def delete(self, receipt_handle: str) -> bool:
+        """Delete one message; False when its handle is stale (expired or superseded)."""
+        try:
+            self.client.delete_message(QueueUrl=self._url(), ReceiptHandle=receipt_handle)
+        except ClientError as error:
+            if is_gone_error(error):
+                return False
+            raise
+        return True
+
+    def extend_visibility(self, receipt_handle: str, seconds: int | None = None) -> bool:
+        """Keep a message in flight `seconds` more from now; False when its handle is stale."""
+        try:
+            self.client.change_message_visibility(
+                QueueUrl=self._url(),
+                ReceiptHandle=receipt_handle,
+                VisibilityTimeout=self.visibility_timeout_seconds if seconds is None else seconds,
+            )
+        except ClientError as error:
+            if is_gone_error(error):
+                return False
+            raise
+        return True
+
+    def extend_visibility_many(
+        self, receipt_handles: Sequence[str], seconds: int | None = None
+    ) -> dict[str, str]:
+        """ChangeMessageVisibilityBatch over many handles; returns handle → error for failures."""
+        timeout = self.visibility_timeout_seconds if seconds is None else seconds
+        handles = list(dict.fromkeys(receipt_handles))
+        failed: dict[str, str] = {}
+        for start in range(0, len(handles), MAX_BATCH):
+            batch = handles[start : start + MAX_BATCH]
+            response = self.client.change_message_visibility_batch(
+                QueueUrl=self._url(),
+                Entries=[
+                    {"Id": str(index), "ReceiptHandle": handle, "VisibilityTimeout": timeout}
+                    for index, handle in enumerate(batch)
+                ],
+            )
+            for entry in response.get("Failed", []) or []:
+                handle = batch[int(entry["Id"])]
+                failed[handle] = f"{entry.get('Code')}: {entry.get('Message', '')}".strip()
+        return failed
+
+    def counts(self) -> dict[str, int]:
+        """Visible, in-flight and delayed message counts (approximate, as SQS reports them)."""
+        names = [
+            "ApproximateNumberOfMessages",
+            "ApproximateNumberOfMessagesNotVisible",
+            "ApproximateNumberOfMessagesDelayed",
+        ]
+        attributes = self.client.get_queue_attributes(QueueUrl=self._url(), AttributeNames=names)
+        return {name: int(attributes["Attributes"].get(name, 0)) for name in names}

@@ -1,0 +1,346 @@
+"""The upload queue drives processing: the seed worker's SQS contract, in three small sensors.
+
+- `episode_uploads_sensor` receives a bounded batch per tick: an `s3:TestEvent` (or an event
+  that asks for no work) is deleted; a malformed body is logged and left, so after 3 receives
+  SQS moves it to the dead-letter queue; each uploaded archive becomes a run request for its
+  episode partition (added when new). Upload messages are *not* deleted here: the receipt
+  handle travels with the run as a tag.
+- `upload_message_done_on_success` deletes the message when its run succeeds (seed: "the
+  message is deleted only after a successful run"). A failed run deletes nothing; the
+  run-failure sensor marks the episode failed and the message comes back after its visibility
+  timeout with a higher receive count, hence a new run key and a retry.
+- `upload_visibility_heartbeat` renews the visibility of messages whose runs are queued or
+  running, so a slow or queued run is not redelivered mid-flight.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from dagster import (
+    DagsterInstance,
+    DagsterRun,
+    DagsterRunStatus,
+    DefaultSensorStatus,
+    RunRequest,
+    RunsFilter,
+    RunStatusSensorContext,
+    SensorEvaluationContext,
+    SensorResult,
+    SkipReason,
+    run_status_sensor,
+    sensor,
+)
+from dagster._core.storage.tags import RUN_KEY_TAG, SENSOR_NAME_TAG
+
+from episode_pipeline.defs.partitions import EPISODES_PARTITION_NAME, episode_partitions
+from episode_pipeline.defs.resources.queue import UploadQueue
+from episode_pipeline.events import (
+    Handoff,
+    Malformed,
+    QueueMessage,
+    TestEvent,
+    Uploads,
+    handoffs,
+    parse_message,
+)
+from episode_pipeline.settings import Settings
+
+# Must equal definitions.EPISODE_JOB_NAME (definitions imports this module; a test checks it).
+EPISODE_JOB_NAME = "process_episode"
+UPLOADS_SENSOR_NAME = "episode_uploads"
+
+ORG_TAG = "org"  # the run queue's per-org concurrency limit reads it
+RECEIPT_HANDLE_TAG = "episode_pipeline/sqs_receipt_handle"
+EXTRA_RECEIPT_HANDLES_TAG = "episode_pipeline/sqs_extra_receipt_handles"  # JSON list
+MESSAGE_ID_TAG = "episode_pipeline/sqs_message_id"
+RECEIVE_COUNT_TAG = "episode_pipeline/receive_count"
+ARCHIVE_KEY_TAG = "episode_pipeline/archive_key"
+ARCHIVE_VERSION_TAG = "episode_pipeline/archive_version"
+
+# A tick stays far below the 60 s gRPC limit: ≤ 5 receives of ≤ 10 messages, 1 s long poll.
+RECEIVE_CALLS_PER_TICK = 5
+RECEIVE_WAIT_SECONDS = 1
+IN_FLIGHT_STATUSES = [
+    DagsterRunStatus.QUEUED,
+    DagsterRunStatus.NOT_STARTED,
+    DagsterRunStatus.STARTING,
+    DagsterRunStatus.STARTED,
+]
+NOT_CONFIGURED = "the upload queue is not configured (SQS_QUEUE_URL is unset)"
+
+
+def upload_queue_resource(settings: Settings) -> UploadQueue:
+    """The `upload_queue` resource for Definitions (idle when SQS_QUEUE_URL is unset)."""
+    return UploadQueue.from_settings(settings)
+
+
+# -- pure helpers -------------------------------------------------------------------------------
+
+
+def run_tags(handoff: Handoff) -> dict[str, str]:
+    """What a run needs to find its messages again (delete on success, heartbeat meanwhile)."""
+    tags = {
+        ORG_TAG: handoff.upload.ref.org_id,
+        RECEIPT_HANDLE_TAG: handoff.receipt_handles[0],
+        MESSAGE_ID_TAG: handoff.message_id,
+        RECEIVE_COUNT_TAG: str(handoff.receive_count),
+        ARCHIVE_KEY_TAG: handoff.upload.key,
+        ARCHIVE_VERSION_TAG: handoff.upload.object_version,
+    }
+    if len(handoff.receipt_handles) > 1:
+        tags[EXTRA_RECEIPT_HANDLES_TAG] = json.dumps(list(handoff.receipt_handles[1:]))
+    return tags
+
+
+def run_request_for(handoff: Handoff) -> RunRequest:
+    return RunRequest(
+        run_key=handoff.run_key, partition_key=handoff.upload.partition_key, tags=run_tags(handoff)
+    )
+
+
+def receipt_handles_of(tags: Mapping[str, str]) -> list[str]:
+    """Every receipt handle a run holds (its own and duplicates merged into it)."""
+    handles = [tags[RECEIPT_HANDLE_TAG]] if tags.get(RECEIPT_HANDLE_TAG) else []
+    try:
+        extra = json.loads(tags.get(EXTRA_RECEIPT_HANDLES_TAG) or "[]")
+    except ValueError:
+        extra = []
+    handles.extend(str(handle) for handle in extra if handle)
+    return list(dict.fromkeys(handles))
+
+
+def with_extra_handles(tags: Mapping[str, str], handles: Iterable[str]) -> dict[str, str]:
+    """The tag update that adds `handles` to a run's extra receipt handles."""
+    known = receipt_handles_of(tags)
+    extra = [h for h in dict.fromkeys([*known[1:], *handles]) if h not in known[:1]]
+    return {EXTRA_RECEIPT_HANDLES_TAG: json.dumps(extra)}
+
+
+@dataclass
+class TickPlan:
+    """What one batch of messages asks for, before looking at existing runs."""
+
+    delete: list[str] = field(default_factory=list)  # receipt handles
+    deleted_reasons: list[str] = field(default_factory=list)
+    malformed: list[tuple[str, str]] = field(default_factory=list)  # (message id, reason)
+    handoffs: list[Handoff] = field(default_factory=list)
+
+
+def plan_batch(messages: Sequence[QueueMessage]) -> TickPlan:
+    """Sort a batch: test events and no-work events to delete, malformed to leave, uploads."""
+    plan = TickPlan()
+    for message in messages:
+        body = message.body
+        if isinstance(body, TestEvent):
+            plan.delete.append(message.receipt_handle)
+            plan.deleted_reasons.append(f"{message.message_id}: s3:TestEvent")
+        elif isinstance(body, Malformed):
+            plan.malformed.append((message.message_id, body.reason))
+        elif isinstance(body, Uploads) and not body.uploads:
+            plan.delete.append(message.receipt_handle)
+            why = "; ".join(body.skipped) or "no records"
+            plan.deleted_reasons.append(f"{message.message_id}: no raw archive ({why})")
+    plan.handoffs = handoffs(messages)
+    return plan
+
+
+# -- I/O ----------------------------------------------------------------------------------------
+
+
+def receive_batch(
+    queue: UploadQueue,
+    calls: int = RECEIVE_CALLS_PER_TICK,
+    wait_seconds: int = RECEIVE_WAIT_SECONDS,
+) -> list[QueueMessage]:
+    """Up to `calls` receives; stops at an empty answer or a message already seen this tick."""
+    seen: dict[str, QueueMessage] = {}
+    for call in range(calls):
+        raw = queue.receive(wait_seconds=wait_seconds if call == 0 else 0)
+        fresh = [parse_message(m) for m in raw if m.get("MessageId") not in seen]
+        for message in fresh:
+            seen[message.message_id] = message
+        if not raw or len(fresh) < len(raw):
+            break
+    return list(seen.values())
+
+
+def _existing_run(instance: DagsterInstance, run_key: str) -> DagsterRun | None:
+    runs = instance.get_runs(
+        RunsFilter(tags={RUN_KEY_TAG: run_key, SENSOR_NAME_TAG: UPLOADS_SENSOR_NAME}), limit=1
+    )
+    return runs[0] if runs else None
+
+
+def evaluate_uploads(
+    context: SensorEvaluationContext, queue: UploadQueue
+) -> SensorResult | SkipReason:
+    """One tick of the uploads sensor (see the module docstring)."""
+    if not queue.configured:
+        return SkipReason(NOT_CONFIGURED)
+    messages = receive_batch(queue)
+    if not messages:
+        return SkipReason("no messages on the upload queue")
+    plan = plan_batch(messages)
+    for receipt_handle, reason in zip(plan.delete, plan.deleted_reasons, strict=True):
+        queue.delete(receipt_handle)
+        context.log.info(f"deleted message {reason}")
+    for message_id, reason in plan.malformed:
+        context.log.warning(
+            f"upload queue message {message_id} left on the queue (it reaches the dead-letter "
+            f"queue after 3 receives): {reason}"
+        )
+
+    instance = context.instance
+    run_requests: list[RunRequest] = []
+    for handoff in plan.handoffs:
+        existing = _existing_run(instance, handoff.run_key)
+        if existing is None:
+            run_requests.append(run_request_for(handoff))
+        elif existing.status == DagsterRunStatus.SUCCESS:
+            # A second event for an object version already processed (moto multipart, S3's
+            # at-least-once delivery): the work is done, so the message can go.
+            for handle in handoff.receipt_handles:
+                queue.delete(handle)
+            context.log.info(f"{handoff.run_key}: run {existing.run_id} already succeeded")
+        elif existing.status in IN_FLIGHT_STATUSES:
+            instance.add_run_tags(
+                existing.run_id, with_extra_handles(existing.tags, handoff.receipt_handles)
+            )
+            context.log.info(f"{handoff.run_key}: handed to in-flight run {existing.run_id}")
+        else:  # failed or canceled: leave it; it comes back with a higher receive count
+            context.log.info(f"{handoff.run_key}: run {existing.run_id} is {existing.status}")
+
+    new_keys = [
+        key
+        for key in dict.fromkeys(r.partition_key for r in run_requests if r.partition_key)
+        if not instance.has_dynamic_partition(EPISODES_PARTITION_NAME, key)
+    ]
+    return SensorResult(
+        run_requests=run_requests,
+        dynamic_partitions_requests=[episode_partitions.build_add_request(new_keys)]
+        if new_keys
+        else [],
+    )
+
+
+def _message_runs_all_succeeded(instance: DagsterInstance, run: DagsterRun) -> bool:
+    """A message announcing several archives is done only when every one of its runs is."""
+    message_id = run.tags.get(MESSAGE_ID_TAG)
+    if not message_id:
+        return run.status == DagsterRunStatus.SUCCESS
+    siblings = instance.get_runs(
+        RunsFilter(
+            job_name=run.job_name,
+            tags={
+                MESSAGE_ID_TAG: message_id,
+                RECEIVE_COUNT_TAG: run.tags.get(RECEIVE_COUNT_TAG, ""),
+            },
+        )
+    )
+    return all(
+        sibling.status == DagsterRunStatus.SUCCESS
+        for sibling in siblings
+        if sibling.run_id != run.run_id
+    )
+
+
+def delete_messages_of_run(
+    instance: DagsterInstance, run: DagsterRun, queue: UploadQueue, log: Any
+) -> int:
+    """Delete the messages a succeeded run was handed; returns how many were deleted.
+
+    A stale receipt handle (expired or superseded by a redelivery) is logged and ignored: the
+    next delivery finds the episode processed and re-runs it idempotently.
+    """
+    handles = receipt_handles_of(run.tags)
+    if not handles or not queue.configured:
+        return 0
+    if not _message_runs_all_succeeded(instance, run):
+        log.info(f"run {run.run_id}: other runs for its message are not done; message kept")
+        return 0
+    deleted = 0
+    for handle in handles:
+        if queue.delete(handle):
+            deleted += 1
+        else:
+            log.info(
+                f"run {run.run_id}: receipt handle expired or superseded, message not deleted "
+                "(a redelivery will re-run the episode idempotently)"
+            )
+    return deleted
+
+
+def keep_in_flight(instance: DagsterInstance, queue: UploadQueue, log: Any) -> int:
+    """Renew the visibility of every message whose run is queued or running; returns how many."""
+    runs = instance.get_runs(RunsFilter(job_name=EPISODE_JOB_NAME, statuses=IN_FLIGHT_STATUSES))
+    owner: dict[str, str] = {}
+    for run in runs:
+        for handle in receipt_handles_of(run.tags):
+            owner[handle] = run.run_id
+    if not owner:
+        return 0
+    failed = queue.extend_visibility_many(list(owner))
+    for handle, error in failed.items():
+        log.warning(
+            f"run {owner[handle]}: could not keep its upload message in flight ({error}); it "
+            "may be delivered again while the run works"
+        )
+    return len(owner) - len(failed)
+
+
+# -- sensors ------------------------------------------------------------------------------------
+
+
+@sensor(
+    name=UPLOADS_SENSOR_NAME,
+    job_name=EPISODE_JOB_NAME,
+    default_status=DefaultSensorStatus.RUNNING,
+    minimum_interval_seconds=10,
+    description="Receives upload notifications from SQS and requests one run per uploaded "
+    "archive (adding its episode partition). Messages are deleted when their run succeeds.",
+)
+def episode_uploads_sensor(context: SensorEvaluationContext, upload_queue: UploadQueue):
+    return evaluate_uploads(context, upload_queue)
+
+
+@run_status_sensor(
+    run_status=DagsterRunStatus.SUCCESS,
+    name="episode_upload_done",
+    default_status=DefaultSensorStatus.RUNNING,
+    minimum_interval_seconds=10,
+    description="Deletes a run's upload message from SQS once the run succeeded (seed contract).",
+)
+def upload_message_done_on_success(context: RunStatusSensorContext, upload_queue: UploadQueue):
+    run = context.dagster_run
+    if run.job_name != EPISODE_JOB_NAME or not receipt_handles_of(run.tags):
+        return SkipReason(f"run {run.run_id} holds no upload message")
+    if not upload_queue.configured:
+        return SkipReason(NOT_CONFIGURED)
+    deleted = delete_messages_of_run(context.instance, run, upload_queue, context.log)
+    context.log.info(f"run {run.run_id} succeeded: deleted {deleted} upload message(s)")
+    return None
+
+
+@sensor(
+    name="episode_upload_heartbeat",
+    default_status=DefaultSensorStatus.RUNNING,
+    minimum_interval_seconds=240,
+    description="Renews the SQS visibility of upload messages whose runs are queued or running, "
+    "so they are not delivered again mid-run (15-minute visibility, renewed every 4 minutes).",
+)
+def upload_visibility_heartbeat(context: SensorEvaluationContext, upload_queue: UploadQueue):
+    if not upload_queue.configured:
+        return SkipReason(NOT_CONFIGURED)
+    renewed = keep_in_flight(context.instance, upload_queue, context.log)
+    return SkipReason(f"renewed the visibility of {renewed} in-flight upload message(s)")
+
+
+UPLOAD_QUEUE_SENSORS = [
+    episode_uploads_sensor,
+    upload_message_done_on_success,
+    upload_visibility_heartbeat,
+]

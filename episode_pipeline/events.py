@@ -1,0 +1,239 @@
+"""S3 event notifications as they arrive on the upload queue, parsed without any I/O.
+
+The contract is the seed worker's: an `s3:TestEvent` is deleted and ignored; any other body is an
+S3 event whose object key (URL-encoded, `+` for spaces) must be `orgs/<org>/episodes/<ep>/…`;
+a body or key that is not is logged and left on the queue, so after 3 receives SQS moves it to
+the dead-letter queue. Only `.zst` archives outside `processed/` start processing.
+
+The run key of an upload names the object version (Dagster never forgets a run key, so a
+re-upload must get a new one) and the message's receive count (a message left on the queue by a
+failed run comes back with a higher count and must start a new run).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+from urllib.parse import unquote_plus
+
+from episode_pipeline.keys import (
+    ARCHIVE_SUFFIX,
+    EpisodeRef,
+    InvalidEpisodeKey,
+    is_raw_archive_key,
+    parse_s3_key,
+)
+
+TEST_EVENT = "s3:TestEvent"
+OBJECT_CREATED_PREFIX = "ObjectCreated:"
+RECEIVE_COUNT_ATTRIBUTE = "ApproximateReceiveCount"
+
+
+@dataclass(frozen=True)
+class TestEvent:
+    """The message S3 sends when a bucket notification is configured: delete it, nothing else."""
+
+    __test__ = False  # not a pytest class, despite the name
+
+    bucket: str | None = None
+
+
+@dataclass(frozen=True)
+class Upload:
+    """One `ObjectCreated` record for a raw episode archive."""
+
+    ref: EpisodeRef
+    bucket: str
+    key: str  # decoded: the object's real key
+    etag: str | None
+    version_id: str | None
+    sequencer: str | None  # absent from moto's records
+    size: int | None
+    event_time: str | None = None
+
+    @property
+    def partition_key(self) -> str:
+        return self.ref.partition_key
+
+    @property
+    def object_version(self) -> str:
+        """What distinguishes this upload of the key from another one of the same key."""
+        return self.version_id or self.etag or self.sequencer or self.event_time or "unversioned"
+
+
+@dataclass(frozen=True)
+class Uploads:
+    """An S3 event: the raw archives it announces (maybe none) and why other records were skipped.
+
+    A valid event with no uploads (a non-`.zst` key, our own `processed/` output, a delete) asks
+    for no work: the sensor deletes it rather than send it to the dead-letter queue.
+    """
+
+    uploads: tuple[Upload, ...]
+    skipped: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Malformed:
+    """A body that is not an S3 event or names no episode: logged and left on the queue (seed)."""
+
+    reason: str
+
+
+ParsedBody = TestEvent | Uploads | Malformed
+
+
+@dataclass(frozen=True)
+class QueueMessage:
+    """One received SQS message with its parsed body."""
+
+    message_id: str
+    receipt_handle: str
+    receive_count: int
+    body: ParsedBody
+
+
+def _parse_record(index: int, record: Any) -> Upload | str:
+    """An Upload, or a string saying why not: `skip:` + reason for a record that asks for no
+    work, otherwise the reason the record is malformed (naming the field)."""
+    where = f"Records[{index}]"
+    if not isinstance(record, Mapping):
+        return f"{where} is not an object"
+    event_name = record.get("eventName")
+    if not isinstance(event_name, str):
+        return f"{where}.eventName is missing"
+    s3 = record.get("s3")
+    if not isinstance(s3, Mapping):
+        return f"{where}.s3 is missing"
+    obj = s3.get("object")
+    bucket = s3.get("bucket")
+    if not isinstance(obj, Mapping) or not isinstance(obj.get("key"), str) or not obj["key"]:
+        return f"{where}.s3.object.key is missing"
+    bucket_name = bucket.get("name") if isinstance(bucket, Mapping) else None
+    if not isinstance(bucket_name, str) or not bucket_name:
+        return f"{where}.s3.bucket.name is missing"
+    key = unquote_plus(obj["key"])
+    if not event_name.startswith(OBJECT_CREATED_PREFIX):
+        return f"skip:{where}: {event_name} of {key!r} is not an upload"
+    if not key.endswith(ARCHIVE_SUFFIX):
+        return f"skip:{where}: {key!r} is not a {ARCHIVE_SUFFIX} archive"
+    try:
+        ref = parse_s3_key(key)
+    except InvalidEpisodeKey as error:
+        return f"{where}.s3.object.key: {error}"
+    if not is_raw_archive_key(key):
+        return f"skip:{where}: {key!r} is pipeline output, not an upload"
+    size = obj.get("size")
+    return Upload(
+        ref=ref,
+        bucket=bucket_name,
+        key=key,
+        etag=_optional_str(obj.get("eTag")),
+        version_id=_optional_str(obj.get("versionId")),
+        sequencer=_optional_str(obj.get("sequencer")),
+        size=int(size) if isinstance(size, int | float) else None,
+        event_time=_optional_str(record.get("eventTime")),
+    )
+
+
+def _optional_str(value: Any) -> str | None:
+    if value is None or value == "":
+        return None
+    return str(value).strip('"')
+
+
+def parse_body(body: str) -> ParsedBody:
+    """One SQS message body → TestEvent, Uploads or Malformed (with a reason naming the field)."""
+    try:
+        data = json.loads(body)
+    except (TypeError, ValueError) as error:
+        return Malformed(f"body is not JSON: {error}")
+    if not isinstance(data, Mapping):
+        return Malformed(f"body is JSON {type(data).__name__}, not an object")
+    if data.get("Event") == TEST_EVENT:
+        bucket = data.get("Bucket")
+        return TestEvent(bucket=bucket if isinstance(bucket, str) else None)
+    records = data.get("Records")
+    if not isinstance(records, list) or not records:
+        return Malformed("body is not an S3 event: no Records list")
+    uploads: list[Upload] = []
+    skipped: list[str] = []
+    for index, record in enumerate(records):
+        outcome = _parse_record(index, record)
+        if isinstance(outcome, Upload):
+            uploads.append(outcome)
+        elif outcome.startswith("skip:"):
+            skipped.append(outcome.removeprefix("skip:"))
+        else:
+            # Seed: a key that names no episode is logged and left, so it reaches the DLQ.
+            return Malformed(outcome)
+    return Uploads(uploads=tuple(uploads), skipped=tuple(skipped))
+
+
+def receive_count_of(message: Mapping[str, Any]) -> int:
+    """`Attributes.ApproximateReceiveCount` (1 when not requested or unreadable)."""
+    raw = (message.get("Attributes") or {}).get(RECEIVE_COUNT_ATTRIBUTE)
+    try:
+        return max(1, int(raw))
+    except (TypeError, ValueError):
+        return 1
+
+
+def parse_message(message: Mapping[str, Any]) -> QueueMessage:
+    """A message as boto3's `receive_message` returns it → QueueMessage."""
+    body = message.get("Body")
+    return QueueMessage(
+        message_id=str(message.get("MessageId", "")),
+        receipt_handle=str(message.get("ReceiptHandle", "")),
+        receive_count=receive_count_of(message),
+        body=parse_body(body) if isinstance(body, str) else Malformed("message has no Body"),
+    )
+
+
+def run_key_for(upload: Upload, receive_count: int = 1) -> str:
+    """`ORG/EP@<object version>#receive<n>`: new for a re-upload and for a redelivery."""
+    return f"{upload.partition_key}@{upload.object_version}#receive{receive_count}"
+
+
+@dataclass(frozen=True)
+class Handoff:
+    """One run to request: an upload and every message that announced it in this batch."""
+
+    upload: Upload
+    run_key: str
+    message_id: str
+    receive_count: int
+    receipt_handles: tuple[str, ...]
+
+
+def handoffs(messages: Sequence[QueueMessage]) -> list[Handoff]:
+    """One Handoff per (partition, run key): moto's two multipart events (or S3's duplicate
+    deliveries) become one run holding both receipt handles, and a partition key appears once.
+
+    When one batch holds two different versions of the same episode, the later event wins (the
+    run processes whatever the key holds now) and keeps the other message's handle too, so both
+    messages are deleted when that run succeeds.
+    """
+    by_partition: dict[str, Handoff] = {}
+    for message in messages:
+        if not isinstance(message.body, Uploads):
+            continue
+        for upload in message.body.uploads:
+            handoff = Handoff(
+                upload=upload,
+                run_key=run_key_for(upload, message.receive_count),
+                message_id=message.message_id,
+                receive_count=message.receive_count,
+                receipt_handles=(message.receipt_handle,),
+            )
+            previous = by_partition.get(upload.partition_key)
+            if previous is not None:
+                newer, older = handoff, previous
+                if (upload.event_time or "") < (previous.upload.event_time or ""):
+                    newer, older = previous, handoff
+                handles = dict.fromkeys((*newer.receipt_handles, *older.receipt_handles))
+                handoff = replace(newer, receipt_handles=tuple(handles))
+            by_partition[upload.partition_key] = handoff
+    return list(by_partition.values())

@@ -1,0 +1,296 @@
+"""The upload-queue sensors on the real stack: moto S3 notifications → SQS → sensor → run → delete.
+
+Each test gets its own bucket and queue pair on the session's moto server (wired like the
+stack's: `.zst` under `orgs/` → queue, DLQ after 3 receives), so no other test's uploads or
+receives interfere, and an ephemeral Dagster instance, so run keys and partitions start empty.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from dagster import (
+    DagsterEventType,
+    DagsterInstance,
+    Definitions,
+    SensorResult,
+    SkipReason,
+    build_run_status_sensor_context,
+    build_sensor_context,
+)
+
+from episode_pipeline.defs.io_managers.s3 import S3IOManager
+from episode_pipeline.defs.partitions import EPISODES_PARTITION_NAME
+from episode_pipeline.defs.resources.queue import UploadQueue
+from episode_pipeline.defs.resources.storage import EpisodeStorage
+from episode_pipeline.defs.sensors import sqs
+from episode_pipeline.keys import EpisodeRef
+from episode_pipeline.lerobot.sample import SampleSpec, write_sample
+from episode_pipeline.local import aws_resources
+from episode_pipeline.local.stack import StackInfo
+from episode_pipeline.local.upload import upload_episode
+from episode_pipeline.settings import Settings
+
+pytestmark = pytest.mark.integration
+
+
+@dataclasses.dataclass(frozen=True)
+class PrivateQueue:
+    settings: Settings  # the session's, with this test's bucket and queue
+    queue: UploadQueue
+    storage: EpisodeStorage
+    dlq_url: str
+
+
+@pytest.fixture
+def private_queue(stack: StackInfo, settings: Settings) -> Callable[..., PrivateQueue]:
+    """Factory: a fresh bucket → queue → DLQ on the session's moto server."""
+    assert stack.s3_endpoint is not None
+    endpoint = stack.s3_endpoint
+
+    def make(visibility_timeout: int | None = None) -> PrivateQueue:
+        name = f"sqs-sensor-{uuid.uuid4().hex[:10]}"
+        resources = aws_resources.ensure_resources(endpoint, bucket=name, queue_name=name)
+        if visibility_timeout is not None:
+            aws_resources.client("sqs", endpoint).set_queue_attributes(
+                QueueUrl=resources.queue_url,
+                Attributes={"VisibilityTimeout": str(visibility_timeout)},
+            )
+        keys = {
+            "region": aws_resources.REGION,
+            "endpoint_url": endpoint,
+            "access_key_id": aws_resources.ACCESS_KEY,
+            "secret_access_key": aws_resources.SECRET_KEY,
+        }
+        return PrivateQueue(
+            settings=dataclasses.replace(
+                settings, bucket=resources.bucket, sqs_queue_url=resources.queue_url
+            ),
+            queue=UploadQueue(queue_url=resources.queue_url, **keys),
+            storage=EpisodeStorage(bucket=resources.bucket, **keys),
+            dlq_url=resources.dlq_url,
+        )
+
+    return make
+
+
+@pytest.fixture
+def instance() -> DagsterInstance:
+    with DagsterInstance.ephemeral() as ephemeral:
+        yield ephemeral
+
+
+@pytest.fixture(scope="module")
+def archive(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("sqs-sample") / "episode.tar.zst"
+    write_sample(out, SampleSpec(seconds=1.0, cameras=1))
+    return out
+
+
+def new_ref() -> EpisodeRef:
+    return EpisodeRef("test-org", f"ep-{uuid.uuid4().hex[:10]}")
+
+
+def tick(instance: DagsterInstance, queue: UploadQueue) -> SensorResult | SkipReason:
+    context = build_sensor_context(instance=instance, resources={"upload_queue": queue})
+    return sqs.episode_uploads_sensor(context)
+
+
+def depth(queue: UploadQueue) -> tuple[int, int]:
+    counts = queue.counts()
+    return (
+        counts["ApproximateNumberOfMessages"],
+        counts["ApproximateNumberOfMessagesNotVisible"],
+    )
+
+
+def execute(instance: DagsterInstance, private: PrivateQueue, run_request: Any) -> Any:
+    """Play the daemon: add the partition and run the job in-process with the request's tags."""
+    from episode_pipeline.definitions import EPISODE_JOB_NAME, defs
+
+    instance.add_dynamic_partitions(EPISODES_PARTITION_NAME, [run_request.partition_key])
+    job = defs.resolve_job_def(EPISODE_JOB_NAME)
+    return job.execute_in_process(
+        partition_key=run_request.partition_key,
+        instance=instance,
+        tags=run_request.tags,
+        raise_on_error=False,
+        resources={
+            "storage": private.storage,
+            "s3_io_manager": S3IOManager(storage=private.storage),
+        },
+    )
+
+
+def test_the_sensor_job_name_matches_the_definitions() -> None:
+    from episode_pipeline.definitions import EPISODE_JOB_NAME, defs
+
+    assert sqs.EPISODE_JOB_NAME == EPISODE_JOB_NAME
+    merged = Definitions.merge(
+        defs,
+        Definitions(sensors=sqs.UPLOAD_QUEUE_SENSORS, resources={"upload_queue": UploadQueue()}),
+    )
+    repository = merged.get_repository_def()
+    assert repository.get_sensor_def(sqs.UPLOADS_SENSOR_NAME).job_name == EPISODE_JOB_NAME
+
+
+def test_without_a_queue_url_the_sensors_skip(instance: DagsterInstance) -> None:
+    result = tick(instance, UploadQueue(queue_url=None))
+    assert isinstance(result, SkipReason)
+    assert "not configured" in (result.skip_message or "")
+
+
+def test_upload_becomes_one_run_and_its_message_is_deleted_after_success(
+    private_queue: Callable[..., PrivateQueue], instance: DagsterInstance, archive: Path
+) -> None:
+    private = private_queue()
+    ref = new_ref()
+    key = upload_episode(archive, ref, private.settings)
+    etag = private.storage.head(key).etag
+    assert depth(private.queue) == (2, 0)  # the bucket's s3:TestEvent and the upload
+
+    result = tick(instance, private.queue)
+
+    assert isinstance(result, SensorResult)
+    (request,) = result.run_requests
+    assert request.partition_key == ref.partition_key
+    assert request.run_key == f"{ref.partition_key}@{etag}#receive1"
+    assert request.tags["org"] == ref.org_id
+    assert request.tags[sqs.ARCHIVE_KEY_TAG] == key
+    assert request.tags[sqs.RECEIVE_COUNT_TAG] == "1"
+    assert request.tags[sqs.MESSAGE_ID_TAG]
+    assert request.tags[sqs.RECEIPT_HANDLE_TAG]
+    (add,) = result.dynamic_partitions_requests
+    assert add.partitions_def_name == EPISODES_PARTITION_NAME
+    assert list(add.partition_keys) == [ref.partition_key]
+    # The test event is gone; the upload stays in flight until its run succeeds.
+    assert depth(private.queue) == (0, 1)
+
+    # The heartbeat finds nothing in flight yet (no run exists in this instance).
+    assert sqs.keep_in_flight(instance, private.queue, log=_Log()) == 0
+
+    outcome = execute(instance, private, request)
+    assert outcome.success
+    assert depth(private.queue) == (0, 1)  # the run itself deletes nothing
+
+    run = outcome.dagster_run
+    (record,) = instance.get_records_for_run(
+        run.run_id, of_type=DagsterEventType.RUN_SUCCESS
+    ).records
+    context = build_run_status_sensor_context(
+        sensor_name="episode_upload_done",
+        dagster_event=record.event_log_entry.dagster_event,
+        dagster_instance=instance,
+        dagster_run=instance.get_run_by_id(run.run_id),
+        resources={"upload_queue": private.queue},
+    )
+    sqs.upload_message_done_on_success(context)
+
+    assert depth(private.queue) == (0, 0)
+    assert private.queue.receive(wait_seconds=0) == []
+    assert isinstance(tick(instance, private.queue), SkipReason)
+
+
+def test_a_failed_run_leaves_its_message_for_a_retry_with_a_new_run_key(
+    private_queue: Callable[..., PrivateQueue],
+    instance: DagsterInstance,
+    archive: Path,
+    s3_client: Any,
+) -> None:
+    private = private_queue()
+    ref = new_ref()
+    key = upload_episode(archive, ref, private.settings)
+    (first,) = tick(instance, private.queue).run_requests
+    handle = first.tags[sqs.RECEIPT_HANDLE_TAG]
+
+    s3_client.delete_object(Bucket=private.settings.bucket, Key=key)  # the run cannot find it
+    outcome = execute(instance, private, first)
+    assert not outcome.success
+
+    # While the run was queued or running, the heartbeat kept the message in flight; now the
+    # run has failed the heartbeat leaves it and nothing deleted it.
+    assert sqs.keep_in_flight(instance, private.queue, log=_Log()) == 0
+    assert depth(private.queue) == (0, 1)
+
+    # Instead of waiting out the 15-minute visibility timeout, let it come back now.
+    assert private.queue.extend_visibility(handle, 0)
+    assert depth(private.queue) == (1, 0)
+    upload_episode(archive, ref, private.settings)  # the robot uploads again (same bytes)
+    result = tick(instance, private.queue)
+
+    # One request for the episode: both messages (redelivered and new) ride on it.
+    (retry,) = result.run_requests
+    assert retry.partition_key == ref.partition_key
+    assert retry.run_key != first.run_key
+    assert len(sqs.receipt_handles_of(retry.tags)) == 2
+    assert result.dynamic_partitions_requests == []  # the partition exists already
+
+
+def test_the_heartbeat_keeps_messages_of_queued_runs_in_flight(
+    private_queue: Callable[..., PrivateQueue], instance: DagsterInstance, archive: Path
+) -> None:
+    private = private_queue()
+    ref = new_ref()
+    upload_episode(archive, ref, private.settings)
+    (request,) = tick(instance, private.queue).run_requests
+    # A queued run, as the daemon creates it from the request.
+    from episode_pipeline.definitions import EPISODE_JOB_NAME, defs
+
+    job = defs.resolve_job_def(EPISODE_JOB_NAME)
+    instance.add_dynamic_partitions(EPISODES_PARTITION_NAME, [ref.partition_key])
+    run = instance.create_run_for_job(
+        job_def=job,
+        tags={**request.tags, "dagster/partition": ref.partition_key},
+        status=_queued(),
+    )
+    handle = request.tags[sqs.RECEIPT_HANDLE_TAG]
+    private.queue.extend_visibility(handle, 0)  # as if the visibility were about to run out
+    assert sqs.keep_in_flight(instance, private.queue, log=_Log()) == 1
+    assert depth(private.queue) == (0, 1)
+    assert private.queue.receive(wait_seconds=0) == []
+    instance.delete_run(run.run_id)
+
+
+def test_a_malformed_message_is_left_and_reaches_the_dead_letter_queue(
+    private_queue: Callable[..., PrivateQueue], instance: DagsterInstance
+) -> None:
+    # Visibility 0: a message left on the queue is visible again at once, as it would be
+    # after 15 minutes.
+    private = private_queue(visibility_timeout=0)
+    sqs_client = private.queue.client
+    sqs_client.send_message(QueueUrl=private.queue.queue_url, MessageBody="not an S3 event")
+
+    seen_ticks = 0
+    for _ in range(4):
+        result = tick(instance, private.queue)
+        assert not isinstance(result, SensorResult) or result.run_requests == []
+        if isinstance(result, SensorResult):
+            seen_ticks += 1
+    assert seen_ticks >= 1
+    dlq = sqs_client.get_queue_attributes(
+        QueueUrl=private.dlq_url, AttributeNames=["ApproximateNumberOfMessages"]
+    )["Attributes"]
+    assert int(dlq["ApproximateNumberOfMessages"]) == 1
+    assert depth(private.queue) == (0, 0)
+
+
+class _Log:
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+
+    def info(self, message: str) -> None:
+        self.lines.append(message)
+
+    def warning(self, message: str) -> None:
+        self.lines.append(message)
+
+
+def _queued():
+    from dagster import DagsterRunStatus
+
+    return DagsterRunStatus.QUEUED

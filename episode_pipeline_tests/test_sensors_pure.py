@@ -1,0 +1,37 @@
+"""Failure-handling sensors' pure parts: which run belongs to which episode, which run is dead."""
+
+import os
+import subprocess
+import sys
+
+from dagster import DagsterRun, DagsterRunStatus
+
+from episode_pipeline.defs.sensors.reconcile import HOST_TAG, PID_TAG, is_orphaned
+from episode_pipeline.defs.sensors.run_failure import episode_of_run
+from episode_pipeline.keys import EpisodeRef
+
+
+def run(status=DagsterRunStatus.STARTED, **tags) -> DagsterRun:
+    return DagsterRun(job_name="process_episode", run_id="r1", status=status, tags=tags)
+
+
+def dead_pid() -> int:
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()
+    return child.pid
+
+
+def test_episode_of_run_reads_the_partition_tag():
+    assert episode_of_run(run(**{"dagster/partition": "acme/ep-1"})) == EpisodeRef("acme", "ep-1")
+    assert episode_of_run(run()) is None
+    assert episode_of_run(run(**{"dagster/partition": "not a key"})) is None
+
+
+def test_a_started_run_whose_process_is_gone_is_orphaned():
+    tags = {HOST_TAG: "laptop", PID_TAG: str(dead_pid())}
+    assert is_orphaned(run(**tags), host="laptop")
+    assert not is_orphaned(run(**tags), host="other-host")  # cannot see its processes
+    assert not is_orphaned(run(DagsterRunStatus.SUCCESS, **tags), host="laptop")
+    alive = {HOST_TAG: "laptop", PID_TAG: str(os.getpid())}
+    assert not is_orphaned(run(**alive), host="laptop")
+    assert not is_orphaned(run(), host="laptop")  # launched by the daemon: run monitoring's job
