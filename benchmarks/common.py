@@ -63,7 +63,7 @@ class Result:
 
 
 def _finite(value: float) -> float | None:
-    return round(value, 4) if math.isfinite(value) else None
+    return float(f"{value:.4g}") if math.isfinite(value) else None
 
 
 @dataclass

@@ -78,7 +78,9 @@ def run(ctx: BenchContext) -> list[Result]:
     config = ctx.config
     postgres: PostgresResource = ctx.database()
     manager = PostgresPolarsIOManager(postgres=postgres)
-    path = write_data_parquet(ctx.workdir / "pg" / "file-000.parquet", config.rows, config.state_dim)
+    path = write_data_parquet(
+        ctx.workdir / "pg" / "file-000.parquet", config.rows, config.state_dim
+    )
     frame = frames_table(path, path=str(path))
     episode_id = f"bench-{uuid.uuid4().hex[:8]}"
     with postgres.transaction() as conn:

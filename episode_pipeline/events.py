@@ -214,7 +214,7 @@ def handoffs(messages: Sequence[QueueMessage]) -> list[Handoff]:
 
     When one batch holds two different versions of the same episode, the later event wins (the
     run processes whatever the key holds now) and keeps the other message's handle too, so both
-    messages are deleted when that run succeeds.
+    messages are deleted when that run succeeds. The run key takes the highest receive count.
     """
     by_partition: dict[str, Handoff] = {}
     for message in messages:
@@ -234,6 +234,14 @@ def handoffs(messages: Sequence[QueueMessage]) -> list[Handoff]:
                 if (upload.event_time or "") < (previous.upload.event_time or ""):
                     newer, older = previous, handoff
                 handles = dict.fromkeys((*newer.receipt_handles, *older.receipt_handles))
-                handoff = replace(newer, receipt_handles=tuple(handles))
+                # The highest receive count: a redelivery merged with a fresh event of the same
+                # version must not reuse the run key of the attempt that failed.
+                count = max(newer.receive_count, older.receive_count)
+                handoff = replace(
+                    newer,
+                    receive_count=count,
+                    run_key=run_key_for(newer.upload, count),
+                    receipt_handles=tuple(handles),
+                )
             by_partition[upload.partition_key] = handoff
     return list(by_partition.values())

@@ -39,11 +39,12 @@ def step_errors(instance: DagsterInstance, run_id: str) -> list[str]:
     for record in records:
         event = record.event_log_entry.dagster_event
         error = event.step_failure_data.error if event and event.step_failure_data else None
-        message = error.message.strip() if error else "failed"
-        # A user-code error arrives wrapped; its cause holds the exception that names the file.
-        while error is not None and error.cause is not None:
+        # Dagster wraps the user's exception; the wrapped one names the file and the field.
+        while (
+            error is not None and error.cause is not None and error.cls_name.startswith("Dagster")
+        ):
             error = error.cause
-            message = error.message.strip()
+        message = error.message.strip() if error else "failed"
         errors.append(f"{event.step_key if event else '?'}: {message}")
     return errors
 

@@ -305,3 +305,40 @@ def test_a_killed_run_then_rerun_converges(tmp_path, stack, db_conn, s3_client):
     assert sorted(run.status.value for run in runs) == sorted(
         [DagsterRunStatus.FAILURE.value, DagsterRunStatus.SUCCESS.value]
     )
+
+
+def test_a_bad_info_json_field_fails_the_episode_naming_file_and_field(tmp_path, stack):
+    folder = tmp_path / "dataset"
+    write_dataset(folder, SampleSpec(codebase_version="v2.1", cameras=1, seconds=1.0))
+    info_path = folder / "meta" / "info.json"
+    info = json.loads(info_path.read_text())
+    info["fps"] = "thirty"
+    info_path.write_text(json.dumps(info))
+    archive = tmp_path / "bad-fps.tar.zst"
+    pack_archive(folder, archive, root_folder="lerobot_episode")
+    ref = new_ref()
+    upload_episode(archive, ref)
+
+    outcome = process_episode(ref)
+    assert not outcome.success
+    assert any("meta/info.json" in e and "'fps'" in e for e in outcome.errors), outcome.errors
+    assert report_for(ref)["status"] == "failed"
+
+
+def test_a_metadata_failure_after_processing_keeps_the_episode_processed(tmp_path, stack):
+    folder = tmp_path / "dataset"
+    write_dataset(folder, SampleSpec(codebase_version="v3.0", cameras=1, seconds=1.0))
+    (folder / "meta" / "tasks.parquet").write_bytes(b"not a parquet file")
+    archive = tmp_path / "bad-tasks.tar.zst"
+    pack_archive(folder, archive, root_folder=None)
+    ref = new_ref()
+    upload_episode(archive, ref)
+
+    outcome = process_episode(ref)
+    assert not outcome.success  # the run shows the metadata failure ...
+    assert any(
+        e.startswith("episode_metadata:") and "tasks.parquet" in e for e in outcome.errors
+    ), outcome.errors
+    report = report_for(ref)
+    assert report["status"] == "processed"  # ... but, as in the seed, the episode stays processed
+    assert report["frames_rows"] == 30 and report["metadata"] == {}

@@ -40,7 +40,7 @@ def test_partition_key_round_trip_and_prefixes():
     ],
 )
 def test_ids_the_ui_cannot_handle_are_rejected_with_the_part_named(org, episode):
-    with pytest.raises(InvalidEpisodeKey, match="invalid (org|episode) id"):
+    with pytest.raises(InvalidEpisodeKey, match=r"invalid (org|episode) id"):
         EpisodeRef(org, episode)
 
 

@@ -23,6 +23,7 @@ from dagster import (
     build_run_status_sensor_context,
     build_sensor_context,
 )
+from dagster._core.storage.tags import RUN_KEY_TAG, SENSOR_NAME_TAG
 
 from episode_pipeline.defs.io_managers.s3 import S3IOManager
 from episode_pipeline.defs.partitions import EPISODES_PARTITION_NAME
@@ -34,7 +35,7 @@ from episode_pipeline.lerobot.sample import SampleSpec, write_sample
 from episode_pipeline.local import aws_resources
 from episode_pipeline.local.stack import StackInfo
 from episode_pipeline.local.upload import upload_episode
-from episode_pipeline.settings import Settings
+from episode_pipeline.settings import Settings, apply_local_stack_env
 
 pytestmark = pytest.mark.integration
 
@@ -111,14 +112,17 @@ def depth(queue: UploadQueue) -> tuple[int, int]:
 
 def execute(instance: DagsterInstance, private: PrivateQueue, run_request: Any) -> Any:
     """Play the daemon: add the partition and run the job in-process with the request's tags."""
+    apply_local_stack_env()  # DB_PASSWORD for the postgres resource's EnvVar, as the runner does
     from episode_pipeline.definitions import EPISODE_JOB_NAME, defs
 
+    sqs_name = sqs.UPLOADS_SENSOR_NAME
     instance.add_dynamic_partitions(EPISODES_PARTITION_NAME, [run_request.partition_key])
     job = defs.resolve_job_def(EPISODE_JOB_NAME)
     return job.execute_in_process(
         partition_key=run_request.partition_key,
         instance=instance,
-        tags=run_request.tags,
+        # What the daemon adds to a sensor's run: the run key and the sensor's name.
+        tags={**run_request.tags, RUN_KEY_TAG: run_request.run_key, SENSOR_NAME_TAG: sqs_name},
         raise_on_error=False,
         resources={
             "storage": private.storage,
@@ -127,7 +131,7 @@ def execute(instance: DagsterInstance, private: PrivateQueue, run_request: Any) 
     )
 
 
-def test_the_sensor_job_name_matches_the_definitions() -> None:
+def test_the_sensor_job_name_matches_the_definitions(stack: StackInfo) -> None:
     from episode_pipeline.definitions import EPISODE_JOB_NAME, defs
 
     assert sqs.EPISODE_JOB_NAME == EPISODE_JOB_NAME

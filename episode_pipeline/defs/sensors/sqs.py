@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from dagster import (
@@ -100,6 +100,11 @@ def run_request_for(handoff: Handoff) -> RunRequest:
     return RunRequest(
         run_key=handoff.run_key, partition_key=handoff.upload.partition_key, tags=run_tags(handoff)
     )
+
+
+def retry_run_key(run_key: str, failed_run_id: str) -> str:
+    """A run key for another attempt at an upload whose run under `run_key` failed."""
+    return f"{run_key}#after-{failed_run_id[:8]}"
 
 
 def receipt_handles_of(tags: Mapping[str, str]) -> list[str]:
@@ -211,8 +216,15 @@ def evaluate_uploads(
                 existing.run_id, with_extra_handles(existing.tags, handoff.receipt_handles)
             )
             context.log.info(f"{handoff.run_key}: handed to in-flight run {existing.run_id}")
-        else:  # failed or canceled: leave it; it comes back with a higher receive count
-            context.log.info(f"{handoff.run_key}: run {existing.run_id} is {existing.status}")
+        else:
+            # Failed or canceled, and this is a fresh event for the same object version (the
+            # robot uploaded the same bytes again, or a late duplicate): a new attempt now.
+            retry = replace(handoff, run_key=retry_run_key(handoff.run_key, existing.run_id))
+            run_requests.append(run_request_for(retry))
+            context.log.info(
+                f"{handoff.run_key}: run {existing.run_id} is {existing.status.value}; "
+                f"requesting {retry.run_key}"
+            )
 
     new_keys = [
         key
