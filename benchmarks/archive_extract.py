@@ -166,6 +166,10 @@ def build_archive(workdir: Path, config: Any) -> tuple[Path, dict[str, Any]]:
                 block = min(remaining, 8 * MiB)
                 handle.write(os.urandom(block))
                 remaining -= block
+    # A long recording's data file beside the sample's short one: what ours has to spool.
+    from benchmarks.common import write_data_parquet
+
+    write_data_parquet(folder / "data/chunk-000/file-001.parquet", config.rows, config.state_dim)
     archive = workdir / "episode.tar.zst"
     members = pack_archive(folder, archive, root_folder=spec.root_folder)
     expanded = sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())

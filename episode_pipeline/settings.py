@@ -21,8 +21,18 @@ STACK_STATE_FILE = "stack.json"
 
 
 def pipeline_home() -> Path:
-    """The one directory holding all local state (database, moto state, Dagster instance)."""
-    return Path(os.environ.get(HOME_ENV, DEFAULT_HOME)).resolve()
+    """The one directory holding all local state (database, moto state, Dagster instance).
+
+    `EPISODE_PIPELINE_HOME`, else the home whose Dagster instance `DAGSTER_HOME` names (so
+    `dagster asset materialize` with the local DAGSTER_HOME works from any directory), else
+    `.episode_pipeline` in the working directory.
+    """
+    if os.environ.get(HOME_ENV):
+        return Path(os.environ[HOME_ENV]).resolve()
+    dagster_home = os.environ.get("DAGSTER_HOME")
+    if dagster_home and (Path(dagster_home).parent / STACK_STATE_FILE).exists():
+        return Path(dagster_home).parent.resolve()
+    return Path(DEFAULT_HOME).resolve()
 
 
 def _flag(value: str | None) -> bool:

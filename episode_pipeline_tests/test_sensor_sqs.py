@@ -17,6 +17,7 @@ import pytest
 from dagster import (
     DagsterEventType,
     DagsterInstance,
+    DagsterRunStatus,
     Definitions,
     SensorResult,
     SkipReason,
@@ -242,7 +243,7 @@ def test_the_heartbeat_keeps_messages_of_queued_runs_in_flight(
     ref = new_ref()
     upload_episode(archive, ref, private.settings)
     (request,) = tick(instance, private.queue).run_requests
-    # A queued run, as the daemon creates it from the request.
+    # A run created from the request but not yet started (as a busy run queue leaves it).
     from episode_pipeline.definitions import EPISODE_JOB_NAME, defs
 
     job = defs.resolve_job_def(EPISODE_JOB_NAME)
@@ -250,7 +251,7 @@ def test_the_heartbeat_keeps_messages_of_queued_runs_in_flight(
     run = instance.create_run_for_job(
         job_def=job,
         tags={**request.tags, "dagster/partition": ref.partition_key},
-        status=_queued(),
+        status=DagsterRunStatus.NOT_STARTED,
     )
     handle = request.tags[sqs.RECEIPT_HANDLE_TAG]
     private.queue.extend_visibility(handle, 0)  # as if the visibility were about to run out
@@ -294,7 +295,23 @@ class _Log:
         self.lines.append(message)
 
 
-def _queued():
-    from dagster import DagsterRunStatus
+def test_a_reupload_after_a_failed_run_is_retried_at_once(
+    private_queue: Callable[..., PrivateQueue],
+    instance: DagsterInstance,
+    archive: Path,
+    s3_client: Any,
+) -> None:
+    private = private_queue()
+    ref = new_ref()
+    key = upload_episode(archive, ref, private.settings)
+    (first,) = tick(instance, private.queue).run_requests
+    s3_client.delete_object(Bucket=private.settings.bucket, Key=key)
+    failed = execute(instance, private, first)
+    assert not failed.success
 
-    return DagsterRunStatus.QUEUED
+    # Same bytes, same ETag, a fresh message (receive count 1): the run key of the failed
+    # attempt would be skipped by Dagster's run-key dedup, so the sensor asks for a new one.
+    upload_episode(archive, ref, private.settings)
+    (retry,) = tick(instance, private.queue).run_requests
+    assert retry.run_key == sqs.retry_run_key(first.run_key, failed.dagster_run.run_id)
+    assert execute(instance, private, retry).success
