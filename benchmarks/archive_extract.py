@@ -8,7 +8,7 @@ Baseline: the conventional worker pipeline "download, zstd, untar" — ``zstd -d
 into a temporary directory, then every extracted file read back (what uploading them does). The
 temp directory's removal is *not* timed, which favours the baseline.
 
-Each side runs in its own child process so its peak RSS (``ru_maxrss``) is its own; the baseline's
+Each side runs in its own child process so its peak RSS (``VmHWM``) is its own; the baseline's
 RSS is the largest of its processes (zstd, tar and the Python reader). Peak temporary disk is
 measured, not computed: allocated blocks of the largest spooled file (ours) and of the whole
 extracted tree (baseline). Both read the archive from the same local file (page cache warm after
@@ -243,8 +243,8 @@ def run(ctx: Any) -> list[Any]:
             better="lower",
             repeats=config.repeats,
             details={
-                "ours": "ru_maxrss of the Python process streaming the archive",
-                "baseline": "largest ru_maxrss of zstd, tar and the Python reader",
+                "ours": "VmHWM of the Python process streaming the archive",
+                "baseline": "largest of zstd, tar (ru_maxrss via wait4) and the reader (VmHWM)",
             },
         ),
     ]

@@ -149,7 +149,7 @@ def _first_line(command: list[str]) -> str | None:
     except (OSError, subprocess.SubprocessError):
         return None
     text = (out.stdout or out.stderr).strip()
-    return text.splitlines()[0] if text else None
+    return text.splitlines()[0].strip("* ") if text else None
 
 
 def _cpu_model() -> str | None:

@@ -6,12 +6,7 @@ Resources come from the environment (production) or from the embedded local stac
 
 from __future__ import annotations
 
-from dagster import (
-    AssetSelection,
-    Definitions,
-    define_asset_job,
-    in_process_executor,
-)
+from dagster import Definitions, in_process_executor
 
 from episode_pipeline.defs.assets.archive import extracted_files, raw_archive
 from episode_pipeline.defs.assets.episode import episode
@@ -20,14 +15,13 @@ from episode_pipeline.defs.assets.metadata import episode_metadata
 from episode_pipeline.defs.checks import EPISODE_CHECKS
 from episode_pipeline.defs.io_managers.postgres import PostgresPolarsIOManager
 from episode_pipeline.defs.io_managers.s3 import S3IOManager
-from episode_pipeline.defs.partitions import episode_partitions
+from episode_pipeline.defs.jobs import episode_job
 from episode_pipeline.defs.resources.postgres import PostgresResource
 from episode_pipeline.defs.resources.storage import EpisodeStorage
 from episode_pipeline.defs.sensors.reconcile import orphaned_runs_sensor
 from episode_pipeline.defs.sensors.run_failure import episode_failed_on_run_failure
+from episode_pipeline.defs.sensors.sqs import UPLOAD_QUEUE_SENSORS, upload_queue_resource
 from episode_pipeline.settings import apply_local_stack_env, load_settings
-
-EPISODE_JOB_NAME = "process_episode"
 
 apply_local_stack_env()
 _settings = load_settings()
@@ -41,13 +35,6 @@ def storage_resource() -> EpisodeStorage:
     return EpisodeStorage.from_settings(_settings)
 
 
-episode_job = define_asset_job(
-    name=EPISODE_JOB_NAME,
-    selection=AssetSelection.assets(extracted_files, frames, episode_metadata, episode),
-    partitions_def=episode_partitions,
-    description="Everything the pipeline makes of one upload, with its checks.",
-)
-
 _postgres = postgres_resource()
 _storage = storage_resource()
 
@@ -55,10 +42,11 @@ defs = Definitions(
     assets=[raw_archive, extracted_files, frames, episode_metadata, episode],
     asset_checks=EPISODE_CHECKS,
     jobs=[episode_job],
-    sensors=[episode_failed_on_run_failure, orphaned_runs_sensor],
+    sensors=[*UPLOAD_QUEUE_SENSORS, episode_failed_on_run_failure, orphaned_runs_sensor],
     resources={
         "postgres": _postgres,
         "storage": _storage,
+        "upload_queue": upload_queue_resource(_settings),
         "s3_io_manager": S3IOManager(storage=_storage),
         "postgres_io_manager": PostgresPolarsIOManager(postgres=_postgres),
     },

@@ -52,7 +52,8 @@ def step_errors(instance: DagsterInstance, run_id: str) -> list[str]:
 def process_episode(ref: EpisodeRef, instance: DagsterInstance | None = None) -> ProcessOutcome:
     """Materialize the episode's partition of the whole graph with its checks."""
     apply_local_stack_env()
-    from episode_pipeline.definitions import EPISODE_JOB_NAME, defs, postgres_resource
+    from episode_pipeline.definitions import defs, postgres_resource
+    from episode_pipeline.defs.jobs import EPISODE_JOB_NAME
     from episode_pipeline.defs.sensors.reconcile import fail_orphaned_runs, in_process_run_tags
     from episode_pipeline.defs.sensors.run_failure import fail_episode_of_run
 

@@ -18,7 +18,6 @@ from dagster import (
     DagsterEventType,
     DagsterInstance,
     DagsterRunStatus,
-    Definitions,
     SensorResult,
     SkipReason,
     build_run_status_sensor_context,
@@ -114,7 +113,8 @@ def depth(queue: UploadQueue) -> tuple[int, int]:
 def execute(instance: DagsterInstance, private: PrivateQueue, run_request: Any) -> Any:
     """Play the daemon: add the partition and run the job in-process with the request's tags."""
     apply_local_stack_env()  # DB_PASSWORD for the postgres resource's EnvVar, as the runner does
-    from episode_pipeline.definitions import EPISODE_JOB_NAME, defs
+    from episode_pipeline.definitions import defs
+    from episode_pipeline.defs.jobs import EPISODE_JOB_NAME
 
     sqs_name = sqs.UPLOADS_SENSOR_NAME
     instance.add_dynamic_partitions(EPISODES_PARTITION_NAME, [run_request.partition_key])
@@ -132,16 +132,13 @@ def execute(instance: DagsterInstance, private: PrivateQueue, run_request: Any) 
     )
 
 
-def test_the_sensor_job_name_matches_the_definitions(stack: StackInfo) -> None:
-    from episode_pipeline.definitions import EPISODE_JOB_NAME, defs
+def test_the_definitions_wire_the_sensor_to_the_episode_job(stack: StackInfo) -> None:
+    from episode_pipeline.definitions import defs
+    from episode_pipeline.defs.jobs import EPISODE_JOB_NAME
 
-    assert sqs.EPISODE_JOB_NAME == EPISODE_JOB_NAME
-    merged = Definitions.merge(
-        defs,
-        Definitions(sensors=sqs.UPLOAD_QUEUE_SENSORS, resources={"upload_queue": UploadQueue()}),
-    )
-    repository = merged.get_repository_def()
+    repository = defs.get_repository_def()
     assert repository.get_sensor_def(sqs.UPLOADS_SENSOR_NAME).job_name == EPISODE_JOB_NAME
+    assert repository.has_job(EPISODE_JOB_NAME)
 
 
 def test_without_a_queue_url_the_sensors_skip(instance: DagsterInstance) -> None:
@@ -244,7 +241,8 @@ def test_the_heartbeat_keeps_messages_of_queued_runs_in_flight(
     upload_episode(archive, ref, private.settings)
     (request,) = tick(instance, private.queue).run_requests
     # A run created from the request but not yet started (as a busy run queue leaves it).
-    from episode_pipeline.definitions import EPISODE_JOB_NAME, defs
+    from episode_pipeline.definitions import defs
+    from episode_pipeline.defs.jobs import EPISODE_JOB_NAME
 
     job = defs.resolve_job_def(EPISODE_JOB_NAME)
     instance.add_dynamic_partitions(EPISODES_PARTITION_NAME, [ref.partition_key])

@@ -22,7 +22,7 @@ from episode_pipeline.local.stack import start_stack
 
 DEMO_ORG = "demo-org"
 WAIT_SECONDS = 600
-SENSOR_NAME = "episode_uploads_sensor"
+SENSOR_NAME = "episode_uploads"
 
 
 def demo_samples() -> dict[str, SampleSpec]:
@@ -78,7 +78,7 @@ def run_demo() -> int:
     apply_local_stack_env()
     if not _sensor_available():
         print(
-            "demo: the SQS sensor (episode_uploads_sensor) is not built yet, so uploads cannot "
+            "demo: the SQS sensor (episode_uploads) is not built yet, so uploads cannot "
             "reach Dagster on their own. Process an upload by hand instead:\n"
             "  episode-pipeline upload ARCHIVE --org ORG --episode EP\n"
             "  episode-pipeline process ORG/EP",
@@ -118,7 +118,7 @@ def run_demo() -> int:
     print(
         "\nSee it in the Dagster UI: `episode-pipeline dev`, then http://127.0.0.1:3000 —\n"
         "  Assets → episode (one partition per episode, with its checks and metadata),\n"
-        "  Runs (one per upload, tagged org=demo-org), Automation → episode_uploads_sensor.\n"
+        "  Runs (one per upload, tagged org=demo-org), Automation → episode_uploads.\n"
         f"Daemon log: {Path(info.home) / 'demo-daemon.log'}"
     )
     failed = [ref for ref, status in statuses.items() if status != "processed"]

@@ -36,6 +36,7 @@ from dagster import (
 )
 from dagster._core.storage.tags import RUN_KEY_TAG, SENSOR_NAME_TAG
 
+from episode_pipeline.defs.jobs import EPISODE_JOB_NAME
 from episode_pipeline.defs.partitions import EPISODES_PARTITION_NAME, episode_partitions
 from episode_pipeline.defs.resources.queue import UploadQueue
 from episode_pipeline.events import (
@@ -49,8 +50,6 @@ from episode_pipeline.events import (
 )
 from episode_pipeline.settings import Settings
 
-# Must equal definitions.EPISODE_JOB_NAME (definitions imports this module; a test checks it).
-EPISODE_JOB_NAME = "process_episode"
 UPLOADS_SENSOR_NAME = "episode_uploads"
 
 ORG_TAG = "org"  # the run queue's per-org concurrency limit reads it
