@@ -258,7 +258,9 @@ class ArchiveReader:
         )
         buffered = io.BufferedReader(self._counter, buffer_size=self._read_size)
         try:
-            tar = tarfile.open(fileobj=buffered, mode="r|")  # noqa: SIM115 - the with below closes it
+            # Stream mode reads in `bufsize` blocks: tarfile's 10 KiB default caps throughput at
+            # ~0.5 GB/s, 1 MiB reaches ~2.8 GB/s (benchmarks/, archive_extraction).
+            tar = tarfile.open(fileobj=buffered, mode="r|", bufsize=self._read_size)  # noqa: SIM115
         except (tarfile.TarError, EOFError) as error:
             raise CorruptArchive(f"{self.name}: not a readable tar stream: {error}") from error
         with tar:
