@@ -4,16 +4,21 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
+from dataclasses import replace
 
 import psycopg
 import pytest
+from dagster import DagsterResourceFunctionError, asset, materialize
 
+from episode_pipeline.db.connection import connect
 from episode_pipeline.db.schema_check import (
     REQUIRED_COLUMNS,
     SchemaMismatch,
     check_schema,
     missing_columns,
 )
+from episode_pipeline.defs.resources.postgres import PostgresResource
+from episode_pipeline.settings import load_settings
 
 
 def test_missing_columns_lists_absent_tables_and_columns() -> None:
@@ -81,3 +86,27 @@ def test_incomplete_schema_names_every_missing_column(
     assert incomplete_schema in message
     for name in expected:
         assert name in message
+
+
+@pytest.mark.integration
+def test_a_run_fails_at_start_naming_the_missing_columns(db_conn: psycopg.Connection) -> None:
+    """A production database that misses a migration: the run stops before writing anything."""
+    settings = load_settings().database
+    database = f"app_{uuid.uuid4().hex[:8]}"
+    db_conn.execute(f"CREATE DATABASE {database}")
+    try:
+        with connect(replace(settings, name=database), autocommit=True) as app:
+            app.execute("CREATE TABLE episodes (id text PRIMARY KEY, org_id text, status text)")
+        postgres = PostgresResource.from_settings(replace(settings, name=database))
+
+        @asset(required_resource_keys={"postgres"})
+        def uses_the_database() -> None:
+            raise AssertionError("must not run against an incomplete schema")
+
+        with pytest.raises(DagsterResourceFunctionError) as error:
+            materialize([uses_the_database], resources={"postgres": postgres})
+        cause = error.value.__cause__
+        assert isinstance(cause, SchemaMismatch)
+        assert {"episodes.fps", "frames.action"} <= set(cause.missing)
+    finally:
+        db_conn.execute(f"DROP DATABASE {database} WITH (FORCE)")

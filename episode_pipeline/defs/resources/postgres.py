@@ -12,10 +12,11 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 import psycopg
-from dagster import ConfigurableResource, EnvVar
+from dagster import ConfigurableResource, EnvVar, InitResourceContext
 from pydantic import Field
 
 from episode_pipeline.db.connection import connect as db_connect
+from episode_pipeline.db.schema_check import check_schema
 from episode_pipeline.settings import DatabaseSettings
 
 PASSWORD_ENV = "DB_PASSWORD"
@@ -45,6 +46,12 @@ class PostgresResource(ConfigurableResource):
         default=False, description="Connect with an RDS IAM token (DB_IAM_AUTH)."
     )
     region: str = Field(default="us-west-2", description="AWS region for the IAM token.")
+    check_schema_on_start: bool = Field(
+        default=True,
+        description="Before a run uses the database, check that every table and column the "
+        "pipeline writes exists (in production the application owns the schema) and fail "
+        "with the missing `table.column` names.",
+    )
 
     @classmethod
     def from_settings(
@@ -80,6 +87,11 @@ class PostgresResource(ConfigurableResource):
             iam_auth=self.iam_auth,
             region=self.region,
         )
+
+    def setup_for_execution(self, context: InitResourceContext) -> None:
+        if self.check_schema_on_start:
+            with self.connect() as conn:
+                check_schema(conn)
 
     @contextmanager
     def connect(self, *, autocommit: bool = False) -> Iterator[psycopg.Connection]:

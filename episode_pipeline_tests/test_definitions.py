@@ -1,0 +1,36 @@
+"""The code location loads, as Dagster's own tooling sees it."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.integration
+
+
+def test_definitions_load_with_the_whole_graph(stack):
+    from episode_pipeline.definitions import defs
+
+    repository = defs.get_repository_def()
+    assets = {key.to_user_string() for key in defs.resolve_asset_graph().get_all_asset_keys()}
+    assert {"raw_archive", "extracted_files", "frames", "episode_metadata", "episode"} <= assets
+    assert repository.has_job("process_episode")
+    sensors = {sensor.name for sensor in repository.sensor_defs}
+    assert {"episode_uploads", "episode_failed_on_run_failure", "orphaned_runs"} <= sensors
+    checks = {key.name for key in defs.resolve_asset_graph().asset_check_keys}
+    assert "frames_match_parquet_rows" in checks
+
+
+def test_dg_check_defs_passes_against_the_local_instance(stack):
+    dg = Path(sys.executable).parent / "dg"
+    result = subprocess.run(
+        [str(dg), "check", "defs"],
+        cwd=Path(__file__).parents[1],
+        env={**os.environ, "DAGSTER_HOME": stack.dagster_home},
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "All definitions loaded successfully" in result.stdout + result.stderr
