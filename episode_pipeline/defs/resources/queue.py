@@ -8,17 +8,13 @@ locally the endpoint is the moto server, on AWS the task role signs.
 
 from __future__ import annotations
 
-import os
-import threading
 from collections.abc import Sequence
 from typing import Any
 
-import boto3
-from botocore.config import Config
 from botocore.exceptions import ClientError
-from dagster import ConfigurableResource, EnvVar
-from pydantic import Field, PrivateAttr
+from pydantic import Field
 
+from episode_pipeline.defs.resources.aws import AwsClientResource, aws_fields
 from episode_pipeline.events import RECEIVE_COUNT_ATTRIBUTE
 from episode_pipeline.settings import Settings
 
@@ -47,74 +43,35 @@ def is_gone_error(error: ClientError) -> bool:
     return str(error.response.get("Error", {}).get("Code", "")) in GONE_ERROR_CODES
 
 
-class UploadQueue(ConfigurableResource):
+class UploadQueue(AwsClientResource):
     """The SQS queue the data bucket notifies about uploaded archives (SQS_QUEUE_URL)."""
 
     queue_url: str | None = Field(
         default=None, description="SQS_QUEUE_URL; None leaves the upload sensors idle."
     )
-    region: str = Field(default="us-west-2")
-    endpoint_url: str | None = Field(
-        default=None, description="SQS endpoint; the moto server locally, None on AWS."
-    )
-    access_key_id: str | None = Field(
-        default=None, description="Only for moto locally; on AWS the task role supplies keys."
-    )
-    secret_access_key: str | None = Field(default=None, description="Secret; moto locally only.")
     visibility_timeout_seconds: int = Field(
         default=DEFAULT_VISIBILITY_SECONDS,
         description="How long a heartbeat keeps a message in flight (the queue's own timeout).",
     )
 
-    _client: Any = PrivateAttr(default=None)
-    _lock: Any = PrivateAttr(default_factory=threading.Lock)
-
     @classmethod
     def from_settings(cls, settings: Settings) -> UploadQueue:
-        """Build from `load_settings()`; a secret key taken from the environment stays an EnvVar."""
-        secret: str | None = settings.aws_secret_access_key
-        if secret is not None and os.environ.get("AWS_SECRET_ACCESS_KEY") == secret:
-            secret = EnvVar("AWS_SECRET_ACCESS_KEY")
-        return cls(
-            queue_url=settings.sqs_queue_url,
-            region=settings.aws_region,
-            endpoint_url=settings.aws_endpoint_url,
-            access_key_id=settings.aws_access_key_id,
-            secret_access_key=secret,
-        )
+        return cls(queue_url=settings.sqs_queue_url, **aws_fields(settings))
 
     @property
     def configured(self) -> bool:
         return bool(self.queue_url)
 
-    # -- client ---------------------------------------------------------------------------------
+    def _service_name(self) -> str:
+        return "sqs"
 
-    @property
-    def client(self) -> Any:
-        """The cached boto3 SQS client (created once, on first use, under a lock)."""
-        if self._client is None:
-            with self._lock:
-                if self._client is None:
-                    self._client = self._make_client()
-        return self._client
-
-    def _make_client(self) -> Any:
-        secret = self.secret_access_key
-        if isinstance(secret, EnvVar):  # read outside a Dagster run: resolve it ourselves
-            secret = secret.get_value()
+    def _client_config(self) -> dict[str, Any]:
         # Short timeouts: a sensor tick must finish well inside the 60 s gRPC limit.
-        config = Config(
-            region_name=self.region,
-            retries={"mode": "standard", "max_attempts": 3},
-            connect_timeout=5,
-            read_timeout=30,
-        )
-        session = boto3.session.Session(
-            aws_access_key_id=self.access_key_id,
-            aws_secret_access_key=secret,
-            region_name=self.region,
-        )
-        return session.client("sqs", endpoint_url=self.endpoint_url, config=config)
+        return {
+            "retries": {"mode": "standard", "max_attempts": 3},
+            "connect_timeout": 5,
+            "read_timeout": 30,
+        }
 
     def _url(self) -> str:
         if not self.queue_url:

@@ -11,7 +11,6 @@ import hashlib
 import math
 import mimetypes
 import os
-import threading
 from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -19,14 +18,12 @@ from datetime import datetime
 from pathlib import Path
 from typing import IO, Any
 
-import boto3
 from boto3.s3.transfer import TransferConfig
-from botocore.config import Config
 from botocore.exceptions import ClientError
 from botocore.response import StreamingBody
-from dagster import ConfigurableResource, EnvVar
-from pydantic import Field, PrivateAttr
+from pydantic import Field
 
+from episode_pipeline.defs.resources.aws import AwsClientResource, aws_fields
 from episode_pipeline.settings import Settings
 
 MiB = 1024 * 1024
@@ -134,64 +131,25 @@ def transfer_config(size: int | None = None) -> TransferConfig:
     )
 
 
-class EpisodeStorage(ConfigurableResource):
+class EpisodeStorage(AwsClientResource):
     """The data bucket: uploads, downloads, listings and deletes under episode prefixes."""
 
     bucket: str = Field(description="The data bucket (DATA_BUCKET).")
-    region: str = Field(default="us-west-2")
-    endpoint_url: str | None = Field(
-        default=None, description="S3 endpoint; the moto server locally, None on AWS."
-    )
-    access_key_id: str | None = Field(
-        default=None, description="Only for moto locally; on AWS the task role supplies keys."
-    )
-    secret_access_key: str | None = Field(default=None, description="Secret; moto locally only.")
-
-    _client: Any = PrivateAttr(default=None)
-    _lock: Any = PrivateAttr(default_factory=threading.Lock)
 
     @classmethod
     def from_settings(cls, settings: Settings) -> EpisodeStorage:
-        """Build from `load_settings()`; a secret key taken from the environment stays an EnvVar."""
-        secret: str | None = settings.aws_secret_access_key
-        if secret is not None and os.environ.get("AWS_SECRET_ACCESS_KEY") == secret:
-            secret = EnvVar("AWS_SECRET_ACCESS_KEY")
-        return cls(
-            bucket=settings.bucket,
-            region=settings.aws_region,
-            endpoint_url=settings.aws_endpoint_url,
-            access_key_id=settings.aws_access_key_id,
-            secret_access_key=secret,
-        )
+        return cls(bucket=settings.bucket, **aws_fields(settings))
 
-    # -- client ---------------------------------------------------------------------------------
+    def _service_name(self) -> str:
+        return "s3"
 
-    @property
-    def client(self) -> Any:
-        """The cached boto3 S3 client (created once, on first use, under a lock)."""
-        if self._client is None:
-            with self._lock:
-                if self._client is None:
-                    self._client = self._make_client()
-        return self._client
-
-    def _make_client(self) -> Any:
-        secret = self.secret_access_key
-        if isinstance(secret, EnvVar):  # read outside a Dagster run: resolve it ourselves
-            secret = secret.get_value()
-        config = Config(
-            region_name=self.region,
-            retries={"mode": "standard", "max_attempts": 5},
-            max_pool_connections=MAX_POOL_CONNECTIONS,
+    def _client_config(self) -> dict[str, Any]:
+        return {
+            "retries": {"mode": "standard", "max_attempts": 5},
+            "max_pool_connections": MAX_POOL_CONNECTIONS,
             # moto and S3 both accept path-style; virtual hosts do not resolve against localhost.
-            s3={"addressing_style": "path"} if self.endpoint_url else None,
-        )
-        session = boto3.session.Session(
-            aws_access_key_id=self.access_key_id,
-            aws_secret_access_key=secret,
-            region_name=self.region,
-        )
-        return session.client("s3", endpoint_url=self.endpoint_url, config=config)
+            "s3": {"addressing_style": "path"} if self.endpoint_url else None,
+        }
 
     def uri(self, key: str) -> str:
         return f"s3://{self.bucket}/{key}"
