@@ -112,6 +112,33 @@ def median(values: list[float]) -> float:
     return statistics.median(values)
 
 
+def rows_per_second_result(
+    stage: str,
+    rows: int,
+    ours_s: list[float],
+    base_s: list[float],
+    *,
+    repeats: int,
+    details: dict[str, Any],
+) -> Result:
+    """A rows/s comparison from the seconds each side took for the same `rows`."""
+    return Result(
+        stage=stage,
+        metric="rows_per_second",
+        ours=round(rows / median(ours_s)),
+        baseline=round(rows / median(base_s)),
+        unit="rows/s",
+        better="higher",
+        repeats=repeats,
+        details={
+            "rows": rows,
+            **details,
+            "ours_seconds": [round(s, 4) for s in ours_s],
+            "baseline_seconds": [round(s, 4) for s in base_s],
+        },
+    )
+
+
 def write_data_parquet(path: Path, rows: int, state_dim: int, *, seed: int = 0) -> Path:
     """A LeRobot v3.0 data parquet (the column types lerobot writes) with `rows` frames."""
     rng = np.random.default_rng(seed)

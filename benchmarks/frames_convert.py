@@ -15,7 +15,14 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
-from benchmarks.common import BenchContext, Result, median, median_of, timed, write_data_parquet
+from benchmarks.common import (
+    BenchContext,
+    Result,
+    median_of,
+    rows_per_second_result,
+    timed,
+    write_data_parquet,
+)
 from episode_pipeline.lerobot.frames import frames_table
 
 NAME = "frame_conversion"
@@ -68,23 +75,13 @@ def run(ctx: BenchContext) -> list[Result]:
         lambda: timed(lambda: frames_table(path, path=str(path))),
         lambda: timed(lambda: baseline_rows(path)),
     )
-    rows = config.rows
+    details = {
+        "state_dim": config.state_dim,
+        "parquet_bytes": path.stat().st_size,
+        "baseline": "pyarrow to_pylist + per-row json.dumps",
+    }
     return [
-        Result(
-            stage=NAME,
-            metric="rows_per_second",
-            ours=round(rows / median(ours_s)),
-            baseline=round(rows / median(base_s)),
-            unit="rows/s",
-            better="higher",
-            repeats=config.repeats,
-            details={
-                "rows": rows,
-                "state_dim": config.state_dim,
-                "parquet_bytes": path.stat().st_size,
-                "ours_seconds": [round(s, 4) for s in ours_s],
-                "baseline_seconds": [round(s, 4) for s in base_s],
-                "baseline": "pyarrow to_pylist + per-row json.dumps",
-            },
+        rows_per_second_result(
+            NAME, config.rows, ours_s, base_s, repeats=config.repeats, details=details
         )
     ]

@@ -16,7 +16,14 @@ from typing import Any
 
 import polars as pl
 
-from benchmarks.common import BenchContext, Result, median, median_of, timed, write_data_parquet
+from benchmarks.common import (
+    BenchContext,
+    Result,
+    median_of,
+    rows_per_second_result,
+    timed,
+    write_data_parquet,
+)
 from episode_pipeline.defs.io_managers.postgres import PostgresPolarsIOManager
 from episode_pipeline.defs.resources.postgres import PostgresResource
 from episode_pipeline.lerobot.frames import frames_table
@@ -105,24 +112,14 @@ def run(ctx: BenchContext) -> list[Result]:
     finally:
         with postgres.transaction() as conn:
             conn.execute("DELETE FROM episodes WHERE id = %s", (episode_id,))  # cascades
-    rows = frame.height
+    details = {
+        "state_dim": config.state_dim,
+        "ours": "PostgresPolarsIOManager.replace: DELETE + COPY (CSV), one transaction",
+        "baseline": f"DELETE + INSERT … VALUES in batches of {BATCH_ROWS}, one transaction",
+        "same_rows_md5": ours_print[1],
+    }
     return [
-        Result(
-            stage=NAME,
-            metric="rows_per_second",
-            ours=round(rows / median(ours_s)),
-            baseline=round(rows / median(base_s)),
-            unit="rows/s",
-            better="higher",
-            repeats=config.repeats,
-            details={
-                "rows": rows,
-                "state_dim": config.state_dim,
-                "ours": "PostgresPolarsIOManager.replace: DELETE + COPY (CSV), one transaction",
-                "baseline": f"DELETE + INSERT … VALUES in batches of {BATCH_ROWS}, one transaction",
-                "ours_seconds": [round(s, 4) for s in ours_s],
-                "baseline_seconds": [round(s, 4) for s in base_s],
-                "same_rows_md5": ours_print[1],
-            },
+        rows_per_second_result(
+            NAME, frame.height, ours_s, base_s, repeats=config.repeats, details=details
         )
     ]
