@@ -1,0 +1,98 @@
+"""Parse an HLS media playlist (with the `m3u8` package) and check it against the contract.
+
+The checks run twice: in the transcode before anything is uploaded, and in the asset check on
+what S3 holds afterwards. Both call `check_playlist` with the segment names that exist.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Collection
+from dataclasses import dataclass, field
+
+import m3u8
+
+from episode_pipeline.video.hls import SEGMENT_SECONDS
+
+# FFmpeg's EXTINF carries the real keyframe distance, e.g. 4.004 s at 29.97 fps.
+DURATION_TOLERANCE = 0.1
+
+
+class PlaylistError(ValueError):
+    """The text is not an HLS media playlist."""
+
+
+@dataclass(frozen=True)
+class Segment:
+    uri: str
+    duration: float
+
+
+@dataclass(frozen=True)
+class Playlist:
+    target_duration: int | None
+    endlist: bool
+    playlist_type: str | None
+    segments: list[Segment] = field(default_factory=list)
+
+    @property
+    def seconds(self) -> float:
+        return sum(s.duration for s in self.segments)
+
+
+def parse_playlist(text: str, source: str = "playlist.m3u8") -> Playlist:
+    """A media playlist's target duration, ENDLIST, type and segments; master playlists fail."""
+    if not text.lstrip().startswith("#EXTM3U"):
+        raise PlaylistError(f"{source}: not an HLS playlist (no #EXTM3U header)")
+    try:
+        parsed = m3u8.loads(text)
+    except Exception as error:  # the parser raises bare ValueError/IndexError on bad tags
+        raise PlaylistError(f"{source}: cannot parse ({error})") from error
+    if parsed.is_variant:
+        raise PlaylistError(f"{source}: a master playlist, expected a media playlist")
+    return Playlist(
+        target_duration=parsed.target_duration,
+        endlist=bool(parsed.is_endlist),
+        playlist_type=(parsed.playlist_type or None),
+        segments=[Segment(uri=s.uri, duration=float(s.duration or 0)) for s in parsed.segments],
+    )
+
+
+def check_playlist(
+    playlist: Playlist,
+    existing: Collection[str],
+    segment_seconds: int = SEGMENT_SECONDS,
+    tolerance: float = DURATION_TOLERANCE,
+) -> list[str]:
+    """What is wrong with `playlist` (empty when nothing): `existing` are the segment names present.
+
+    Target duration ≤ `segment_seconds` (FFmpeg rounds it to an integer), ENDLIST present (a VOD
+    rendition is complete), every segment relative, present, non-empty in time, and no segment
+    but the last shorter than... no: no segment longer than `segment_seconds` + `tolerance`.
+    """
+    problems = []
+    if playlist.target_duration is None:
+        problems.append("no #EXT-X-TARGETDURATION")
+    elif playlist.target_duration > math.ceil(segment_seconds + tolerance) - (
+        1 if tolerance < 1 else 0
+    ):
+        problems.append(f"target duration {playlist.target_duration} > {segment_seconds} s")
+    if not playlist.endlist:
+        problems.append("no #EXT-X-ENDLIST (playlist incomplete)")
+    if playlist.playlist_type and playlist.playlist_type.upper() != "VOD":
+        problems.append(f"playlist type {playlist.playlist_type}, expected VOD")
+    if not playlist.segments:
+        problems.append("no segments")
+    present = set(existing)
+    for index, segment in enumerate(playlist.segments):
+        if "/" in segment.uri or segment.uri.startswith("."):
+            problems.append(f"segment {segment.uri!r} is not a plain name beside the playlist")
+        elif segment.uri not in present:
+            problems.append(f"segment {segment.uri} is missing")
+        if segment.duration <= 0:
+            problems.append(f"segment {segment.uri} has duration {segment.duration}")
+        if segment.duration > segment_seconds + tolerance:
+            problems.append(
+                f"segment {segment.uri} lasts {segment.duration:.3f} s > {segment_seconds} s"
+            )
+    return problems
