@@ -114,7 +114,9 @@ def ffmpeg_command(
         filters.append(f"fps={out.fps:g}")
     filters += ["setsar=1", "format=yuv420p"]
     output_dir = Path(output_dir)
-    input_args = ["-f", "concat", "-safe", "0", "-i", str(source)] if concat else ["-i", str(source)]
+    input_args = (
+        ["-f", "concat", "-safe", "0", "-i", str(source)] if concat else ["-i", str(source)]
+    )
     audio = (
         ["-map", "0:a:0", "-c:a", "aac", "-b:a", f"{settings.audio_kbit}k", "-ac", "2"]
         if has_audio

@@ -1,0 +1,163 @@
+"""Where the FFmpeg work runs: a local subprocess or an ECS task, both through Dagster Pipes.
+
+The run worker stays small (1 vCPU / 2 GB) while the transcode gets its own task (2 vCPU / 4 GB,
+infra/ecs.tf). Both modes run the same program, `python -m episode_pipeline.transcode`, send it a
+`TranscodeJob` as Pipes extras and get its `TranscodeResult` back as a custom message:
+
+- `subprocess` (laptop, tests): `PipesSubprocessClient`, the child inherits this environment;
+- `ecs` (production): `PipesECSClient` runs the `TRANSCODE_TASK_DEFINITION` task on
+  `ECS_CLUSTER` (Fargate, private subnets, no public IP) and reads the Pipes messages from the
+  container's CloudWatch log stream (the task definition's `awslogs` driver with a stream prefix).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Mapping
+from typing import Any, Literal
+
+import boto3
+from botocore.config import Config
+from dagster import AssetExecutionContext, ConfigurableResource, PipesSubprocessClient
+from pydantic import Field
+
+from episode_pipeline.transcode.job import TranscodeJob, TranscodeResult, find_result
+
+SUBPROCESS = "subprocess"
+ECS = "ecs"
+TRANSCODE_MODULE = "episode_pipeline.transcode"
+# What `from_env` reads (infra/ecs.tf sets them on every container).
+ECS_ENV = (
+    "ECS_CLUSTER",
+    "ECS_SUBNETS",
+    "ECS_SECURITY_GROUPS",
+    "TRANSCODE_TASK_DEFINITION",
+    "TRANSCODE_CONTAINER_NAME",
+)
+
+
+class TranscodeFailed(RuntimeError):
+    """The external process ended without reporting a result."""
+
+
+def _split(value: str | None) -> list[str]:
+    return [item.strip() for item in (value or "").split(",") if item.strip()]
+
+
+class HlsTranscoder(ConfigurableResource):
+    """Runs one camera's transcode as an external process and returns its result."""
+
+    mode: Literal["subprocess", "ecs"] = Field(
+        default=SUBPROCESS, description="`subprocess` locally, `ecs` in production."
+    )
+    python_executable: str | None = Field(
+        default=None, description="subprocess mode: the interpreter (default: this one)."
+    )
+    ecs_cluster: str | None = Field(default=None, description="ECS_CLUSTER")
+    ecs_subnets: list[str] = Field(default_factory=list, description="ECS_SUBNETS")
+    ecs_security_groups: list[str] = Field(default_factory=list, description="ECS_SECURITY_GROUPS")
+    task_definition: str | None = Field(default=None, description="TRANSCODE_TASK_DEFINITION")
+    container_name: str = Field(default="transcode", description="TRANSCODE_CONTAINER_NAME")
+    region: str = Field(default="us-west-2")
+    endpoint_url: str | None = Field(
+        default=None, description="ECS/CloudWatch Logs endpoint: moto locally, None on AWS."
+    )
+    poll_seconds: int = Field(default=6, description="ecs mode: seconds between task polls.")
+    preset: str = Field(default="veryfast", description="x264 preset (platform-notes timings).")
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> HlsTranscoder:
+        """ECS mode when TRANSCODE_TASK_DEFINITION is set (production), else a subprocess."""
+        env = os.environ if env is None else env
+        region = env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or "us-west-2"
+        if not env.get("TRANSCODE_TASK_DEFINITION"):
+            return cls(mode=SUBPROCESS, region=region)
+        missing = [name for name in ("ECS_CLUSTER", "ECS_SUBNETS") if not env.get(name)]
+        if missing:
+            raise RuntimeError(
+                f"TRANSCODE_TASK_DEFINITION is set but {', '.join(missing)} is not: the ECS "
+                "transcode needs a cluster and subnets"
+            )
+        return cls(
+            mode=ECS,
+            ecs_cluster=env["ECS_CLUSTER"],
+            ecs_subnets=_split(env.get("ECS_SUBNETS")),
+            ecs_security_groups=_split(env.get("ECS_SECURITY_GROUPS")),
+            task_definition=env["TRANSCODE_TASK_DEFINITION"],
+            container_name=env.get("TRANSCODE_CONTAINER_NAME") or "transcode",
+            region=region,
+            endpoint_url=env.get("AWS_ENDPOINT_URL") or None,
+        )
+
+    # -- clients (tests override these to play the container) ---------------------------------
+
+    def _boto_client(self, service: str) -> Any:
+        return boto3.client(
+            service,
+            region_name=self.region,
+            endpoint_url=self.endpoint_url,
+            config=Config(retries={"mode": "standard", "max_attempts": 5}),
+        )
+
+    def ecs_client(self) -> Any:
+        return self._boto_client("ecs")
+
+    def logs_client(self) -> Any:
+        return self._boto_client("logs")
+
+    # -- running --------------------------------------------------------------------------------
+
+    def run_task_params(self) -> dict[str, Any]:
+        """The `run_task` request for one transcode (PipesECSClient adds env and tags)."""
+        if not self.task_definition or not self.ecs_cluster or not self.ecs_subnets:
+            raise RuntimeError(
+                "HlsTranscoder(mode='ecs') needs task_definition, ecs_cluster and ecs_subnets "
+                "(TRANSCODE_TASK_DEFINITION, ECS_CLUSTER, ECS_SUBNETS)"
+            )
+        network: dict[str, Any] = {"subnets": self.ecs_subnets, "assignPublicIp": "DISABLED"}
+        if self.ecs_security_groups:
+            network["securityGroups"] = self.ecs_security_groups
+        return {
+            "cluster": self.ecs_cluster,
+            "taskDefinition": self.task_definition,
+            "launchType": "FARGATE",
+            "count": 1,
+            "networkConfiguration": {"awsvpcConfiguration": network},
+            "overrides": {"containerOverrides": [{"name": self.container_name}]},
+        }
+
+    def _run(self, context: AssetExecutionContext, extras: dict[str, Any]) -> list[Any]:
+        if self.mode == SUBPROCESS:
+            invocation = PipesSubprocessClient().run(
+                context=context,
+                command=[self.python_executable or sys.executable, "-m", TRANSCODE_MODULE],
+                extras=extras,
+            )
+            return list(invocation.get_custom_messages())
+        from dagster_aws.pipes import PipesCloudWatchMessageReader, PipesECSClient
+        from dagster_aws.pipes.clients.ecs import WaiterConfig
+
+        # A new client per task: the CloudWatch reader keeps per-session state (stream, start).
+        client = PipesECSClient(
+            client=self.ecs_client(),
+            message_reader=PipesCloudWatchMessageReader(client=self.logs_client()),
+        )
+        invocation = client.run(
+            context=context,
+            run_task_params=self.run_task_params(),  # type: ignore[arg-type]
+            extras=extras,
+            pipes_container_name=self.container_name,
+            waiter_config=WaiterConfig(Delay=self.poll_seconds, MaxAttempts=24 * 3600),
+        )
+        return list(invocation.get_custom_messages())
+
+    def transcode(self, context: AssetExecutionContext, job: TranscodeJob) -> TranscodeResult:
+        """Run the job in the configured place; raises when the process fails or reports nothing."""
+        messages = self._run(context, job.to_extras())
+        result = find_result(messages)
+        if result is None:
+            raise TranscodeFailed(
+                f"transcode of camera {job.camera} ({self.mode}) ended without reporting a result"
+            )
+        return result

@@ -1,0 +1,190 @@
+"""The transcode program: one camera's mp4s from S3 → FFmpeg → checked HLS rendition → S3.
+
+Runs as `python -m episode_pipeline.transcode` under Dagster Pipes: the job comes in the Pipes
+extras, the result goes back as one custom message. The bucket is in the job; the S3 endpoint and
+credentials come from the environment (the moto server locally; the task role on AWS).
+
+Outcomes:
+- a source that cannot be downloaded or probed, or FFmpeg failing on the camera's sources, is a
+  *reported* failure: the result lists it, the camera's old rendition is removed (what S3 holds
+  always matches the latest run) and the program exits 0 — the seed logs video errors and still
+  marks the episode processed;
+- anything that stops the program from doing or reporting its job (bad extras, S3 errors while
+  uploading) raises: Pipes reports the exception and the process exits non-zero.
+
+Upload order: stale objects under the prefix are deleted, then the segments go up in parallel,
+then the playlist last, so a reader never sees a playlist whose segments are missing.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from episode_pipeline.defs.resources.storage import EpisodeStorage
+from episode_pipeline.transcode.job import FailedVideo, SourceVideo, TranscodeJob, TranscodeResult
+from episode_pipeline.video.hls import (
+    PLAYLIST_NAME,
+    EncodeSettings,
+    concat_list,
+    ffmpeg_command,
+    fit_level_30,
+)
+from episode_pipeline.video.playlist import PlaylistError, check_playlist, parse_playlist
+from episode_pipeline.video.probe import ProbeError, probe
+
+STDERR_TAIL = 2000
+UPLOAD_WORKERS = 8
+
+Log = Callable[[str], Any]
+
+
+class TranscodeError(RuntimeError):
+    """FFmpeg failed, or wrote a rendition that breaks the contract."""
+
+
+def ffmpeg_exe() -> str:
+    import imageio_ffmpeg
+
+    return imageio_ffmpeg.get_ffmpeg_exe()
+
+
+def storage_from_env(bucket: str) -> EpisodeStorage:
+    """S3 for the job's bucket; endpoint and keys only when the environment sets them (moto)."""
+    env = os.environ
+    return EpisodeStorage(
+        bucket=bucket,
+        region=env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or "us-west-2",
+        endpoint_url=env.get("AWS_ENDPOINT_URL") or None,
+        access_key_id=env.get("AWS_ACCESS_KEY_ID") or None,
+        secret_access_key=env.get("AWS_SECRET_ACCESS_KEY") or None,
+    )
+
+
+def fetch_sources(
+    job: TranscodeJob, storage: EpisodeStorage, workdir: Path, log: Log
+) -> tuple[list[tuple[Path, SourceVideo]], list[FailedVideo]]:
+    """Download and probe each source; unreadable ones are failures, the rest keep their order."""
+    usable: list[tuple[Path, SourceVideo]] = []
+    failed: list[FailedVideo] = []
+    for index, key in enumerate(job.sources):
+        local = workdir / f"source_{index:04d}.mp4"
+        try:
+            storage.download_file(key, local)
+            probed = probe(local)
+            if probed.duration_ms <= 0 or probed.frames <= 0:
+                raise ProbeError(f"{local}: no frames")
+        except Exception as error:
+            detail = str(error).replace(f"{local}: ", "") or type(error).__name__
+            message = f"s3://{job.bucket}/{key}: {detail}"
+            log(f"skipping {message}")
+            failed.append(FailedVideo(key=key, error=message))
+            continue
+        usable.append((local, SourceVideo(key=key, probe=probed)))
+    return usable, failed
+
+
+def encode(
+    job: TranscodeJob, sources: list[tuple[Path, SourceVideo]], workdir: Path
+) -> tuple[Path, float]:
+    """Run FFmpeg into `workdir/hls`; returns the folder and FFmpeg's wall time."""
+    out_dir = workdir / "hls"
+    out_dir.mkdir()
+    first = sources[0][1].probe
+    if len(sources) > 1:
+        listing = workdir / "sources.ffconcat"
+        listing.write_text(concat_list([path.name for path, _ in sources]))
+        source, concat = listing, True
+    else:
+        source, concat = sources[0][0], False
+    command = ffmpeg_command(
+        ffmpeg_exe(),
+        source,
+        out_dir,
+        width=first.width,
+        height=first.height,
+        fps=first.fps,
+        has_audio=all(s.probe.has_audio for _, s in sources),
+        concat=concat,
+        settings=EncodeSettings(segment_seconds=job.segment_seconds, preset=job.preset),
+    )
+    started = time.monotonic()
+    done = subprocess.run(command, capture_output=True, text=True, check=False)
+    elapsed = time.monotonic() - started
+    if done.returncode != 0:
+        raise TranscodeError(
+            f"ffmpeg exited {done.returncode} for camera {job.camera}: "
+            f"{done.stderr.strip()[-STDERR_TAIL:]}"
+        )
+    return out_dir, elapsed
+
+
+def run_job(job: TranscodeJob, storage: EpisodeStorage, workdir: Path, log: Log) -> TranscodeResult:
+    """Do the whole job in `workdir`; see the module docstring for what fails how."""
+    sources, failed = fetch_sources(job, storage, workdir, log)
+    if sources:
+        try:
+            out_dir, ffmpeg_seconds = encode(job, sources, workdir)
+            playlist_path = out_dir / PLAYLIST_NAME
+            playlist = parse_playlist(playlist_path.read_text(), source=str(playlist_path))
+            problems = check_playlist(
+                playlist, os.listdir(out_dir), segment_seconds=job.segment_seconds
+            )
+            if problems:
+                raise TranscodeError(f"camera {job.camera}: bad playlist: {'; '.join(problems)}")
+        except (TranscodeError, PlaylistError, OSError) as error:
+            log(f"camera {job.camera}: {error}")
+            failed += [FailedVideo(key=s.key, error=str(error)) for _, s in sources]
+            sources = []
+    if not sources:
+        deleted = storage.delete_prefix(job.output_prefix)
+        return TranscodeResult(
+            camera=job.camera, playlist_key=None, failed=failed, deleted_stale=deleted
+        )
+
+    deleted = storage.delete_prefix(job.output_prefix)
+    segment_keys = [job.output_prefix + s.uri for s in playlist.segments]
+    storage.upload_files(
+        [(out_dir / s.uri, key) for s, key in zip(playlist.segments, segment_keys, strict=True)],
+        max_workers=UPLOAD_WORKERS,
+    )
+    playlist_key = job.output_prefix + PLAYLIST_NAME
+    storage.upload_file(playlist_path, playlist_key)  # last: its segments are all there now
+    first = sources[0][1].probe
+    output = fit_level_30(first.width, first.height, first.fps)
+    return TranscodeResult(
+        camera=job.camera,
+        playlist_key=playlist_key,
+        segment_keys=segment_keys,
+        seconds=round(playlist.seconds, 3),
+        output_resolution=output.resolution,
+        sources=[s for _, s in sources],
+        failed=failed,
+        ffmpeg_seconds=round(ffmpeg_seconds, 3),
+        deleted_stale=deleted,
+    )
+
+
+def main() -> int:
+    """The Pipes entry point: read the job, do it, report the result."""
+    from dagster_pipes import open_dagster_pipes
+
+    from episode_pipeline.settings import apply_local_stack_env
+
+    apply_local_stack_env()  # laptop without exported variables: the stack's endpoint and keys
+    with open_dagster_pipes() as pipes:
+        job = TranscodeJob.from_extras(pipes.extras)
+        pipes.log.info(f"transcoding camera {job.camera}: {len(job.sources)} source(s)")
+        with tempfile.TemporaryDirectory(prefix=f"transcode-{job.camera}-") as tmp:
+            result = run_job(job, storage_from_env(job.bucket), Path(tmp), pipes.log.warning)
+        pipes.report_custom_message(result.to_message())
+        pipes.log.info(
+            f"camera {job.camera}: {len(result.segment_keys)} segment(s), {result.seconds} s, "
+            f"ffmpeg {result.ffmpeg_seconds} s, {len(result.failed)} failed source(s)"
+        )
+    return 0
