@@ -1,4 +1,4 @@
-# One image for every production process of the episode pipeline (see docs/deployment.md):
+# One image for every production process of the episode pipeline (see README.md, "Deploying to AWS"):
 #   default CMD        the Dagster code server (gRPC, port 4000)
 #   run workers        started by EcsRunLauncher with `dagster api execute_run ...` as the command
 #   transcode task     `python -m episode_pipeline.transcode` (PipesECSClient)

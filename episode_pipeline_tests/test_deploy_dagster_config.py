@@ -121,7 +121,7 @@ def test_storage_uses_psycopg2_and_an_rds_iam_token(production_env, instance_yam
 def test_documented_password_variant_is_valid(
     production_env, instance_yaml, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """docs/deployment.md: drop auth_provider and add a password from DAGSTER_PG_PASSWORD."""
+    """The README's password variant: no auth_provider, a password from DAGSTER_PG_PASSWORD."""
     monkeypatch.setenv("DAGSTER_PG_PASSWORD", "p@ss word")
     postgres = dict(instance_yaml["storage"]["postgres"])
     del postgres["auth_provider"]

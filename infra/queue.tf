@@ -115,7 +115,7 @@ resource "aws_sns_topic_subscription" "alert_email" {
 
 resource "aws_cloudwatch_metric_alarm" "dlq_not_empty" {
   alarm_name        = "${local.prefix}-uploads-dlq-not-empty"
-  alarm_description = "An upload failed ${local.max_receive_count} times and is in ${aws_sqs_queue.dlq.name}. Inspect it, fix the cause, then redrive it (docs/deployment.md)."
+  alarm_description = "An upload failed ${local.max_receive_count} times and is in ${aws_sqs_queue.dlq.name}. Inspect it, fix the cause, then redrive it (README.md, Deploying to AWS)."
 
   namespace   = "AWS/SQS"
   metric_name = "ApproximateNumberOfMessagesVisible"

@@ -12,7 +12,7 @@ terraform {
   }
 
   # Remote state: `terraform init -backend-config=backend.hcl` (bucket, key, region,
-  # dynamodb_table or use_lockfile). See docs/deployment.md.
+  # dynamodb_table or use_lockfile). See README.md, "Deploying to AWS".
   backend "s3" {}
 }
 
