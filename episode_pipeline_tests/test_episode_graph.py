@@ -36,6 +36,7 @@ ALL_CHECKS = {
     "processed_objects_exist",
     "metadata_keys_present",
     "frame_count_matches_rows",
+    "hls_playlists_valid",
 }
 
 
@@ -138,6 +139,11 @@ def test_v30_sample_through_the_cli(tmp_path, stack):
     assert report["metadata"]["robot_type"] == summary["robot_type"]
     assert set(REQUIRED_KEYS) <= set(report["metadata"])
     assert report["checks"] == {name: True for name in ALL_CHECKS}
+    cameras = ["observation.images.front", "observation.images.wrist"]
+    assert sorted(rendition["camera"] for rendition in report["hls"]) == cameras
+    for rendition in report["hls"]:
+        assert rendition["playlist"] == ref.hls_prefix(rendition["camera"]) + "playlist.m3u8"
+        assert rendition["source"].endswith(".mp4")
 
 
 def test_v21_sample_processes_and_reprocessing_changes_nothing(tmp_path, stack, db_conn, s3_client):
@@ -158,6 +164,9 @@ def test_v21_sample_processes_and_reprocessing_changes_nothing(tmp_path, stack, 
         if path.endswith((".mp4", ".parquet"))
         or path in ("meta/info.json", "meta/tasks.jsonl", "meta/episodes.jsonl")
     }
+    # One rendition per camera: both LeRobot episodes (2 x 1 s) fit in one 4-second segment.
+    for camera in summary["cameras"]:
+        expected_keys |= {f"hls/{camera}/playlist.m3u8", f"hls/{camera}/segment_00000.ts"}
     assert set(first["objects"]) == expected_keys
 
     assert process_episode(ref)

@@ -197,6 +197,25 @@ def test_v21_episodes_concatenate_and_corrupt_videos_are_reported(
     assert problems == [f"{ref.hls_prefix(top)}playlist.m3u8: missing"]
 
 
+def test_a_transcode_process_that_dies_is_reported_not_fatal(
+    tmp_path, stack, settings, instance, s3_client
+):
+    ref = new_ref()
+    archive = tmp_path / "dies.tar.zst"
+    summary = write_sample(archive, SampleSpec(codebase_version="v3.0", cameras=1, seconds=1.0))
+    upload_episode(archive, ref)
+    broken = HlsTranscoder(mode="subprocess", python_executable="/bin/false")
+
+    metadata, check = run_hls(instance, settings, ref, broken)
+
+    (camera,) = summary["cameras"]
+    (failure,) = metadata["failed_videos"]
+    assert failure["camera"] == camera
+    assert failure["error"].startswith("transcode failed:")
+    assert metadata["playlists"] == []
+    assert not check.passed
+
+
 # --- ECS: everything real but the container -------------------------------------------------
 
 
@@ -205,6 +224,7 @@ class _Container:
     process: subprocess.Popen
     log_group: str
     log_stream: str
+    reader: threading.Thread
     output: list[str] = field(default_factory=list)
     shipped: bool = False
 
@@ -253,8 +273,15 @@ class LocalContainerEcs:
         process = subprocess.Popen(
             command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
         )
-        run = _Container(process, options["awslogs-group"], stream)
-        threading.Thread(target=lambda: run.output.extend(process.stdout), daemon=True).start()
+        output: list[str] = []
+
+        def read() -> None:
+            with process.stdout:  # type: ignore[union-attr]
+                output.extend(process.stdout)  # type: ignore[arg-type]
+
+        reader = threading.Thread(target=read, daemon=True)
+        reader.start()
+        run = _Container(process, options["awslogs-group"], stream, reader, output)
         self._tasks[task["taskArn"]] = run
         task["containers"] = [{"name": container["name"], "lastStatus": "RUNNING"}]
         return response
@@ -263,7 +290,7 @@ class LocalContainerEcs:
         if run.shipped:
             return
         run.process.wait()
-        time.sleep(0.2)  # let the reader thread drain the pipe
+        run.reader.join()
         events = [
             {"timestamp": int(time.time() * 1000), "message": line.rstrip("\n")}
             for line in run.output

@@ -21,7 +21,7 @@ from episode_pipeline.video.hls import (
     fit_level_30,
 )
 from episode_pipeline.video.playlist import PlaylistError, check_playlist, parse_playlist
-from episode_pipeline.video.probe import VideoProbe
+from episode_pipeline.video.probe import ProbeError, VideoProbe, probe
 
 GOOD = """#EXTM3U
 #EXT-X-VERSION:3
@@ -208,3 +208,10 @@ def test_transcoder_from_env():
     assert params["overrides"]["containerOverrides"] == [{"name": "transcode"}]
     with pytest.raises(RuntimeError, match="ECS_SUBNETS"):
         HlsTranscoder.from_env({**env, "ECS_SUBNETS": ""})
+
+
+def test_probe_names_the_unreadable_file(tmp_path):
+    bad = tmp_path / "episode_000001.mp4"
+    bad.write_bytes(b"\x00\x00\x00\x18ftypisom" + b"\x01" * 500)
+    with pytest.raises(ProbeError, match=r"episode_000001\.mp4: not a readable video"):
+        probe(bad)

@@ -3,7 +3,7 @@
 from dagster import AssetSelection, define_asset_job
 
 EPISODE_JOB_NAME = "process_episode"
-EPISODE_ASSETS = ("extracted_files", "frames", "episode_metadata", "episode")
+EPISODE_ASSETS = ("extracted_files", "hls_renditions", "frames", "episode_metadata", "episode")
 
 episode_job = define_asset_job(
     name=EPISODE_JOB_NAME,

@@ -77,4 +77,5 @@ def probe(path: str | Path) -> VideoProbe:
     except ProbeError:
         raise
     except (av.error.FFmpegError, OSError, ValueError) as error:
-        raise ProbeError(f"{path}: not a readable video ({error})") from error
+        reason = getattr(error, "strerror", None) or str(error)  # without the path again
+        raise ProbeError(f"{path}: not a readable video ({reason})") from error

@@ -4,6 +4,7 @@ from dagster import AssetExecutionContext, MaterializeResult, MetadataValue, ass
 
 from episode_pipeline.db.episodes import mark_processed
 from episode_pipeline.defs.assets.frames import frames
+from episode_pipeline.defs.assets.hls import hls_renditions
 from episode_pipeline.defs.partitions import episode_partitions
 from episode_pipeline.defs.resources.postgres import PostgresResource
 from episode_pipeline.defs.resources.storage import EpisodeStorage
@@ -15,11 +16,11 @@ from episode_pipeline.metadata import episode_columns
 @asset(
     partitions_def=episode_partitions,
     group_name="episode",
-    deps=[frames],
+    deps=[frames, hls_renditions],
     kinds={"postgres"},
     description="Sets `status = 'processed'`, `processed_at`, `mp4_s3_path`, `parquet_s3_path`, "
-    "`frame_count`, `fps` and `duration_seconds` in one statement, after extraction and frames "
-    "(and their blocking checks) succeeded.",
+    "`frame_count`, `fps` and `duration_seconds` in one statement, after extraction, HLS and "
+    "frames (and their blocking checks) succeeded: S3 outputs are complete before it says so.",
 )
 def episode(
     context: AssetExecutionContext,

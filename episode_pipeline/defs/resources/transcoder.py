@@ -37,6 +37,24 @@ ECS_ENV = (
 )
 
 
+def messages_only_cloudwatch_reader(logs_client: Any) -> Any:
+    """A CloudWatch Pipes message reader that does not also tail the container's raw log.
+
+    dagster-aws 0.29.27's `PipesCloudWatchLogReader` (which `PipesECSClient` adds per container
+    to echo its output) loops on GetLogEvents without sleeping and only checks that the session
+    closed after a *new* event arrives: after the task ends it polls CloudWatch for the rest of the
+    run worker's life, one thread per transcode. The Pipes messages (logs, the result) still
+    arrive through the message reader; the raw output stays in the task's CloudWatch log group.
+    """
+    from dagster_aws.pipes import PipesCloudWatchMessageReader
+
+    class MessagesOnlyCloudWatchReader(PipesCloudWatchMessageReader):
+        def add_log_reader(self, log_reader: Any) -> None:
+            return None
+
+    return MessagesOnlyCloudWatchReader(client=logs_client)
+
+
 class TranscodeFailed(RuntimeError):
     """The external process ended without reporting a result."""
 
@@ -135,13 +153,13 @@ class HlsTranscoder(ConfigurableResource):
                 extras=extras,
             )
             return list(invocation.get_custom_messages())
-        from dagster_aws.pipes import PipesCloudWatchMessageReader, PipesECSClient
+        from dagster_aws.pipes import PipesECSClient
         from dagster_aws.pipes.clients.ecs import WaiterConfig
 
         # A new client per task: the CloudWatch reader keeps per-session state (stream, start).
         client = PipesECSClient(
             client=self.ecs_client(),
-            message_reader=PipesCloudWatchMessageReader(client=self.logs_client()),
+            message_reader=messages_only_cloudwatch_reader(self.logs_client()),
         )
         invocation = client.run(
             context=context,
