@@ -90,10 +90,11 @@ def format_reports(reports: list[dict[str, Any]]) -> str:
     """A plain table for a terminal; `--json` has everything."""
     if not reports:
         return "no episodes"
-    header = [*REPORT_COLUMNS, "checks"]
+    header = [*REPORT_COLUMNS, "hls", "checks"]
     rows = [
         [
             *(str(report[c]) for c in REPORT_COLUMNS),
+            f"{len(report['hls'])} camera(s)",
             f"{sum(report['checks'].values())}/{len(report['checks'])} passed",
         ]
         for report in reports
