@@ -61,8 +61,13 @@ class EpisodeRef:
         """Where a file from the archive goes: its path inside the tar under `processed/`."""
         return self.processed_prefix + member_path.lstrip("/")
 
+    @property
+    def hls_root(self) -> str:
+        """`…/processed/hls/`: one folder per camera below it."""
+        return f"{self.processed_prefix}hls/"
+
     def hls_prefix(self, camera: str) -> str:
-        return f"{self.processed_prefix}hls/{camera}/"
+        return f"{self.hls_root}{camera}/"
 
     def __str__(self) -> str:
         return self.partition_key

@@ -12,6 +12,7 @@ from dagster._core.storage.asset_check_execution_record import AssetCheckExecuti
 from episode_pipeline.keys import EpisodeRef
 from episode_pipeline.manifest import VIDEO
 from episode_pipeline.settings import apply_local_stack_env
+from episode_pipeline.video.hls import PLAYLIST_NAME
 
 REPORT_COLUMNS = ("org_id", "episode_id", "status", "frame_count", "frames_rows", "fps")
 
@@ -32,7 +33,7 @@ def _checks(instance: DagsterInstance, check_keys: list[AssetCheckKey], ref: Epi
 def hls_playlists(storage, ref: EpisodeRef, videos: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Every `processed/hls/<camera>/playlist.m3u8` in S3, with the mp4 it came from."""
     source_of = {video.get("camera"): video.get("key") for video in videos}
-    playlists = storage.list_keys(f"{ref.processed_prefix}hls/", suffix="/playlist.m3u8")
+    playlists = storage.list_keys(ref.hls_root, suffix=f"/{PLAYLIST_NAME}")
     entries = []
     for key in playlists:
         camera = key.rsplit("/", 2)[-2]

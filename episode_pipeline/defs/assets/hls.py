@@ -27,12 +27,11 @@ from episode_pipeline.defs.partitions import episode_partitions
 from episode_pipeline.defs.resources.storage import EpisodeStorage
 from episode_pipeline.defs.resources.transcoder import HlsTranscoder
 from episode_pipeline.keys import EpisodeRef, parse_partition_key
+from episode_pipeline.lerobot.cameras import DEFAULT_CAMERA
 from episode_pipeline.manifest import Manifest, ProcessedFile
 from episode_pipeline.transcode.job import FailedVideo, TranscodeJob, TranscodeResult
 from episode_pipeline.video.hls import PLAYLIST_NAME
 from episode_pipeline.video.playlist import PlaylistError, check_playlist, parse_playlist
-
-DEFAULT_CAMERA = "cam_main"  # the seed's name when the path is too short to hold one
 
 
 def videos_by_camera(manifest: Manifest) -> dict[str, list[ProcessedFile]]:
@@ -45,13 +44,9 @@ def videos_by_camera(manifest: Manifest) -> dict[str, list[ProcessedFile]]:
     }
 
 
-def hls_root(ref: EpisodeRef) -> str:
-    return f"{ref.processed_prefix}hls/"
-
-
 def stale_cameras(storage: EpisodeStorage, ref: EpisodeRef, cameras: set[str]) -> set[str]:
     """Camera folders under `hls/` that this manifest no longer has (a re-upload dropped them)."""
-    root = hls_root(ref)
+    root = ref.hls_root
     found = {key[len(root) :].split("/", 1)[0] for key in storage.list_keys(root)}
     return {camera for camera in found if camera and camera not in cameras}
 
@@ -133,7 +128,7 @@ def hls_renditions(
             "ffmpeg_seconds": round(sum(r.ffmpeg_seconds for r in results.values()), 3),
             "failed_videos": MetadataValue.json(failed),
             "transcoder": transcoder.mode,
-            "hls_prefix": MetadataValue.url(storage.uri(hls_root(ref))),
+            "hls_prefix": MetadataValue.url(storage.uri(ref.hls_root)),
         }
     )
 
