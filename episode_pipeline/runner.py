@@ -53,7 +53,7 @@ def process_episode(ref: EpisodeRef, instance: DagsterInstance | None = None) ->
     """Materialize the episode's partition of the whole graph with its checks."""
     apply_local_stack_env()
     from episode_pipeline.definitions import defs, postgres_resource
-    from episode_pipeline.defs.jobs import EPISODE_JOB_NAME
+    from episode_pipeline.defs.jobs import EPISODE_JOB_NAME, tags_for_episode
     from episode_pipeline.defs.sensors.reconcile import fail_orphaned_runs, in_process_run_tags
     from episode_pipeline.defs.sensors.run_failure import fail_episode_of_run
 
@@ -65,7 +65,7 @@ def process_episode(ref: EpisodeRef, instance: DagsterInstance | None = None) ->
         partition_key=ref.partition_key,
         instance=instance,
         raise_on_error=False,
-        tags={**in_process_run_tags(), "org": ref.org_id},
+        tags={**in_process_run_tags(), **tags_for_episode(ref.partition_key)},
     )
     run_id = result.dagster_run.run_id
     if result.success:

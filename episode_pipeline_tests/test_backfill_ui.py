@@ -259,6 +259,8 @@ def test_a_backfill_over_several_episodes_from_the_ui(
         (run.run_id, run.status.value) for run in runs
     ]
     assert {run.job_name for run in runs} == {EPISODE_JOB_NAME}
+    # The per-org run limit applies to backfills too: the job tags every run with its org.
+    assert {run.tags.get("org") for run in runs} == {"test-org"}
 
     for ref in refs:
         status, processed_at = episode_state(db_conn, ref)

@@ -36,7 +36,7 @@ from dagster import (
 )
 from dagster._core.storage.tags import RUN_KEY_TAG, SENSOR_NAME_TAG
 
-from episode_pipeline.defs.jobs import EPISODE_JOB_NAME
+from episode_pipeline.defs.jobs import EPISODE_JOB_NAME, ORG_TAG
 from episode_pipeline.defs.partitions import EPISODES_PARTITION_NAME, episode_partitions
 from episode_pipeline.defs.resources.queue import UploadQueue
 from episode_pipeline.events import (
@@ -52,7 +52,6 @@ from episode_pipeline.settings import Settings
 
 UPLOADS_SENSOR_NAME = "episode_uploads"
 
-ORG_TAG = "org"  # the run queue's per-org concurrency limit reads it
 RECEIPT_HANDLE_TAG = "episode_pipeline/sqs_receipt_handle"
 EXTRA_RECEIPT_HANDLES_TAG = "episode_pipeline/sqs_extra_receipt_handles"  # JSON list
 MESSAGE_ID_TAG = "episode_pipeline/sqs_message_id"
