@@ -20,7 +20,7 @@ from episode_pipeline.defs.jobs import episode_job
 from episode_pipeline.defs.resources.postgres import PostgresResource
 from episode_pipeline.defs.resources.storage import EpisodeStorage
 from episode_pipeline.defs.resources.transcoder import HlsTranscoder
-from episode_pipeline.defs.sensors.reconcile import orphaned_runs_sensor
+from episode_pipeline.defs.sensors.reconcile import orphaned_runs_sensor, waiting_uploads_sensor
 from episode_pipeline.defs.sensors.run_failure import episode_failed_on_run_failure
 from episode_pipeline.defs.sensors.sqs import UPLOAD_QUEUE_SENSORS, upload_queue_resource
 from episode_pipeline.settings import apply_local_stack_env, load_settings
@@ -44,7 +44,12 @@ defs = Definitions(
     assets=[raw_archive, extracted_files, hls_renditions, frames, episode_metadata, episode],
     asset_checks=[*EPISODE_CHECKS, hls_playlists_valid],
     jobs=[episode_job],
-    sensors=[*UPLOAD_QUEUE_SENSORS, episode_failed_on_run_failure, orphaned_runs_sensor],
+    sensors=[
+        *UPLOAD_QUEUE_SENSORS,
+        episode_failed_on_run_failure,
+        orphaned_runs_sensor,
+        waiting_uploads_sensor,
+    ],
     resources={
         "postgres": _postgres,
         "storage": _storage,

@@ -18,7 +18,14 @@ def test_definitions_load_with_the_whole_graph(stack):
     assert {"raw_archive", "extracted_files", "frames", "episode_metadata", "episode"} <= assets
     assert repository.has_job("process_episode")
     sensors = {sensor.name for sensor in repository.sensor_defs}
-    assert {"episode_uploads", "episode_failed_on_run_failure", "orphaned_runs"} <= sensors
+    assert {
+        "episode_uploads",
+        "episode_upload_done",
+        "episode_upload_heartbeat",
+        "episode_failed_on_run_failure",
+        "orphaned_runs",
+        "waiting_uploads",
+    } <= sensors
     checks = {key.name for key in defs.resolve_asset_graph().asset_check_keys}
     assert "frames_match_parquet_rows" in checks
 

@@ -175,6 +175,21 @@ def timestamp_regressions(conn: psycopg.Connection, ref: EpisodeRef) -> int:
     return int(row.fetchone()[0])
 
 
+def waiting_uploads(
+    conn: psycopg.Connection, older_than_seconds: int, limit: int
+) -> list[EpisodeRef]:
+    """Episodes still `uploaded` long after their last change: their event may have been lost."""
+    rows = conn.execute(
+        """
+        SELECT org_id, id FROM episodes
+         WHERE status = %s AND updated_at < now() - make_interval(secs => %s)
+         ORDER BY updated_at LIMIT %s
+        """,
+        (UPLOADED, older_than_seconds, limit),
+    ).fetchall()
+    return [EpisodeRef(org_id, episode_id) for org_id, episode_id in rows]
+
+
 def episode_refs(conn: psycopg.Connection) -> list[EpisodeRef]:
     rows = conn.execute("SELECT org_id, id FROM episodes ORDER BY created_at, id").fetchall()
     return [EpisodeRef(org_id, episode_id) for org_id, episode_id in rows]
