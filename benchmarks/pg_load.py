@@ -26,19 +26,11 @@ from benchmarks.common import (
 )
 from episode_pipeline.defs.io_managers.postgres import PostgresPolarsIOManager
 from episode_pipeline.defs.resources.postgres import PostgresResource
-from episode_pipeline.lerobot.frames import frames_table
+from episode_pipeline.lerobot.frames import FRAME_COLUMNS, frames_table
 
 NAME = "pg_load"
 BATCH_ROWS = 1_000
-COLUMNS = (
-    "episode_id",
-    "frame_order",
-    "lerobot_episode_index",
-    "frame_index",
-    "timestamp_ms",
-    "observation",
-    "action",
-)
+COLUMNS = ("episode_id", *FRAME_COLUMNS)
 _JSON_COLUMNS = {"observation", "action"}
 
 

@@ -35,6 +35,11 @@ def pipeline_home() -> Path:
     return Path(DEFAULT_HOME).resolve()
 
 
+def aws_region(env: Mapping[str, str]) -> str:
+    """AWS_REGION, else AWS_DEFAULT_REGION, else the seed's us-west-2."""
+    return env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or "us-west-2"
+
+
 def _flag(value: str | None) -> bool:
     return (value or "").strip().lower() in {"1", "true", "yes", "on"}
 
@@ -60,7 +65,7 @@ class DatabaseSettings:
             password=env.get("DB_PASSWORD") or None,
             ssl=_flag(env.get("DB_SSL")),
             iam_auth=_flag(env.get("DB_IAM_AUTH")),
-            region=env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or "us-west-2",
+            region=aws_region(env),
         )
 
 
@@ -88,7 +93,7 @@ class Settings:
             bucket=env["DATA_BUCKET"],
             sqs_queue_url=env.get("SQS_QUEUE_URL") or None,
             dlq_url=env.get("SQS_DLQ_URL") or None,
-            aws_region=env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or "us-west-2",
+            aws_region=aws_region(env),
             aws_endpoint_url=env.get("AWS_ENDPOINT_URL") or None,
             aws_access_key_id=env.get("AWS_ACCESS_KEY_ID") or None,
             aws_secret_access_key=env.get("AWS_SECRET_ACCESS_KEY") or None,

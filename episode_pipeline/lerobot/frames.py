@@ -8,14 +8,12 @@ values shortest-round-trip and writes NaN/inf as ``null`` (jsonb rejects NaN).
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
-from typing import BinaryIO
 
 import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-ParquetSource = str | Path | BinaryIO | bytes
+from episode_pipeline.lerobot.parquet import ParquetSource, open_parquet
 
 TIMESTAMP = "timestamp"
 STATE = "observation.state"
@@ -50,12 +48,7 @@ class FrameDataError(ValueError):
 
 
 def _open(source: ParquetSource, path: str) -> pq.ParquetFile:
-    try:
-        if isinstance(source, bytes | bytearray | memoryview):
-            return pq.ParquetFile(pa.BufferReader(bytes(source)))
-        return pq.ParquetFile(source)
-    except (pa.ArrowException, OSError) as error:
-        raise FrameDataError(f"{path}: not a readable parquet file: {error}") from error
+    return open_parquet(source, path, FrameDataError)
 
 
 def parquet_row_count(source: ParquetSource, *, path: str = "<parquet>") -> int:

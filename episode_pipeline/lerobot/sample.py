@@ -25,6 +25,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import zstandard
 
+from episode_pipeline.video import ffmpeg_exe
+
 CHUNKS_SIZE = 1000
 JOINTS = (
     "shoulder_pan.pos",
@@ -83,12 +85,6 @@ class SampleSpec:
             raise SampleError("need cameras >= 0, episodes >= 1 and at least one frame")
         if self.width % 2 or self.height % 2:
             raise SampleError("width and height must be even (yuv420p)")
-
-
-def ffmpeg_exe() -> str:
-    import imageio_ffmpeg
-
-    return imageio_ffmpeg.get_ffmpeg_exe()
 
 
 @lru_cache(maxsize=1)

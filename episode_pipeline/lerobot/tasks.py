@@ -10,12 +10,11 @@ from __future__ import annotations
 import io
 import json
 from pathlib import Path
-from typing import BinaryIO
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-ParquetSource = str | Path | BinaryIO | bytes
+from episode_pipeline.lerobot.parquet import ParquetSource, open_parquet
 
 
 class TaskTableError(ValueError):
@@ -23,12 +22,7 @@ class TaskTableError(ValueError):
 
 
 def _open_parquet(source: ParquetSource, path: str) -> pq.ParquetFile:
-    try:
-        if isinstance(source, bytes | bytearray | memoryview):
-            return pq.ParquetFile(pa.BufferReader(bytes(source)))
-        return pq.ParquetFile(source)
-    except (pa.ArrowException, OSError) as error:
-        raise TaskTableError(f"{path}: not a readable parquet file: {error}") from error
+    return open_parquet(source, path, TaskTableError)
 
 
 def task_column(schema: pa.Schema) -> str | None:

@@ -27,7 +27,9 @@ from pathlib import Path
 from typing import Any
 
 from episode_pipeline.defs.resources.storage import EpisodeStorage
+from episode_pipeline.settings import aws_region
 from episode_pipeline.transcode.job import FailedVideo, SourceVideo, TranscodeJob, TranscodeResult
+from episode_pipeline.video import ffmpeg_exe
 from episode_pipeline.video.hls import (
     PLAYLIST_NAME,
     EncodeSettings,
@@ -48,18 +50,12 @@ class TranscodeError(RuntimeError):
     """FFmpeg failed, or wrote a rendition that breaks the contract."""
 
 
-def ffmpeg_exe() -> str:
-    import imageio_ffmpeg
-
-    return imageio_ffmpeg.get_ffmpeg_exe()
-
-
 def storage_from_env(bucket: str) -> EpisodeStorage:
     """S3 for the job's bucket; endpoint and keys only when the environment sets them (moto)."""
     env = os.environ
     return EpisodeStorage(
         bucket=bucket,
-        region=env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or "us-west-2",
+        region=aws_region(env),
         endpoint_url=env.get("AWS_ENDPOINT_URL") or None,
         access_key_id=env.get("AWS_ACCESS_KEY_ID") or None,
         secret_access_key=env.get("AWS_SECRET_ACCESS_KEY") or None,

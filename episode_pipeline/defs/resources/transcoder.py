@@ -22,6 +22,7 @@ from botocore.config import Config
 from dagster import AssetExecutionContext, ConfigurableResource, PipesSubprocessClient
 from pydantic import Field
 
+from episode_pipeline.settings import aws_region
 from episode_pipeline.transcode.job import TranscodeJob, TranscodeResult, find_result
 
 SUBPROCESS = "subprocess"
@@ -88,7 +89,7 @@ class HlsTranscoder(ConfigurableResource):
     def from_env(cls, env: Mapping[str, str] | None = None) -> HlsTranscoder:
         """ECS mode when TRANSCODE_TASK_DEFINITION is set (production), else a subprocess."""
         env = os.environ if env is None else env
-        region = env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or "us-west-2"
+        region = aws_region(env)
         if not env.get("TRANSCODE_TASK_DEFINITION"):
             return cls(mode=SUBPROCESS, region=region)
         missing = [name for name in ("ECS_CLUSTER", "ECS_SUBNETS") if not env.get(name)]
