@@ -1,8 +1,8 @@
-"""Stage `pg_load`: frame rows into PostgreSQL, COPY vs the seed's 1,000-row INSERT batches.
+"""Stage `pg_load`: frame rows into PostgreSQL, COPY vs the old worker's 1,000-row INSERT batches.
 
 Ours: ``PostgresPolarsIOManager.replace("frames", frame, "episode_id", ep)`` — one transaction:
 advisory lock, DELETE the episode's rows, COPY the frame as CSV written column-wise by polars.
-Baseline: what the replaced worker did (seed 000: "Rows are inserted into frames in batches of
+Baseline: what the replaced worker did ("Rows are inserted into frames in batches of
 1,000"), made as fair as possible — the same transaction scope and DELETE, parameterised
 multi-row ``INSERT … VALUES`` of 1,000 rows at a time, over the same pre-converted rows (the JSON
 text is already built, so only the load is compared; conversion is the `frame_conversion`
@@ -24,8 +24,8 @@ from benchmarks.common import (
     timed,
     write_data_parquet,
 )
-from episode_pipeline.defs.io_managers.postgres import PostgresPolarsIOManager
-from episode_pipeline.defs.resources.postgres import PostgresResource
+from episode_pipeline.defs.io_managers.postgres_tables import PostgresPolarsIOManager
+from episode_pipeline.defs.resources.database import PostgresResource
 from episode_pipeline.lerobot.frames import FRAME_COLUMNS, frames_table
 
 NAME = "pg_load"
@@ -41,7 +41,7 @@ def _insert_sql(rows: int) -> str:
 
 
 def insert_batches(postgres: PostgresResource, episode_id: str, frame: pl.DataFrame) -> int:
-    """The seed's way: DELETE, then INSERT … VALUES of 1,000 rows at a time, one transaction."""
+    """The old worker's way: DELETE, then 1,000-row INSERT … VALUES batches, one transaction."""
     full_sql = _insert_sql(BATCH_ROWS)
     written = 0
     with postgres.transaction() as conn, conn.cursor() as cur:

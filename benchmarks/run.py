@@ -45,7 +45,7 @@ class _Database:
 
     def __call__(self) -> Any:
         if self._resource is None:
-            from episode_pipeline.defs.resources.postgres import PostgresResource
+            from episode_pipeline.defs.resources.database import PostgresResource
             from episode_pipeline.local.stack import stack_status, start_stack
             from episode_pipeline.settings import DatabaseSettings
 

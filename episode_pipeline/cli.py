@@ -72,6 +72,17 @@ def cmd_process(args: argparse.Namespace) -> int:
     return 0 if outcome.success else 1
 
 
+def cmd_check(args: argparse.Namespace) -> int:
+    from episode_pipeline.local.stack import ensure_stack
+    from episode_pipeline.runner import run_checks
+
+    ensure_stack()
+    results = run_checks(args.episode, set(args.only) if args.only else None)
+    for name, passed in sorted(results.items()):
+        print(f"{'passed' if passed else 'FAILED'}  {name}")
+    return 0 if all(results.values()) else 1
+
+
 def cmd_status(args: argparse.Namespace) -> int:
     from episode_pipeline.local.stack import ensure_stack
     from episode_pipeline.report import episode_reports, format_reports
@@ -128,6 +139,11 @@ def build_parser() -> argparse.ArgumentParser:
     process = commands.add_parser("process", help="materialize one episode (ORG/EP) in-process")
     process.add_argument("episode", type=_episode_arg)
     process.set_defaults(handler=cmd_process)
+
+    check = commands.add_parser("check", help="run an episode's asset checks on what is stored")
+    check.add_argument("episode", type=_episode_arg)
+    check.add_argument("--only", action="append", metavar="CHECK", help="one check (repeatable)")
+    check.set_defaults(handler=cmd_check)
 
     status = commands.add_parser("status", help="what the pipeline wrote for episodes")
     status.add_argument("episode", nargs="?", type=_episode_arg)

@@ -1,13 +1,13 @@
 """S3 event notifications as they arrive on the upload queue, parsed without any I/O.
 
-The contract is the seed worker's: an `s3:TestEvent` is deleted and ignored; any other body is an
-S3 event whose object key (URL-encoded, `+` for spaces) must be `orgs/<org>/episodes/<ep>/…`;
-a body or key that is not is logged and left on the queue, so after 3 receives SQS moves it to
-the dead-letter queue. Only `.zst` archives outside `processed/` start processing.
+The contract (docs/contract.md#upload-queue): an `s3:TestEvent` is deleted and ignored; any other
+body is an S3 event whose object key (URL-encoded, `+` for spaces) must be
+`orgs/<org>/episodes/<ep>/…`; a body or key that is not is logged and left on the queue, so after
+3 receives SQS moves it to the dead-letter queue. Only `.zst` archives outside `processed/` start
+processing.
 
-The run key of an upload names the object version (Dagster never forgets a run key, so a
-re-upload must get a new one) and the message's receive count (a message left on the queue by a
-failed run comes back with a higher count and must start a new run).
+Each upload becomes a `Handoff`: the upload, the messages that announced it and their receive
+count, from which `defs.runs.upload_run_key` builds the run key.
 """
 
 from __future__ import annotations
@@ -77,7 +77,7 @@ class Uploads:
 
 @dataclass(frozen=True)
 class Malformed:
-    """A body that is not an S3 event or names no episode: logged and left on the queue (seed)."""
+    """A body that is not an S3 event or names no episode: logged and left on the queue."""
 
     reason: str
 
@@ -167,7 +167,7 @@ def parse_body(body: str) -> ParsedBody:
         elif outcome.startswith("skip:"):
             skipped.append(outcome.removeprefix("skip:"))
         else:
-            # Seed: a key that names no episode is logged and left, so it reaches the DLQ.
+            # A key that names no episode is logged and left, so it reaches the DLQ.
             return Malformed(outcome)
     return Uploads(uploads=tuple(uploads), skipped=tuple(skipped))
 
@@ -192,29 +192,23 @@ def parse_message(message: Mapping[str, Any]) -> QueueMessage:
     )
 
 
-def run_key_for(upload: Upload, receive_count: int = 1) -> str:
-    """`ORG/EP@<object version>#receive<n>`: new for a re-upload and for a redelivery."""
-    return f"{upload.partition_key}@{upload.object_version}#receive{receive_count}"
-
-
 @dataclass(frozen=True)
 class Handoff:
     """One run to request: an upload and every message that announced it in this batch."""
 
     upload: Upload
-    run_key: str
     message_id: str
     receive_count: int
     receipt_handles: tuple[str, ...]
 
 
 def handoffs(messages: Sequence[QueueMessage]) -> list[Handoff]:
-    """One Handoff per (partition, run key): moto's two multipart events (or S3's duplicate
+    """One Handoff per partition: moto's two multipart events (or S3's duplicate
     deliveries) become one run holding both receipt handles, and a partition key appears once.
 
     When one batch holds two different versions of the same episode, the later event wins (the
     run processes whatever the key holds now) and keeps the other message's handle too, so both
-    messages are deleted when that run succeeds. The run key takes the highest receive count.
+    messages are deleted when that run succeeds. It takes the highest receive count.
     """
     by_partition: dict[str, Handoff] = {}
     for message in messages:
@@ -223,7 +217,6 @@ def handoffs(messages: Sequence[QueueMessage]) -> list[Handoff]:
         for upload in message.body.uploads:
             handoff = Handoff(
                 upload=upload,
-                run_key=run_key_for(upload, message.receive_count),
                 message_id=message.message_id,
                 receive_count=message.receive_count,
                 receipt_handles=(message.receipt_handle,),
@@ -236,11 +229,9 @@ def handoffs(messages: Sequence[QueueMessage]) -> list[Handoff]:
                 handles = dict.fromkeys((*newer.receipt_handles, *older.receipt_handles))
                 # The highest receive count: a redelivery merged with a fresh event of the same
                 # version must not reuse the run key of the attempt that failed.
-                count = max(newer.receive_count, older.receive_count)
                 handoff = replace(
                     newer,
-                    receive_count=count,
-                    run_key=run_key_for(newer.upload, count),
+                    receive_count=max(newer.receive_count, older.receive_count),
                     receipt_handles=tuple(handles),
                 )
             by_partition[upload.partition_key] = handoff

@@ -1,4 +1,4 @@
-"""One pass over an uploaded archive: S3 → zstd → tar → `processed/` in S3, and the manifest.
+"""One pass over an uploaded archive: S3 → zstd → tar → `processed/` in S3, and the extracted.
 
 Videos stream straight from the tar into a multipart upload; parquets are spooled to a temporary
 file first (their row count lives in the footer), so peak temporary disk is the largest parquet.
@@ -10,7 +10,16 @@ import logging
 from collections.abc import Iterable
 
 from episode_pipeline.archive.stream import ArchiveReader, spooled
-from episode_pipeline.defs.resources.storage import EpisodeStorage, ObjectInfo
+from episode_pipeline.bucket import Bucket, ObjectInfo
+from episode_pipeline.extracted_files import (
+    DATA,
+    META,
+    VIDEO,
+    ArchiveObject,
+    ExtractedFiles,
+    ProcessedFile,
+    SkippedFile,
+)
 from episode_pipeline.keys import EpisodeRef, InvalidEpisodeKey, is_raw_archive_key, parse_s3_key
 from episode_pipeline.lerobot.cameras import camera_for
 from episode_pipeline.lerobot.frames import FrameDataError, parquet_row_count
@@ -21,16 +30,8 @@ from episode_pipeline.lerobot.layout import (
     TASKS_PARQUET,
     MemberKind,
     find_dataset_roots,
+    is_dataset_file,
     member_kind,
-)
-from episode_pipeline.manifest import (
-    DATA,
-    META,
-    VIDEO,
-    ArchiveObject,
-    Manifest,
-    ProcessedFile,
-    SkippedFile,
 )
 
 
@@ -42,7 +43,7 @@ class NotALeRobotDataset(ValueError):
     """The archive has no `meta/info.json`: nothing says what its files are."""
 
 
-# What the manifest calls each kind of member the pipeline keeps (None: skipped).
+# What `ExtractedFiles` calls each kind of member the pipeline keeps (None: skipped).
 _MANIFEST_KIND = {
     MemberKind.VIDEO: VIDEO,
     MemberKind.DATA_PARQUET: DATA,
@@ -51,24 +52,20 @@ _MANIFEST_KIND = {
 }
 
 
-def _is(path: str, name: str) -> bool:
-    return path == name or path.endswith("/" + name)
-
-
 def _newest(objects: Iterable[ObjectInfo]) -> ObjectInfo | None:
     return max(
         objects, key=lambda o: (o.last_modified is not None, o.last_modified, o.key), default=None
     )
 
 
-def find_archive(storage: EpisodeStorage, ref: EpisodeRef) -> ArchiveObject:
+def find_archive(bucket: Bucket, ref: EpisodeRef) -> ArchiveObject:
     """The episode's newest upload (a robot may upload again after a bad take)."""
-    newest = _newest(o for o in storage.iter_objects(ref.prefix) if is_raw_archive_key(o.key))
+    newest = _newest(o for o in bucket.iter_objects(ref.prefix) if is_raw_archive_key(o.key))
     if newest is None:
-        raise ArchiveNotFound(f"no .zst archive under {storage.uri(ref.prefix)} for episode {ref}")
-    head = storage.head(newest.key) or newest  # HEAD carries the version id on versioned buckets
+        raise ArchiveNotFound(f"no .zst archive under {bucket.uri(ref.prefix)} for episode {ref}")
+    head = bucket.head(newest.key) or newest  # HEAD carries the version id on versioned buckets
     return ArchiveObject(
-        bucket=storage.bucket,
+        bucket=bucket.name,
         key=newest.key,
         size=head.size,
         etag=head.etag,
@@ -76,10 +73,10 @@ def find_archive(storage: EpisodeStorage, ref: EpisodeRef) -> ArchiveObject:
     )
 
 
-def latest_archive_versions(storage: EpisodeStorage, partition_keys: set[str]) -> dict[str, str]:
+def latest_archive_versions(bucket: Bucket, partition_keys: set[str]) -> dict[str, str]:
     """Partition key → version of its newest upload, for the episodes Dagster knows about."""
     newest: dict[str, ObjectInfo] = {}
-    for obj in storage.iter_objects("orgs/"):
+    for obj in bucket.iter_objects("orgs/"):
         if not is_raw_archive_key(obj.key):
             continue
         try:
@@ -93,23 +90,23 @@ def latest_archive_versions(storage: EpisodeStorage, partition_keys: set[str]) -
 
 
 def extract_archive(
-    storage: EpisodeStorage,
+    bucket: Bucket,
     ref: EpisodeRef,
     archive: ArchiveObject,
     *,
     log: logging.Logger | None = None,
-) -> Manifest:
+) -> ExtractedFiles:
     """Upload the archive's videos, parquets and kept metadata under `processed/`."""
     log = log or logging.getLogger(__name__)
-    manifest = Manifest(archive=archive)
+    extracted = ExtractedFiles(archive=archive)
     info_json: dict[str, bytes] = {}  # path → bytes; the members may come in any order
-    body = storage.open_stream(archive.key)
+    body = bucket.open_stream(archive.key)
     try:
-        reader = ArchiveReader(body, name=storage.uri(archive.key))
+        reader = ArchiveReader(body, name=bucket.uri(archive.key))
         for member in reader:
             kind = _MANIFEST_KIND.get(member_kind(member.path))
             if kind is None:
-                manifest.skipped.append(
+                extracted.skipped.append(
                     SkippedFile(member.path, "not a video, parquet or kept metadata file")
                 )
                 continue
@@ -119,42 +116,43 @@ def extract_archive(
                 with spooled(member) as path:
                     if kind == DATA:
                         rows = _row_count_or_none(path, member.path, log)
-                    result = storage.upload_file(path, key)
+                    result = bucket.upload_file(path, key)
             elif kind == META:
                 data = member.read()
-                if _is(member.path, INFO_JSON):
+                if is_dataset_file(member.path, INFO_JSON):
                     info_json[member.path] = data
-                result = storage.put_bytes(key, data)
+                result = bucket.put_bytes(key, data)
             else:
-                result = storage.upload_stream(key, member.fileobj, size=member.size)
-            if manifest.tasks_key is None and (
-                _is(member.path, TASKS_PARQUET) or _is(member.path, TASKS_JSONL)
+                result = bucket.upload_stream(key, member.fileobj, size=member.size)
+            if extracted.tasks_key is None and (
+                is_dataset_file(member.path, TASKS_PARQUET)
+                or is_dataset_file(member.path, TASKS_JSONL)
             ):
-                manifest.tasks_key = key
-            manifest.files.append(
+                extracted.tasks_key = key
+            extracted.files.append(
                 ProcessedFile(member.path, key, result.size, result.sha256, kind, rows=rows)
             )
             log.info(f"uploaded {member.path} → {key} ({result.size} bytes)")
-        manifest.skipped += [SkippedFile(s.path, s.reason) for s in reader.skipped]
+        extracted.skipped += [SkippedFile(s.path, s.reason) for s in reader.skipped]
     finally:
         body.close()
 
     roots = find_dataset_roots(info_json)
     if not roots:
         raise NotALeRobotDataset(
-            f"{storage.uri(archive.key)}: no meta/info.json in the archive "
+            f"{bucket.uri(archive.key)}: no meta/info.json in the archive "
             "(not a LeRobot dataset folder)"
         )
     root = roots[0]
     info_path = f"{root}/{INFO_JSON}" if root else INFO_JSON
     info = parse_info(info_json[info_path], source=f"{archive.key}:{info_path}")
-    manifest.info = dict(info.raw)
-    manifest.info_key = ref.processed_key(info_path)
-    manifest.files = [
+    extracted.info = dict(info.raw)
+    extracted.info_key = ref.processed_key(info_path)
+    extracted.files = [
         _with_camera(f, camera_for(f.path, info, root=root)) if f.kind == VIDEO else f
-        for f in manifest.files
+        for f in extracted.files
     ]
-    return manifest
+    return extracted
 
 
 def _row_count_or_none(path, member_path: str, log: logging.Logger) -> int | None:

@@ -9,9 +9,14 @@ from dagster import AssetCheckKey, AssetKey, DagsterInstance
 from dagster._core.event_api import PartitionKeyFilter
 from dagster._core.storage.asset_check_execution_record import AssetCheckExecutionRecordStatus
 
+from episode_pipeline.bucket import Bucket
+from episode_pipeline.db import episodes as episode_db
+from episode_pipeline.db.connection import connect
+from episode_pipeline.definitions import build_definitions
+from episode_pipeline.defs.io_managers.s3_outputs import object_key
+from episode_pipeline.extracted_files import VIDEO
 from episode_pipeline.keys import EpisodeRef
-from episode_pipeline.manifest import VIDEO
-from episode_pipeline.settings import apply_local_stack_env
+from episode_pipeline.settings import Settings, apply_local_stack_env, load_settings
 from episode_pipeline.video.hls import PLAYLIST_NAME
 
 REPORT_COLUMNS = ("org_id", "episode_id", "status", "frame_count", "frames_rows", "fps")
@@ -30,10 +35,12 @@ def _checks(instance: DagsterInstance, check_keys: list[AssetCheckKey], ref: Epi
     return results
 
 
-def hls_playlists(storage, ref: EpisodeRef, videos: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def hls_playlists(
+    bucket: Bucket, ref: EpisodeRef, videos: list[dict[str, Any]]
+) -> list[dict[str, Any]]:
     """Every `processed/hls/<camera>/playlist.m3u8` in S3, with the mp4 it came from."""
     source_of = {video.get("camera"): video.get("key") for video in videos}
-    playlists = storage.list_keys(ref.hls_root, suffix=f"/{PLAYLIST_NAME}")
+    playlists = bucket.list_keys(ref.hls_root, suffix=f"/{PLAYLIST_NAME}")
     entries = []
     for key in playlists:
         camera = key.rsplit("/", 2)[-2]
@@ -41,32 +48,30 @@ def hls_playlists(storage, ref: EpisodeRef, videos: list[dict[str, Any]]) -> lis
     return entries
 
 
-def _manifest_videos(storage, ref: EpisodeRef) -> list[dict[str, Any]]:
-    from episode_pipeline.defs.io_managers.s3 import object_key
-
-    key = object_key(AssetKey("extracted_files"), ref.partition_key, "json")
-    if storage.head(key) is None:
+def _extracted_videos(bucket: Bucket, ref: EpisodeRef) -> list[dict[str, Any]]:
+    key = object_key(AssetKey("extracted_files"), ref.partition_key)
+    if bucket.head(key) is None:
         return []
-    files = json.loads(storage.get_bytes(key)).get("files", [])
+    files = json.loads(bucket.get_bytes(key)).get("files", [])
     return [f for f in files if f.get("kind") == VIDEO]
 
 
-def episode_reports(ref: EpisodeRef | None = None) -> list[dict[str, Any]]:
-    apply_local_stack_env()
-    from episode_pipeline.db import episodes as episode_db
-    from episode_pipeline.definitions import defs, postgres_resource, storage_resource
-
-    check_keys = list(defs.resolve_asset_graph().asset_check_keys)
+def episode_reports(
+    ref: EpisodeRef | None = None, settings: Settings | None = None
+) -> list[dict[str, Any]]:
+    apply_local_stack_env()  # DAGSTER_HOME of the local instance, when nothing is exported
+    settings = settings or load_settings()
+    check_keys = list(build_definitions(settings).resolve_asset_graph().asset_check_keys)
     instance = DagsterInstance.get()
-    storage = storage_resource()
+    bucket = Bucket(settings.bucket, settings.aws)
     reports = []
-    with postgres_resource().connect() as conn:
+    with connect(settings.database) as conn:
         refs = [ref] if ref else episode_db.episode_refs(conn)
         for current in refs:
             row = episode_db.episode_row(conn, current)
             if row is None:
                 continue
-            hls = hls_playlists(storage, current, _manifest_videos(storage, current))
+            hls = hls_playlists(bucket, current, _extracted_videos(bucket, current))
             reports.append(
                 {
                     "org_id": current.org_id,

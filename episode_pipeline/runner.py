@@ -11,15 +11,13 @@ from dataclasses import dataclass, field
 
 from dagster import DagsterEventType, DagsterInstance
 
+from episode_pipeline.definitions import build_definitions
+from episode_pipeline.defs.failures import fail_episode_of_run, fail_orphaned_runs
+from episode_pipeline.defs.jobs import EPISODE_JOB_NAME
+from episode_pipeline.defs.resources.database import PostgresResource
+from episode_pipeline.defs.runs import ensure_partition, episode_tags, in_process_tags
 from episode_pipeline.keys import EpisodeRef
-from episode_pipeline.settings import apply_local_stack_env
-
-
-def add_episode_partition(instance: DagsterInstance, ref: EpisodeRef) -> None:
-    from episode_pipeline.defs.partitions import EPISODES_PARTITION_NAME
-
-    if not instance.has_dynamic_partition(EPISODES_PARTITION_NAME, ref.partition_key):
-        instance.add_dynamic_partitions(EPISODES_PARTITION_NAME, [ref.partition_key])
+from episode_pipeline.settings import Settings, apply_local_stack_env, load_settings
 
 
 @dataclass(frozen=True)
@@ -49,38 +47,39 @@ def step_errors(instance: DagsterInstance, run_id: str) -> list[str]:
     return errors
 
 
-def process_episode(ref: EpisodeRef, instance: DagsterInstance | None = None) -> ProcessOutcome:
+def process_episode(
+    ref: EpisodeRef, instance: DagsterInstance | None = None, settings: Settings | None = None
+) -> ProcessOutcome:
     """Materialize the episode's partition of the whole graph with its checks."""
-    apply_local_stack_env()
-    from episode_pipeline.definitions import defs, postgres_resource
-    from episode_pipeline.defs.jobs import EPISODE_JOB_NAME, tags_for_episode
-    from episode_pipeline.defs.sensors.reconcile import fail_orphaned_runs, in_process_run_tags
-    from episode_pipeline.defs.sensors.run_failure import fail_episode_of_run
-
+    apply_local_stack_env()  # DAGSTER_HOME of the local instance, when nothing is exported
+    settings = settings or load_settings()
+    defs = build_definitions(settings)
     instance = instance or DagsterInstance.get()
     fail_orphaned_runs(instance)
-    add_episode_partition(instance, ref)
-    job = defs.resolve_job_def(EPISODE_JOB_NAME)
-    result = job.execute_in_process(
+    ensure_partition(instance, ref)
+    result = defs.resolve_job_def(EPISODE_JOB_NAME).execute_in_process(
         partition_key=ref.partition_key,
         instance=instance,
         raise_on_error=False,
-        tags={**in_process_run_tags(), **tags_for_episode(ref.partition_key)},
+        tags={**in_process_tags(), **episode_tags(ref.partition_key)},
     )
     run_id = result.dagster_run.run_id
     if result.success:
         return ProcessOutcome(True, run_id)
-    fail_episode_of_run(instance, result.dagster_run, postgres_resource())
+    postgres = PostgresResource.from_settings(settings.database)
+    fail_episode_of_run(instance, result.dagster_run, postgres)
     return ProcessOutcome(False, run_id, step_errors(instance, run_id))
 
 
 def run_checks(
-    ref: EpisodeRef, names: set[str] | None = None, instance: DagsterInstance | None = None
+    ref: EpisodeRef,
+    names: set[str] | None = None,
+    instance: DagsterInstance | None = None,
+    settings: Settings | None = None,
 ) -> dict[str, bool]:
     """Run the episode's checks (all, or those named) on what is stored; name → passed."""
     apply_local_stack_env()
-    from episode_pipeline.definitions import defs
-
+    defs = build_definitions(settings or load_settings())
     instance = instance or DagsterInstance.get()
     keys = set(defs.resolve_asset_graph().asset_check_keys)
     if names is not None:

@@ -18,7 +18,7 @@ import pytest
 
 from episode_pipeline.db.connection import connect
 from episode_pipeline.keys import EpisodeRef
-from episode_pipeline.local import aws_resources
+from episode_pipeline.local import aws_setup
 from episode_pipeline.local.stack import StackInfo, start_stack, stop_stack
 from episode_pipeline.settings import HOME_ENV, Settings, load_settings
 
@@ -81,13 +81,13 @@ def db_conn(settings: Settings) -> Iterator[psycopg.Connection]:
 @pytest.fixture(scope="session")
 def s3_client(stack: StackInfo) -> Any:
     assert stack.s3_endpoint is not None
-    return aws_resources.client("s3", stack.s3_endpoint)
+    return aws_setup.client("s3", stack.s3_endpoint)
 
 
 @pytest.fixture(scope="session")
 def sqs_client(stack: StackInfo) -> Any:
     assert stack.s3_endpoint is not None
-    return aws_resources.client("sqs", stack.s3_endpoint)
+    return aws_setup.client("sqs", stack.s3_endpoint)
 
 
 def new_episode_ref(org_id: str = TEST_ORG) -> EpisodeRef:

@@ -14,7 +14,6 @@ from episode_pipeline.archive.stream import (
     ArchiveLimits,
     ArchiveReader,
     CorruptArchive,
-    iter_archive,
     normalise_member_path,
     spool_member,
     spooled,
@@ -65,14 +64,14 @@ def test_members_stream_in_order_with_paths_sizes_and_bytes():
     payload = bytes(range(256)) * 5000
     archive = files(("ds/meta/info.json", b"{}"), ("./ds/videos/a.mp4", payload))
     got = [
-        (m.path, m.size, m.read()) for m in iter_archive(OneWayStream(archive), name="a.tar.zst")
+        (m.path, m.size, m.read()) for m in ArchiveReader(OneWayStream(archive), name="a.tar.zst")
     ]
     assert got == [("ds/meta/info.json", 2, b"{}"), ("ds/videos/a.mp4", len(payload), payload)]
 
 
 def test_member_file_objects_are_not_seekable():
     archive = files(("x.mp4", b"abc"))
-    for member in iter_archive(io.BytesIO(archive), name="a"):
+    for member in ArchiveReader(io.BytesIO(archive), name="a"):
         assert member.fileobj.seekable() is False
         assert member.fileobj.readable() is True
         with pytest.raises(OSError):
@@ -83,7 +82,7 @@ def test_member_file_objects_are_not_seekable():
 
 def test_reading_a_member_after_advancing_is_an_error():
     archive = files(("a.bin", b"one"), ("b.bin", b"two"))
-    members = list(iter_archive(io.BytesIO(archive), name="arch.tar.zst"))
+    members = list(ArchiveReader(io.BytesIO(archive), name="arch.tar.zst"))
     with pytest.raises(ValueError, match="already passed"):
         members[0].fileobj.read()
 
@@ -91,7 +90,7 @@ def test_reading_a_member_after_advancing_is_an_error():
 def test_unread_members_are_skipped_over():
     archive = files(("a.bin", b"1" * 100_000), ("b.bin", b"second"))
     contents = {}
-    for member in iter_archive(io.BytesIO(archive), name="a"):
+    for member in ArchiveReader(io.BytesIO(archive), name="a"):
         if member.path == "b.bin":
             contents[member.path] = member.read()
     assert contents == {"b.bin": b"second"}
@@ -140,42 +139,42 @@ def test_corrupt_zstd_frame_names_the_archive():
     good = files(("a.bin", b"z" * 10_000))
     broken = good[:20] + bytes(b ^ 0xFF for b in good[20:60]) + good[60:]
     with pytest.raises(CorruptArchive, match=r"orgs/o/episodes/e/up\.tar\.zst"):
-        for member in iter_archive(io.BytesIO(broken), name="orgs/o/episodes/e/up.tar.zst"):
+        for member in ArchiveReader(io.BytesIO(broken), name="orgs/o/episodes/e/up.tar.zst"):
             member.read()
 
 
 def test_input_that_is_not_zstd_is_rejected_clearly():
     plain_tar = tar_bytes([("a.bin", b"x", tarfile.REGTYPE)])
     with pytest.raises(CorruptArchive, match=r"up\.tar\.zst: not a zstd stream"):
-        list(iter_archive(io.BytesIO(plain_tar), name="up.tar.zst"))
+        list(ArchiveReader(io.BytesIO(plain_tar), name="up.tar.zst"))
     with pytest.raises(CorruptArchive, match="empty input"):
-        list(iter_archive(io.BytesIO(b""), name="up.tar.zst"))
+        list(ArchiveReader(io.BytesIO(b""), name="up.tar.zst"))
 
 
 def test_zstd_of_something_that_is_not_a_tar():
     with pytest.raises(CorruptArchive, match=r"up\.tar\.zst: .*tar"):
-        list(iter_archive(io.BytesIO(zst(b"hello, not a tar" * 100)), name="up.tar.zst"))
+        list(ArchiveReader(io.BytesIO(zst(b"hello, not a tar" * 100)), name="up.tar.zst"))
 
 
 def test_truncated_archive_is_corrupt_not_silently_short():
     noise = random.Random(1).randbytes(200_000)  # incompressible: the cut lands inside the member
     archive = files(("a.bin", noise))
     with pytest.raises(CorruptArchive, match=r"cut\.tar\.zst: .*'a\.bin'"):
-        for member in iter_archive(io.BytesIO(archive[: len(archive) // 2]), name="cut.tar.zst"):
+        for member in ArchiveReader(io.BytesIO(archive[: len(archive) // 2]), name="cut.tar.zst"):
             member.read()
 
 
 def test_several_zstd_frames_are_read_across():
     raw = tar_bytes([("a.bin", b"a" * 5000, tarfile.REGTYPE), ("b.bin", b"b", tarfile.REGTYPE)])
     multi = zst(raw[:3000]) + zst(raw[3000:])  # what pzstd / zstd -T writes
-    assert [m.path for m in iter_archive(io.BytesIO(multi), name="m")] == ["a.bin", "b.bin"]
+    assert [m.path for m in ArchiveReader(io.BytesIO(multi), name="m")] == ["a.bin", "b.bin"]
 
 
 def test_member_size_limit():
     archive = files(("small", b"x"), ("big.mp4", b"y" * 5000))
     names = []
     with pytest.raises(ArchiveLimitExceeded, match=r"lim\.tar\.zst: member 'big\.mp4'"):
-        for member in iter_archive(
+        for member in ArchiveReader(
             io.BytesIO(archive), name="lim.tar.zst", limits=ArchiveLimits(max_member_bytes=4096)
         ):
             names.append(member.path)
@@ -185,7 +184,7 @@ def test_member_size_limit():
 def test_total_size_limit_stops_a_bomb():
     archive = files(*[(f"f{i}", b"\0" * 50_000) for i in range(10)])
     with pytest.raises(ArchiveLimitExceeded, match="max_total_bytes"):
-        for member in iter_archive(
+        for member in ArchiveReader(
             io.BytesIO(archive), name="bomb", limits=ArchiveLimits(max_total_bytes=200_000)
         ):
             member.read()
@@ -194,7 +193,7 @@ def test_total_size_limit_stops_a_bomb():
 def test_member_count_limit():
     archive = files(*[(f"f{i}", b"") for i in range(5)])
     with pytest.raises(ArchiveLimitExceeded, match="max_members=3"):
-        list(iter_archive(io.BytesIO(archive), name="many", limits=ArchiveLimits(max_members=3)))
+        list(ArchiveReader(io.BytesIO(archive), name="many", limits=ArchiveLimits(max_members=3)))
 
 
 def test_reader_is_single_pass():
@@ -207,7 +206,7 @@ def test_reader_is_single_pass():
 def test_spool_keeps_relative_path_and_bytes(tmp_path):
     payload = b"PAR1" + bytes(300_000) + b"PAR1"
     archive = files(("ds/data/chunk-000/file-000.parquet", payload))
-    for member in iter_archive(io.BytesIO(archive), name="a"):
+    for member in ArchiveReader(io.BytesIO(archive), name="a"):
         path = spool_member(member, tmp_path)
         assert path == tmp_path / "ds/data/chunk-000/file-000.parquet"
         assert path.read_bytes() == payload
@@ -215,7 +214,7 @@ def test_spool_keeps_relative_path_and_bytes(tmp_path):
 
 def test_spooled_file_is_removed_after_the_block():
     archive = files(("m/x.parquet", b"abc"))
-    for member in iter_archive(io.BytesIO(archive), name="a"):
+    for member in ArchiveReader(io.BytesIO(archive), name="a"):
         with spooled(member) as path:
             assert path.read_bytes() == b"abc"
         assert not path.exists()

@@ -11,8 +11,9 @@ pytestmark = pytest.mark.integration
 
 
 def test_definitions_load_with_the_whole_graph(stack):
-    from episode_pipeline.definitions import defs
+    from episode_pipeline.definitions import defs as load_defs
 
+    defs = load_defs()  # what Dagster does when it loads the code location
     repository = defs.get_repository_def()
     assets = {key.to_user_string() for key in defs.resolve_asset_graph().get_all_asset_keys()}
     assert {"raw_archive", "extracted_files", "frames", "episode_metadata", "episode"} <= assets

@@ -105,7 +105,8 @@ def test_storage_uses_psycopg2_and_an_rds_iam_token(production_env, instance_yam
     assert result.success, result.errors
     storage = result.value
     url = pg_url_from_config(storage)
-    # psycopg2, not psycopg 3: the run storage's NOTIFY breaks under psycopg 3 (platform-notes).
+    # psycopg2, not psycopg 3: the run storage's NOTIFY breaks under psycopg 3
+    # (docs/platform-notes.md#dagster-storage-url).
     assert url == (
         "postgresql+psycopg2://dagster@aurora.cluster-abc.us-west-2.rds.amazonaws.com:5432/dagster"
         "?sslmode=require"
@@ -219,7 +220,7 @@ def test_run_launcher_uses_the_terraform_task_definition(aws_env, instance_yaml)
         context = EcsContainerContext.create_for_run(run, launcher)
         return dict(launcher.get_cpu_and_memory_overrides(context, run))
 
-    # The seed's size by default; a heavy episode asks for more with run tags.
+    # The replaced worker's size by default; a heavy episode asks for more with run tags.
     assert overrides({}) == {"cpu": "1024", "memory": "2048"}
     assert overrides({"ecs/cpu": "4096", "ecs/memory": "8192"}) == {
         "cpu": "4096",

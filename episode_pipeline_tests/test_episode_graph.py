@@ -19,10 +19,10 @@ import pyarrow.parquet as pq
 import pytest
 
 from episode_pipeline.db import episodes as episode_db
+from episode_pipeline.episode_rows import REQUIRED_KEYS
 from episode_pipeline.keys import EpisodeRef
 from episode_pipeline.lerobot.sample import SampleSpec, pack_archive, write_dataset, write_sample
 from episode_pipeline.local.upload import upload_episode
-from episode_pipeline.metadata import REQUIRED_KEYS
 from episode_pipeline.report import episode_reports
 from episode_pipeline.runner import process_episode, run_checks
 
@@ -254,7 +254,7 @@ def test_unreadable_parquet_is_listed_and_the_episode_still_processed(tmp_path, 
     ref = new_ref()
     upload_episode(archive, ref)
 
-    assert process_episode(ref)  # seed: a parquet error is logged, the episode still processed
+    assert process_episode(ref)  # a parquet error is logged, the episode still processed
     report = report_for(ref)
     assert report["status"] == "processed"
     assert report["frames_rows"] == spec.frames_per_episode
@@ -349,7 +349,7 @@ def test_a_metadata_failure_after_processing_keeps_the_episode_processed(tmp_pat
         e.startswith("episode_metadata:") and "tasks.parquet" in e for e in outcome.errors
     ), outcome.errors
     report = report_for(ref)
-    assert report["status"] == "processed"  # ... but, as in the seed, the episode stays processed
+    assert report["status"] == "processed"  # ... but, per the contract, the episode stays processed
     assert report["frames_rows"] == 30 and report["metadata"] == {}
 
 

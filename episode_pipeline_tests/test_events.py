@@ -7,11 +7,13 @@ from typing import Any
 
 import pytest
 
+from episode_pipeline.defs.runs import upload_run_key
 from episode_pipeline.defs.sensors.sqs import (
     EXTRA_RECEIPT_HANDLES_TAG,
     RECEIPT_HANDLE_TAG,
     plan_batch,
     receipt_handles_of,
+    run_key_of,
     run_tags,
     with_extra_handles,
 )
@@ -19,11 +21,11 @@ from episode_pipeline.events import (
     Malformed,
     QueueMessage,
     TestEvent,
+    Upload,
     Uploads,
     handoffs,
     parse_body,
     parse_message,
-    run_key_for,
 )
 from episode_pipeline.keys import EpisodeRef
 
@@ -179,6 +181,10 @@ def test_run_key_names_the_object_version_and_the_receive_count() -> None:
     assert run_key_for(sequenced) == "acme/ep-1@0055#receive1"
 
 
+def run_key_for(upload: Upload, receive_count: int = 1) -> str:
+    return upload_run_key(upload.partition_key, upload.object_version, receive_count)
+
+
 def test_multipart_duplicate_events_become_one_handoff_with_both_handles() -> None:
     body = event(record(ARCHIVE, event="ObjectCreated:CompleteMultipartUpload"))
     batch = [
@@ -212,7 +218,7 @@ def test_plan_deletes_test_events_and_no_work_events_and_leaves_malformed() -> N
     assert plan.delete == ["ht", "hn"]
     assert [message_id for message_id, _ in plan.malformed] == ["g"]
     (handoff,) = plan.handoffs
-    assert handoff.run_key == "acme/ep-1@abc123#receive2"
+    assert run_key_of(handoff) == "acme/ep-1@abc123#receive2"
     tags = run_tags(handoff)
     assert tags["org"] == "acme"
     assert tags[RECEIPT_HANDLE_TAG] == "hu"

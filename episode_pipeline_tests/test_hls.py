@@ -14,7 +14,7 @@ import sys
 import threading
 import time
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -22,17 +22,16 @@ import av
 import pytest
 from dagster import DagsterInstance, materialize
 
+from episode_pipeline.definitions import build_resources
 from episode_pipeline.defs.assets.archive import extracted_files, raw_archive
-from episode_pipeline.defs.assets.hls import hls_playlists_valid, hls_renditions
-from episode_pipeline.defs.io_managers.s3 import S3IOManager
+from episode_pipeline.defs.assets.hls_renditions import hls_playlists_valid, hls_renditions
 from episode_pipeline.defs.partitions import EPISODES_PARTITION_NAME
-from episode_pipeline.defs.resources.postgres import PostgresResource
-from episode_pipeline.defs.resources.storage import EpisodeStorage
 from episode_pipeline.defs.resources.transcoder import HlsTranscoder
 from episode_pipeline.keys import EpisodeRef
 from episode_pipeline.lerobot.sample import SampleSpec, pack_archive, write_dataset, write_sample
-from episode_pipeline.local import aws_resources
+from episode_pipeline.local import aws_setup
 from episode_pipeline.local.upload import upload_episode
+from episode_pipeline.settings import TranscodeSettings
 from episode_pipeline.video.playlist import check_playlist, parse_playlist
 
 pytestmark = pytest.mark.integration
@@ -50,13 +49,7 @@ def instance(stack) -> DagsterInstance:
 
 
 def resources(settings, transcoder: HlsTranscoder) -> dict[str, Any]:
-    storage = EpisodeStorage.from_settings(settings)
-    return {
-        "storage": storage,
-        "postgres": PostgresResource.from_settings(settings.database),
-        "s3_io_manager": S3IOManager(storage=storage),
-        "transcoder": transcoder,
-    }
+    return {**build_resources(settings), "transcoder": transcoder}
 
 
 def run_hls(instance, settings, ref: EpisodeRef, transcoder: HlsTranscoder | None = None):
@@ -236,7 +229,7 @@ class LocalContainerEcs:
     `run_task` also starts the container's command — the task definition's `environment` plus the
     overrides', as ECS would — and, when it exits, its stdout and stderr go to the awslogs stream
     `<prefix>/<container>/<task id>` in moto's CloudWatch Logs. moto never runs a container
-    (platform-notes), and `describe_tasks` reports the process's state and exit code.
+    (docs/platform-notes.md#moto), and `describe_tasks` reports the process's state and exit code.
     """
 
     def __init__(self, ecs: Any, logs: Any) -> None:
@@ -344,9 +337,9 @@ def ecs_setup(stack) -> dict[str, Any]:
     """What infra/ecs.tf creates, on moto: VPC, subnet, security group, cluster, log group, and
     the transcode task definition (awslogs with a stream prefix, `python -m ...transcode`)."""
     endpoint = stack.s3_endpoint
-    ec2 = aws_resources.client("ec2", endpoint)
-    ecs = aws_resources.client("ecs", endpoint)
-    logs = aws_resources.client("logs", endpoint)
+    ec2 = aws_setup.client("ec2", endpoint)
+    ecs = aws_setup.client("ecs", endpoint)
+    logs = aws_setup.client("logs", endpoint)
     name = f"hls-{uuid.uuid4().hex[:6]}"
     vpc = ec2.create_vpc(CidrBlock="10.7.0.0/16")["Vpc"]["VpcId"]
     ec2.modify_vpc_attribute(VpcId=vpc, EnableDnsHostnames={"Value": True})
@@ -383,7 +376,7 @@ def ecs_setup(stack) -> dict[str, Any]:
                     "logDriver": "awslogs",
                     "options": {
                         "awslogs-group": log_group,
-                        "awslogs-region": aws_resources.REGION,
+                        "awslogs-region": aws_setup.REGION,
                         "awslogs-stream-prefix": "transcode",
                     },
                 },
@@ -397,7 +390,7 @@ def ecs_setup(stack) -> dict[str, Any]:
             "ECS_SECURITY_GROUPS": group,
             "TRANSCODE_TASK_DEFINITION": f"{name}-transcode",
             "TRANSCODE_CONTAINER_NAME": "transcode",
-            "AWS_REGION": aws_resources.REGION,
+            "AWS_REGION": aws_setup.REGION,
             "AWS_ENDPOINT_URL": endpoint,
         },
         "ecs": ecs,
@@ -415,7 +408,9 @@ def test_ecs_mode_runs_the_task_definition_and_reads_pipes_from_cloudwatch(
         def ecs_client(self) -> Any:
             return fake
 
-    base = HlsTranscoder.from_env(ecs_setup["env"])
+    base = HlsTranscoder.from_settings(
+        replace(settings, transcode=TranscodeSettings.from_env(ecs_setup["env"]))
+    )
     transcoder = LocalEcsTranscoder(**{**base.model_dump(), "poll_seconds": 1})
     assert transcoder.mode == "ecs"
 

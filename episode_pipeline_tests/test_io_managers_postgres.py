@@ -18,8 +18,8 @@ from dagster import (
     materialize,
 )
 
-from episode_pipeline.defs.io_managers.postgres import PostgresPolarsIOManager, TableMismatch
-from episode_pipeline.defs.resources.postgres import PostgresResource
+from episode_pipeline.defs.io_managers.postgres_tables import PostgresPolarsIOManager, TableMismatch
+from episode_pipeline.defs.resources.database import PostgresResource
 from episode_pipeline.keys import EpisodeRef
 from episode_pipeline.settings import Settings
 
@@ -200,23 +200,23 @@ def test_unknown_columns_name_the_table_and_the_columns(
     with pytest.raises(TableMismatch, match=r"public\.frames has no column\(s\) camera, fps"):
         manager.replace("frames", frame, "episode_id", ref.episode_id)
     with pytest.raises(TableMismatch, match=r"table public\.no_such_table does not exist"):
-        manager.replace("no_such_table", frame)
+        manager.replace("no_such_table", frame, "episode_id", ref.episode_id)
 
 
-def test_unpartitioned_asset_replaces_the_whole_table(
+def test_an_unpartitioned_asset_is_refused_and_the_table_kept(
     manager: PostgresPolarsIOManager, db_conn: psycopg.Connection
 ) -> None:
     table = f"pgio_whole_{uuid.uuid4().hex[:8]}"
     db_conn.execute(f"CREATE TABLE {table} (id integer NOT NULL, label text)")
+    db_conn.execute(f"INSERT INTO {table} VALUES (7, 'kept')")
     try:
 
         @asset(name=table, io_manager_key="pg")
         def whole() -> pl.DataFrame:
             return pl.DataFrame({"id": [1, 2], "label": ["", None]})
 
-        for _ in range(2):
-            assert materialize([whole], resources={"pg": manager}).success
-        loaded = manager.select(table, None, [], order_by="id")
-        assert loaded.to_dicts() == [{"id": 1, "label": ""}, {"id": 2, "label": None}]
+        with pytest.raises(ValueError, match="refuses to replace a whole table"):
+            materialize([whole], resources={"pg": manager})
+        assert db_conn.execute(f"SELECT id, label FROM {table}").fetchall() == [(7, "kept")]
     finally:
         db_conn.execute(f"DROP TABLE {table}")

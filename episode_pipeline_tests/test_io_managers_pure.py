@@ -13,20 +13,13 @@ import polars as pl
 import pytest
 from dagster import AssetKey
 
-from episode_pipeline.defs.io_managers.postgres import (
+from episode_pipeline.defs.io_managers.postgres_tables import (
     PostgresPolarsIOManager,
     csv_chunks,
     csv_ready,
 )
-from episode_pipeline.defs.io_managers.s3 import (
-    JSON,
-    PARQUET,
-    decode,
-    encode,
-    object_key,
-    to_jsonable,
-)
-from episode_pipeline.defs.resources.postgres import PostgresResource
+from episode_pipeline.defs.io_managers.s3_outputs import encode, object_key, to_jsonable
+from episode_pipeline.defs.resources.database import PostgresResource
 from episode_pipeline.keys import InvalidEpisodeKey
 
 
@@ -43,18 +36,18 @@ class _WithJsonDict:
 
 
 def test_object_key_puts_episode_outputs_beside_processed_files() -> None:
-    key = object_key(AssetKey("extracted_files"), "acme/ep-1", JSON)
+    key = object_key(AssetKey("extracted_files"), "acme/ep-1")
     assert key == "orgs/acme/episodes/ep-1/processed/_dagster/extracted_files.json"
 
 
 def test_object_key_unpartitioned_and_prefixed_assets() -> None:
-    key = object_key(AssetKey(["lake", "summary"]), None, PARQUET)
-    assert key == "_dagster/lake/summary.parquet"
+    key = object_key(AssetKey(["lake", "summary"]), None)
+    assert key == "_dagster/lake/summary.json"
 
 
 def test_object_key_rejects_a_bad_partition_key() -> None:
     with pytest.raises(InvalidEpisodeKey, match="not ORG/EPISODE"):
-        object_key(AssetKey("x"), "no-slash", JSON)
+        object_key(AssetKey("x"), "no-slash")
 
 
 def test_to_jsonable_handles_dataclasses_custom_objects_and_dates() -> None:
@@ -71,14 +64,10 @@ def test_to_jsonable_names_what_it_cannot_store() -> None:
         to_jsonable({"raw": b"\x00"})
 
 
-def test_encode_picks_parquet_for_frames_and_json_otherwise() -> None:
-    frame = pl.DataFrame({"a": [1, 2], "b": ["x", None]})
-    fmt, data = encode(frame)
-    assert fmt == PARQUET
-    assert decode(fmt, data).equals(frame)
-    fmt, data = encode([{"k": 1}])
-    assert fmt == JSON
-    assert json.loads(data) == [{"k": 1}]
+def test_encode_writes_json_and_refuses_what_json_cannot_hold() -> None:
+    assert json.loads(encode([{"k": 1}])) == [{"k": 1}]
+    with pytest.raises(TypeError, match="cannot store a DataFrame"):
+        encode(pl.DataFrame({"a": [1, 2]}))
 
 
 def _parse_csv(chunks: list[bytes]) -> list[list[str]]:

@@ -1,4 +1,4 @@
-"""S3IOManager against the moto server: episode-partitioned JSON and parquet round trips."""
+"""S3IOManager against the moto server: episode-partitioned JSON round trips."""
 
 from __future__ import annotations
 
@@ -8,12 +8,12 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-import polars as pl
 import pytest
 from dagster import DagsterInstance, DynamicPartitionsDefinition, asset, materialize
 
-from episode_pipeline.defs.io_managers.s3 import MissingStoredOutput, S3IOManager
-from episode_pipeline.defs.resources.storage import EpisodeStorage
+from episode_pipeline.bucket import Bucket
+from episode_pipeline.defs.io_managers.s3_outputs import MissingStoredOutput, S3IOManager
+from episode_pipeline.defs.resources.s3 import S3BucketResource
 from episode_pipeline.keys import EpisodeRef
 from episode_pipeline.settings import Settings
 
@@ -38,14 +38,9 @@ def manifest() -> Manifest:
 
 
 @asset(partitions_def=EPISODES)
-def table() -> pl.DataFrame:
-    return pl.DataFrame({"frame": [0, 1, 2], "label": ["x", None, ""]})
-
-
-@asset(partitions_def=EPISODES)
-def summary(manifest: dict, table: pl.DataFrame) -> dict:
+def summary(manifest: dict) -> dict:
     """Plain `dict` input: the JSON as stored."""
-    return {"files": len(manifest["keys"]), "rows": table.height, "cams": manifest["cameras"]}
+    return {"files": len(manifest["keys"]), "cams": manifest["cameras"]}
 
 
 @asset(partitions_def=EPISODES)
@@ -56,8 +51,13 @@ def typed_reader(manifest: Manifest) -> list:
 
 
 @pytest.fixture(scope="module")
-def storage(settings: Settings) -> EpisodeStorage:
-    return EpisodeStorage.from_settings(settings)
+def s3(settings: Settings) -> S3BucketResource:
+    return S3BucketResource.from_settings(settings)
+
+
+@pytest.fixture
+def storage(s3: S3BucketResource) -> Bucket:
+    return s3.get_client()
 
 
 @pytest.fixture(scope="module")
@@ -80,17 +80,18 @@ def new_partition(
     return make
 
 
-def test_json_and_parquet_round_trip_beside_the_processed_files(
-    storage: EpisodeStorage,
+def test_json_round_trips_beside_the_processed_files(
+    storage: Bucket,
+    s3: S3BucketResource,
     instance: DagsterInstance,
     new_partition: Callable[[], EpisodeRef],
 ) -> None:
     ref = new_partition()
     result = materialize(
-        [manifest, table, summary, typed_reader],
+        [manifest, summary, typed_reader],
         partition_key=ref.partition_key,
         instance=instance,
-        resources={"io_manager": S3IOManager(storage=storage)},
+        resources={"io_manager": S3IOManager(s3=s3)},
     )
     assert result.success
 
@@ -98,7 +99,6 @@ def test_json_and_parquet_round_trip_beside_the_processed_files(
     assert storage.list_keys(prefix) == [
         f"{prefix}manifest.json",
         f"{prefix}summary.json",
-        f"{prefix}table.parquet",
         f"{prefix}typed_reader.json",
     ]
     stored = json.loads(storage.get_bytes(f"{prefix}manifest.json"))
@@ -106,11 +106,8 @@ def test_json_and_parquet_round_trip_beside_the_processed_files(
     assert json.loads(storage.get_bytes(f"{prefix}summary.json")) == {
         "cams": {"a.mp4": "cam_main"},
         "files": 2,
-        "rows": 3,
     }
     assert json.loads(storage.get_bytes(f"{prefix}typed_reader.json")) == ["a.mp4", "b.parquet"]
-    frame = pl.read_parquet(storage.get_bytes(f"{prefix}table.parquet"))
-    assert frame.get_column("label").to_list() == ["x", None, ""]
 
     info = storage.head(f"{prefix}manifest.json")
     assert info is not None
@@ -121,18 +118,19 @@ def test_json_and_parquet_round_trip_beside_the_processed_files(
 
 
 def test_a_missing_upstream_object_names_the_key_and_the_partition(
-    storage: EpisodeStorage,
+    storage: Bucket,
+    s3: S3BucketResource,
     instance: DagsterInstance,
     new_partition: Callable[[], EpisodeRef],
 ) -> None:
     ref = new_partition()
     with pytest.raises(MissingStoredOutput) as raised:
         materialize(
-            [manifest, table, summary],
+            [manifest, summary],
             selection=[summary],
             partition_key=ref.partition_key,
             instance=instance,
-            resources={"io_manager": S3IOManager(storage=storage)},
+            resources={"io_manager": S3IOManager(s3=s3)},
         )
     message = str(raised.value)
     assert ref.partition_key in message
@@ -140,12 +138,14 @@ def test_a_missing_upstream_object_names_the_key_and_the_partition(
     assert "asset 'manifest'" in message
 
 
-def test_unpartitioned_output_lives_under_dagster_prefix(storage: EpisodeStorage) -> None:
+def test_unpartitioned_output_lives_under_dagster_prefix(
+    storage: Bucket, s3: S3BucketResource
+) -> None:
     name = f"s3io_plain_{uuid.uuid4().hex[:8]}"
 
     @asset(name=name)
     def plain() -> dict:
         return {"ok": True}
 
-    assert materialize([plain], resources={"io_manager": S3IOManager(storage=storage)}).success
+    assert materialize([plain], resources={"io_manager": S3IOManager(s3=s3)}).success
     assert json.loads(storage.get_bytes(f"_dagster/{name}.json")) == {"ok": True}

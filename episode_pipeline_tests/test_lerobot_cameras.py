@@ -8,7 +8,6 @@ from episode_pipeline.lerobot.cameras import (
     camera_for,
     compile_path_template,
     locate_video,
-    resolve_cameras,
 )
 from episode_pipeline.lerobot.info import parse_info
 
@@ -83,10 +82,10 @@ def test_image_dtype_cameras_are_accepted():
     )
 
 
-def test_resolve_after_the_fact():
+def test_each_camera_of_a_v30_archive_by_template():
     i = info(V30, "a", "b")
     paths = ["videos/a/chunk-000/file-000.mp4", "videos/b/chunk-000/file-000.mp4"]
-    assert resolve_cameras(paths, i) == dict(zip(paths, ["a", "b"], strict=True))
+    assert [camera_for(path, i) for path in paths] == ["a", "b"]
 
 
 @pytest.mark.parametrize("bad", ["videos/{video_key", "videos/{0.__class__}/x.mp4"])

@@ -1,7 +1,6 @@
-"""The seed's rules for episode metadata and the episode row, without servers."""
+"""The contract's rules for episode metadata and the episode row, without servers."""
 
-from episode_pipeline.lerobot.info import parse_info
-from episode_pipeline.metadata import (
+from episode_pipeline.episode_rows import (
     EDITABLE,
     NON_EDITABLE,
     REQUIRED_KEYS,
@@ -9,9 +8,10 @@ from episode_pipeline.metadata import (
     episode_columns,
     episode_metadata_items,
 )
+from episode_pipeline.lerobot.info import parse_info
 
 
-def test_metadata_items_follow_the_seed():
+def test_metadata_items_follow_the_contract():
     items = episode_metadata_items(
         first_task="Pick the cube", robot_type="so101", codebase_version="v3.0"
     )

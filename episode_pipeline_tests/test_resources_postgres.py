@@ -7,7 +7,7 @@ import uuid
 import psycopg
 import pytest
 
-from episode_pipeline.defs.resources.postgres import PostgresResource
+from episode_pipeline.defs.resources.database import PostgresResource
 from episode_pipeline.settings import Settings
 
 pytestmark = pytest.mark.integration

@@ -7,16 +7,16 @@ import io
 import pytest
 from dagster import EnvVar
 
-from episode_pipeline.defs.resources.postgres import PostgresResource
-from episode_pipeline.defs.resources.storage import (
+from episode_pipeline.bucket import (
     MAX_PARTS,
-    EpisodeStorage,
     MiB,
     _HashingReader,
     content_type_for,
     transfer_config,
 )
-from episode_pipeline.settings import DatabaseSettings, Settings
+from episode_pipeline.defs.resources.database import PostgresResource
+from episode_pipeline.defs.resources.s3 import S3BucketResource
+from episode_pipeline.settings import AwsSettings, DatabaseSettings, Settings
 
 DB = DatabaseSettings(
     host="db.example",
@@ -52,19 +52,23 @@ def test_storage_from_settings(monkeypatch: pytest.MonkeyPatch) -> None:
         bucket="data",
         sqs_queue_url=None,
         dlq_url=None,
-        aws_region="us-west-2",
-        aws_endpoint_url="http://127.0.0.1:5000",
-        aws_access_key_id="testing",
-        aws_secret_access_key="testing-secret",
+        aws=AwsSettings(
+            region="us-west-2",
+            endpoint_url="http://127.0.0.1:5000",
+            access_key_id="testing",
+            secret_access_key="testing-secret",
+        ),
         database=DB,
         local=True,
     )
-    storage = EpisodeStorage.from_settings(settings)
-    assert (storage.bucket, storage.region, storage.endpoint_url) == (
+    resource = S3BucketResource.from_settings(settings)
+    assert (resource.bucket, resource.region, resource.endpoint_url) == (
         "data",
         "us-west-2",
         "http://127.0.0.1:5000",
     )
+    storage = resource.get_client()
+    assert resource.get_client() is storage  # one client per resource instance
     assert storage.uri("a/b.json") == "s3://data/a/b.json"
     config = storage.client.meta.config
     assert config.retries["mode"] == "standard"

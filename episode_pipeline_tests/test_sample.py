@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 
 import av
@@ -12,10 +13,18 @@ import pytest
 
 from episode_pipeline import cli
 from episode_pipeline.archive.stream import ArchiveReader, spool_member
-from episode_pipeline.lerobot.cameras import locate_video, resolve_cameras
+from episode_pipeline.lerobot.cameras import camera_for, locate_video
 from episode_pipeline.lerobot.frames import frames_table, parquet_row_count
 from episode_pipeline.lerobot.info import parse_info
-from episode_pipeline.lerobot.layout import ArchiveLayout, MemberKind, should_keep
+from episode_pipeline.lerobot.layout import (
+    INFO_JSON,
+    TASKS_JSONL,
+    TASKS_PARQUET,
+    MemberKind,
+    find_dataset_roots,
+    member_kind,
+    path_order,
+)
 from episode_pipeline.lerobot.sample import (
     SampleSpec,
     av1_encoder,
@@ -26,6 +35,53 @@ from episode_pipeline.lerobot.sample import (
 from episode_pipeline.lerobot.tasks import first_task
 
 
+@dataclass(frozen=True)
+class Member:
+    path: str  # as in the archive
+    relative: str  # relative to the dataset root
+    kind: MemberKind
+
+
+@dataclass(frozen=True)
+class Layout:
+    """The members of a one-dataset archive, classified against its root (a test's view)."""
+
+    roots: tuple[str, ...]
+    members: tuple[Member, ...]
+
+    @classmethod
+    def from_paths(cls, paths: list[str]) -> Layout:
+        roots = tuple(find_dataset_roots(paths))
+        prefix = f"{roots[0]}/" if roots and roots[0] else ""
+        return cls(roots, tuple(Member(p, p.removeprefix(prefix), member_kind(p)) for p in paths))
+
+    @property
+    def root(self) -> str:
+        return self.roots[0]
+
+    def of_kind(self, kind: MemberKind) -> list[Member]:
+        return sorted((m for m in self.members if m.kind is kind), key=lambda m: path_order(m.path))
+
+    @property
+    def videos(self) -> list[Member]:
+        return self.of_kind(MemberKind.VIDEO)
+
+    @property
+    def data_parquets(self) -> list[Member]:
+        return self.of_kind(MemberKind.DATA_PARQUET)
+
+    def find(self, relative: str) -> Member | None:
+        return next((m for m in self.members if m.relative == relative), None)
+
+    @property
+    def info_json(self) -> Member:
+        return self.find(INFO_JSON)
+
+    @property
+    def task_table(self) -> Member:
+        return self.find(TASKS_PARQUET) or self.find(TASKS_JSONL)
+
+
 def read_back(archive: Path, workdir: Path) -> dict:
     """Do what the pipeline does: one streaming pass, spool kept members, resolve at the end."""
     spooled: dict[str, Path] = {}
@@ -34,9 +90,9 @@ def read_back(archive: Path, workdir: Path) -> dict:
         order = []
         for member in reader:
             order.append(member.path)
-            if should_keep(member.path):
+            if member_kind(member.path) is not MemberKind.SKIPPED:
                 spooled[member.path] = spool_member(member, workdir)
-    layout = ArchiveLayout.from_paths(order)
+    layout = Layout.from_paths(order)
     info = parse_info(spooled[layout.info_json.path].read_bytes(), source=layout.info_json.path)
     table = layout.task_table
     start, frames = 0, []
@@ -48,7 +104,7 @@ def read_back(archive: Path, workdir: Path) -> dict:
         "skipped": reader.skipped,
         "layout": layout,
         "info": info,
-        "cameras": resolve_cameras([v.relative for v in layout.videos], info),
+        "cameras": {v.relative: camera_for(v.relative, info) for v in layout.videos},
         "task": first_task(spooled[table.path], path=table.relative),
         "frames": frames,
         "spooled": spooled,

@@ -17,7 +17,7 @@ from episode_pipeline.db.schema_check import (
     check_schema,
     missing_columns,
 )
-from episode_pipeline.defs.resources.postgres import PostgresResource
+from episode_pipeline.defs.resources.database import PostgresResource
 from episode_pipeline.settings import load_settings
 
 
@@ -35,7 +35,7 @@ def test_missing_columns_lists_absent_tables_and_columns() -> None:
     }
 
 
-def test_required_columns_cover_what_the_seed_writes() -> None:
+def test_required_columns_cover_what_the_contract_writes() -> None:
     assert {"mp4_s3_path", "parquet_s3_path", "frame_count", "fps", "duration_seconds"} <= set(
         REQUIRED_COLUMNS["episodes"]
     )

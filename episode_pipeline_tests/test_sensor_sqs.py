@@ -25,17 +25,21 @@ from dagster import (
 )
 from dagster._core.storage.tags import RUN_KEY_TAG, SENSOR_NAME_TAG
 
-from episode_pipeline.defs.io_managers.s3 import S3IOManager
+from episode_pipeline.bucket import Bucket
+from episode_pipeline.definitions import build_definitions
+from episode_pipeline.defs.jobs import EPISODE_JOB_NAME
 from episode_pipeline.defs.partitions import EPISODES_PARTITION_NAME
-from episode_pipeline.defs.resources.queue import UploadQueue
-from episode_pipeline.defs.resources.storage import EpisodeStorage
+from episode_pipeline.defs.resources.aws import aws_fields
+from episode_pipeline.defs.resources.sqs import UploadQueueResource
+from episode_pipeline.defs.runs import retry_run_key
 from episode_pipeline.defs.sensors import sqs
 from episode_pipeline.keys import EpisodeRef
 from episode_pipeline.lerobot.sample import SampleSpec, write_sample
-from episode_pipeline.local import aws_resources
+from episode_pipeline.local import aws_setup
 from episode_pipeline.local.stack import StackInfo
 from episode_pipeline.local.upload import upload_episode
-from episode_pipeline.settings import Settings, apply_local_stack_env
+from episode_pipeline.settings import AwsSettings, Settings
+from episode_pipeline.upload_queue import UploadQueue
 
 pytestmark = pytest.mark.integration
 
@@ -44,7 +48,7 @@ pytestmark = pytest.mark.integration
 class PrivateQueue:
     settings: Settings  # the session's, with this test's bucket and queue
     queue: UploadQueue
-    storage: EpisodeStorage
+    storage: Bucket
     dlq_url: str
 
 
@@ -56,24 +60,24 @@ def private_queue(stack: StackInfo, settings: Settings) -> Callable[..., Private
 
     def make(visibility_timeout: int | None = None) -> PrivateQueue:
         name = f"sqs-sensor-{uuid.uuid4().hex[:10]}"
-        resources = aws_resources.ensure_resources(endpoint, bucket=name, queue_name=name)
+        resources = aws_setup.ensure_resources(endpoint, bucket=name, queue_name=name)
         if visibility_timeout is not None:
-            aws_resources.client("sqs", endpoint).set_queue_attributes(
+            aws_setup.client("sqs", endpoint).set_queue_attributes(
                 QueueUrl=resources.queue_url,
                 Attributes={"VisibilityTimeout": str(visibility_timeout)},
             )
-        keys = {
-            "region": aws_resources.REGION,
-            "endpoint_url": endpoint,
-            "access_key_id": aws_resources.ACCESS_KEY,
-            "secret_access_key": aws_resources.SECRET_KEY,
-        }
+        aws = AwsSettings(
+            region=aws_setup.REGION,
+            endpoint_url=endpoint,
+            access_key_id=aws_setup.ACCESS_KEY,
+            secret_access_key=aws_setup.SECRET_KEY,
+        )
         return PrivateQueue(
             settings=dataclasses.replace(
                 settings, bucket=resources.bucket, sqs_queue_url=resources.queue_url
             ),
-            queue=UploadQueue(queue_url=resources.queue_url, **keys),
-            storage=EpisodeStorage(bucket=resources.bucket, **keys),
+            queue=UploadQueue(resources.queue_url, aws),
+            storage=Bucket(resources.bucket, aws),
             dlq_url=resources.dlq_url,
         )
 
@@ -97,52 +101,48 @@ def new_ref() -> EpisodeRef:
     return EpisodeRef("test-org", f"ep-{uuid.uuid4().hex[:10]}")
 
 
+def queue_resource(queue: UploadQueue) -> UploadQueueResource:
+    """The resource the sensors get, pointing at the same queue as `queue`."""
+    return UploadQueueResource(queue_url=queue.queue_url, **aws_fields(queue.aws))
+
+
 def tick(instance: DagsterInstance, queue: UploadQueue) -> SensorResult | SkipReason:
-    context = build_sensor_context(instance=instance, resources={"upload_queue": queue})
-    return sqs.episode_uploads_sensor(context)
+    context = build_sensor_context(
+        instance=instance, resources={"upload_queue": queue_resource(queue)}
+    )
+    return sqs.episode_uploads(context)
 
 
 def depth(queue: UploadQueue) -> tuple[int, int]:
-    counts = queue.counts()
-    return (
-        counts["ApproximateNumberOfMessages"],
-        counts["ApproximateNumberOfMessagesNotVisible"],
-    )
+    """(visible, in flight) messages, as SQS approximates them."""
+    names = ["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"]
+    attributes = queue.client.get_queue_attributes(QueueUrl=queue.queue_url, AttributeNames=names)
+    visible, in_flight = (int(attributes["Attributes"].get(name, 0)) for name in names)
+    return visible, in_flight
 
 
 def execute(instance: DagsterInstance, private: PrivateQueue, run_request: Any) -> Any:
     """Play the daemon: add the partition and run the job in-process with the request's tags."""
-    apply_local_stack_env()  # DB_PASSWORD for the postgres resource's EnvVar, as the runner does
-    from episode_pipeline.definitions import defs
-    from episode_pipeline.defs.jobs import EPISODE_JOB_NAME
-
     sqs_name = sqs.UPLOADS_SENSOR_NAME
     instance.add_dynamic_partitions(EPISODES_PARTITION_NAME, [run_request.partition_key])
-    job = defs.resolve_job_def(EPISODE_JOB_NAME)
+    job = build_definitions(private.settings).resolve_job_def(EPISODE_JOB_NAME)
     return job.execute_in_process(
         partition_key=run_request.partition_key,
         instance=instance,
         # What the daemon adds to a sensor's run: the run key and the sensor's name.
         tags={**run_request.tags, RUN_KEY_TAG: run_request.run_key, SENSOR_NAME_TAG: sqs_name},
         raise_on_error=False,
-        resources={
-            "storage": private.storage,
-            "s3_io_manager": S3IOManager(storage=private.storage),
-        },
     )
 
 
-def test_the_definitions_wire_the_sensor_to_the_episode_job(stack: StackInfo) -> None:
-    from episode_pipeline.definitions import defs
-    from episode_pipeline.defs.jobs import EPISODE_JOB_NAME
-
-    repository = defs.get_repository_def()
+def test_the_definitions_wire_the_sensor_to_the_episode_job(settings: Settings) -> None:
+    repository = build_definitions(settings).get_repository_def()
     assert repository.get_sensor_def(sqs.UPLOADS_SENSOR_NAME).job_name == EPISODE_JOB_NAME
     assert repository.has_job(EPISODE_JOB_NAME)
 
 
 def test_without_a_queue_url_the_sensors_skip(instance: DagsterInstance) -> None:
-    result = tick(instance, UploadQueue(queue_url=None))
+    result = tick(instance, UploadQueue(None, AwsSettings()))
     assert isinstance(result, SkipReason)
     assert "not configured" in (result.skip_message or "")
 
@@ -189,9 +189,9 @@ def test_upload_becomes_one_run_and_its_message_is_deleted_after_success(
         dagster_event=record.event_log_entry.dagster_event,
         dagster_instance=instance,
         dagster_run=instance.get_run_by_id(run.run_id),
-        resources={"upload_queue": private.queue},
+        resources={"upload_queue": queue_resource(private.queue)},
     )
-    sqs.upload_message_done_on_success(context)
+    sqs.episode_upload_done(context)
 
     assert depth(private.queue) == (0, 0)
     assert private.queue.receive(wait_seconds=0) == []
@@ -220,7 +220,7 @@ def test_a_failed_run_leaves_its_message_for_a_retry_with_a_new_run_key(
     assert depth(private.queue) == (0, 1)
 
     # Instead of waiting out the 15-minute visibility timeout, let it come back now.
-    assert private.queue.extend_visibility(handle, 0)
+    assert not private.queue.extend_visibility_many([handle], 0)
     assert depth(private.queue) == (1, 0)
     upload_episode(archive, ref, private.settings)  # the robot uploads again (same bytes)
     result = tick(instance, private.queue)
@@ -241,10 +241,7 @@ def test_the_heartbeat_keeps_messages_of_queued_runs_in_flight(
     upload_episode(archive, ref, private.settings)
     (request,) = tick(instance, private.queue).run_requests
     # A run created from the request but not yet started (as a busy run queue leaves it).
-    from episode_pipeline.definitions import defs
-    from episode_pipeline.defs.jobs import EPISODE_JOB_NAME
-
-    job = defs.resolve_job_def(EPISODE_JOB_NAME)
+    job = build_definitions(private.settings).resolve_job_def(EPISODE_JOB_NAME)
     instance.add_dynamic_partitions(EPISODES_PARTITION_NAME, [ref.partition_key])
     run = instance.create_run_for_job(
         job_def=job,
@@ -252,7 +249,7 @@ def test_the_heartbeat_keeps_messages_of_queued_runs_in_flight(
         status=DagsterRunStatus.NOT_STARTED,
     )
     handle = request.tags[sqs.RECEIPT_HANDLE_TAG]
-    private.queue.extend_visibility(handle, 0)  # as if the visibility were about to run out
+    private.queue.extend_visibility_many([handle], 0)  # as if the visibility were about to run out
     assert sqs.keep_in_flight(instance, private.queue, log=_Log()) == 1
     assert depth(private.queue) == (0, 1)
     assert private.queue.receive(wait_seconds=0) == []
@@ -311,5 +308,5 @@ def test_a_reupload_after_a_failed_run_is_retried_at_once(
     # attempt would be skipped by Dagster's run-key dedup, so the sensor asks for a new one.
     upload_episode(archive, ref, private.settings)
     (retry,) = tick(instance, private.queue).run_requests
-    assert retry.run_key == sqs.retry_run_key(first.run_key, failed.dagster_run.run_id)
+    assert retry.run_key == retry_run_key(first.run_key, failed.dagster_run.run_id)
     assert execute(instance, private, retry).success

@@ -6,8 +6,8 @@ import sys
 
 from dagster import DagsterRun, DagsterRunStatus
 
-from episode_pipeline.defs.sensors.reconcile import HOST_TAG, PID_TAG, is_orphaned
-from episode_pipeline.defs.sensors.run_failure import episode_of_run
+from episode_pipeline.defs.failures import is_orphaned
+from episode_pipeline.defs.runs import HOST_TAG, PID_TAG, episode_of_run
 from episode_pipeline.keys import EpisodeRef
 
 

@@ -1,4 +1,4 @@
-"""The embedded stack: lifecycle, idempotence, the seed's queue wiring, and the Dagster instance.
+"""The embedded stack: lifecycle, idempotence, production's queue wiring, and the Dagster instance.
 
 Lifecycle tests run on their own stack in a module-scoped home (`own_home`), so stopping and
 restarting never disturbs the session stack other tests use. They run in file order and each one
@@ -21,7 +21,7 @@ import psutil
 import pytest
 
 from episode_pipeline.db.connection import connect
-from episode_pipeline.local import aws_resources
+from episode_pipeline.local import aws_setup
 from episode_pipeline.local.dagster_home import instance_config
 from episode_pipeline.local.stack import (
     StackInfo,
@@ -105,7 +105,7 @@ def test_services_listen_on_loopback_only(stack: StackInfo) -> None:
     assert {c.laddr.ip for c in listening} == {"127.0.0.1"}
 
 
-def test_queue_and_dlq_match_the_seed(stack: StackInfo, sqs_client: Any) -> None:
+def test_queue_and_dlq_match_the_contract(stack: StackInfo, sqs_client: Any) -> None:
     queue = sqs_client.get_queue_attributes(QueueUrl=stack.sqs_queue_url, AttributeNames=["All"])
     dlq = sqs_client.get_queue_attributes(QueueUrl=stack.dlq_url, AttributeNames=["All"])
     queue, dlq = queue["Attributes"], dlq["Attributes"]
@@ -240,8 +240,8 @@ def _created_keys(bodies: list[dict[str, Any]]) -> list[str]:
 def test_zst_upload_is_notified_and_other_keys_are_not(own_home: Path) -> None:
     info = start_stack(own_home)
     assert info.s3_endpoint and info.sqs_queue_url
-    s3 = aws_resources.client("s3", info.s3_endpoint)
-    sqs = aws_resources.client("sqs", info.s3_endpoint)
+    s3 = aws_setup.client("s3", info.s3_endpoint)
+    sqs = aws_setup.client("sqs", info.s3_endpoint)
     _receive_all(sqs, info.sqs_queue_url)  # the s3:TestEvent from setting up the notification
     s3.put_object(Bucket=info.bucket, Key="orgs/o1/episodes/e1/robot.tar.zst", Body=b"z")
     s3.put_object(Bucket=info.bucket, Key="orgs/o1/episodes/e1/notes.txt", Body=b"t")
@@ -254,7 +254,7 @@ def test_zst_upload_is_notified_and_other_keys_are_not(own_home: Path) -> None:
 def test_objects_and_rows_survive_a_restart(own_home: Path) -> None:
     info = start_stack(own_home)
     settings = Settings.from_env(info.env, local=True)
-    s3 = aws_resources.client("s3", info.s3_endpoint or "")
+    s3 = aws_setup.client("s3", info.s3_endpoint or "")
     key = "orgs/o2/episodes/e2/processed/hls/cam/playlist.m3u8"
     s3.put_object(Bucket=info.bucket, Key=key, Body=b"#EXTM3U\n", ContentType="audio/mpegurl")
     with connect(settings.database, autocommit=True) as conn:
@@ -265,7 +265,7 @@ def test_objects_and_rows_survive_a_restart(own_home: Path) -> None:
     restarted = start_stack(own_home)
 
     assert restarted.running
-    s3 = aws_resources.client("s3", restarted.s3_endpoint or "")
+    s3 = aws_setup.client("s3", restarted.s3_endpoint or "")
     got = s3.get_object(Bucket=restarted.bucket, Key=key)
     assert (got["Body"].read(), got["ContentType"]) == (b"#EXTM3U\n", "audio/mpegurl")
     assert s3.head_object(Bucket=restarted.bucket, Key="orgs/o1/episodes/e1/robot.tar.zst")
@@ -273,7 +273,7 @@ def test_objects_and_rows_survive_a_restart(own_home: Path) -> None:
     with connect(settings.database) as conn:
         assert conn.execute("SELECT org_id FROM episodes WHERE id = 'e2'").fetchone() == ("o2",)
     # Restoring objects must not look like new uploads: only the setup's s3:TestEvent arrives.
-    sqs = aws_resources.client("sqs", restarted.s3_endpoint or "")
+    sqs = aws_setup.client("sqs", restarted.s3_endpoint or "")
     bodies = _receive_all(sqs, restarted.sqs_queue_url or "")
     assert _created_keys(bodies) == []
     assert [body.get("Event") for body in bodies] == ["s3:TestEvent"]

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from episode_pipeline.defs.resources.transcoder import ECS, SUBPROCESS, HlsTranscoder
+from episode_pipeline.defs.resources.transcoder import HlsTranscoder
+from episode_pipeline.settings import ECS, SUBPROCESS, Settings
 from episode_pipeline.transcode.job import (
     FailedVideo,
     JobError,
@@ -184,8 +185,14 @@ def test_result_message_round_trip():
     assert result.source_duration_ms == 9000
 
 
+def transcoder_for(env: dict[str, str]) -> HlsTranscoder:
+    """The transcoder Definitions builds from this environment."""
+    settings = Settings.from_env({"DB_HOST": "db", "DATA_BUCKET": "data", **env})
+    return HlsTranscoder.from_settings(settings)
+
+
 def test_transcoder_from_env():
-    assert HlsTranscoder.from_env({}).mode == SUBPROCESS
+    assert transcoder_for({}).mode == SUBPROCESS
     env = {
         "TRANSCODE_TASK_DEFINITION": "pipe-transcode",
         "TRANSCODE_CONTAINER_NAME": "transcode",
@@ -194,8 +201,9 @@ def test_transcoder_from_env():
         "ECS_SECURITY_GROUPS": "sg-1",
         "AWS_REGION": "eu-west-1",
     }
-    transcoder = HlsTranscoder.from_env(env)
+    transcoder = transcoder_for(env)
     assert transcoder.mode == ECS
+    assert transcoder.region == "eu-west-1"
     params = transcoder.run_task_params()
     assert params["cluster"] == "pipe"
     assert params["taskDefinition"] == "pipe-transcode"
@@ -207,7 +215,7 @@ def test_transcoder_from_env():
     }
     assert params["overrides"]["containerOverrides"] == [{"name": "transcode"}]
     with pytest.raises(RuntimeError, match="ECS_SUBNETS"):
-        HlsTranscoder.from_env({**env, "ECS_SUBNETS": ""})
+        transcoder_for({**env, "ECS_SUBNETS": ""})
 
 
 def test_probe_names_the_unreadable_file(tmp_path):

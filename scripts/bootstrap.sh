@@ -20,8 +20,14 @@ if [ ! -x .venv/bin/uv ]; then
   "$PYTHON" -m venv .venv
   .venv/bin/python -m pip install -q --disable-pip-version-check uv
 fi
-stamp=.venv/.installed
+# Precompiled: these machines set PYTHONDONTWRITEBYTECODE, so without .pyc files every Python
+# process would compile Dagster's source again (~3 s of CPU each; docs/platform-notes.md).
+stamp=.venv/.installed-compiled
 if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
   UV_PYTHON_DOWNLOADS=never .venv/bin/uv pip install -q --python .venv/bin/python -e '.[dev]'
+  # A few packages ship files that do not compile (templates, other Pythons' tests): not ours.
+  .venv/bin/python -m compileall -q -j 0 \
+    "$(.venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')" \
+    >/dev/null 2>&1 || true
   touch "$stamp"
 fi

@@ -308,13 +308,6 @@ class ArchiveReader:
                 member.fileobj._expire()
 
 
-def iter_archive(
-    fileobj: BinaryIO, *, name: str, limits: ArchiveLimits = DEFAULT_LIMITS
-) -> Iterator[ArchiveMember]:
-    """Shorthand for ``iter(ArchiveReader(...))`` when the skipped list is not needed."""
-    return iter(ArchiveReader(fileobj, name=name, limits=limits))
-
-
 def spool_member(member: ArchiveMember, directory: str | Path) -> Path:
     """Copy one member to a file under ``directory`` (keeping its relative path) and return it.
 

@@ -12,8 +12,7 @@ from typing import Any
 import psycopg
 from psycopg.types.json import Jsonb
 
-from episode_pipeline.keys import EpisodeRef
-from episode_pipeline.metadata import (
+from episode_pipeline.episode_rows import (
     CREATE_OPERATION,
     ENTITY_TYPE,
     FIRST_VERSION,
@@ -21,6 +20,7 @@ from episode_pipeline.metadata import (
     MetadataItem,
     entity_version_data,
 )
+from episode_pipeline.keys import EpisodeRef
 
 PROCESSING = "processing"
 PROCESSED = "processed"
@@ -29,7 +29,10 @@ UPLOADED = "uploaded"
 
 
 class EpisodeNotFound(LookupError):
-    """The application creates the episode row; the pipeline never does (seed)."""
+    """The application creates the episode row; the pipeline never does.
+
+    See docs/contract.md#status-transitions.
+    """
 
 
 class EpisodeOrgMismatch(ValueError):
@@ -66,7 +69,7 @@ def mark_processing(conn: psycopg.Connection, ref: EpisodeRef) -> None:
 
 
 def mark_processed(conn: psycopg.Connection, ref: EpisodeRef, columns: EpisodeColumns) -> datetime:
-    """Status, processed_at and the seed's columns in one statement; returns processed_at."""
+    """Status, processed_at and the contract's columns in one statement; returns processed_at."""
     row = conn.execute(
         """
         UPDATE episodes
@@ -95,7 +98,7 @@ def mark_processed(conn: psycopg.Connection, ref: EpisodeRef, columns: EpisodeCo
 def mark_failed(conn: psycopg.Connection, ref: EpisodeRef, run_started_at: datetime) -> bool:
     """Failed, unless this run already marked the episode processed.
 
-    The seed keeps `processed` when only the metadata write fails (it runs after the episode is
+    `processed` stays when only the metadata write fails (it runs after the episode is
     processed); any earlier failure, including one in a re-run of a processed episode, is `failed`.
     Returns whether the row changed.
     """

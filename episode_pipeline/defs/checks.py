@@ -4,8 +4,10 @@ Each check recomputes its facts from the stores (PostgreSQL, S3) rather than tru
 asset reported, so corrupting an output on purpose makes the check fail.
 """
 
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
+import psycopg
 from dagster import (
     AssetCheckExecutionContext,
     AssetCheckResult,
@@ -14,20 +16,31 @@ from dagster import (
     AssetRecordsFilter,
     DagsterInstance,
     MetadataValue,
-    asset_check,
 )
 
 from episode_pipeline.db import episodes as episode_db
 from episode_pipeline.defs.assets.archive import extracted_files
 from episode_pipeline.defs.assets.episode import episode
+from episode_pipeline.defs.assets.episode_metadata import episode_metadata
 from episode_pipeline.defs.assets.frames import frames
-from episode_pipeline.defs.assets.metadata import episode_metadata
-from episode_pipeline.defs.partitions import episode_partitions
-from episode_pipeline.defs.resources.postgres import PostgresResource
-from episode_pipeline.defs.resources.storage import EpisodeStorage
-from episode_pipeline.keys import parse_partition_key
-from episode_pipeline.manifest import Manifest
-from episode_pipeline.metadata import REQUIRED_KEYS
+from episode_pipeline.defs.partitions import episode_check
+from episode_pipeline.defs.resources.database import PostgresResource
+from episode_pipeline.defs.resources.s3 import S3BucketResource
+from episode_pipeline.episode_rows import REQUIRED_KEYS
+from episode_pipeline.extracted_files import ExtractedFiles
+from episode_pipeline.keys import EpisodeRef, parse_partition_key
+
+T = TypeVar("T")
+
+
+def query_episode(
+    context: AssetCheckExecutionContext,
+    postgres: PostgresResource,
+    query: Callable[[psycopg.Connection, EpisodeRef], T],
+) -> T:
+    """One read from `db/episodes.py` about the check's episode, on its own connection."""
+    with postgres.connect() as conn:
+        return query(conn, parse_partition_key(context.partition_key))
 
 
 def latest_materialization_metadata(
@@ -42,22 +55,18 @@ def latest_materialization_metadata(
     return {k: v.value for k, v in records[0].asset_materialization.metadata.items()}
 
 
-@asset_check(
+@episode_check(
     asset=frames,
-    partitions_def=episode_partitions,
     blocking=True,
     description="Rows in `frames` equal the parquet rows read (ERROR; blocks the episode row).",
 )
 def frames_match_parquet_rows(
     context: AssetCheckExecutionContext, postgres: PostgresResource
 ) -> AssetCheckResult:
-    partition_key = context.partition_key
-    ref = parse_partition_key(partition_key)
-    read = latest_materialization_metadata(context.instance, frames.key, partition_key).get(
+    read = latest_materialization_metadata(context.instance, frames.key, context.partition_key).get(
         "parquet_rows_read"
     )
-    with postgres.connect() as conn:
-        written = episode_db.frame_rows(conn, ref)
+    written = query_episode(context, postgres, episode_db.frame_rows)
     return AssetCheckResult(
         passed=read is not None and written == read,
         severity=AssetCheckSeverity.ERROR,
@@ -65,17 +74,14 @@ def frames_match_parquet_rows(
     )
 
 
-@asset_check(
+@episode_check(
     asset=frames,
-    partitions_def=episode_partitions,
     description="Timestamps strictly increase within each LeRobot episode.",
 )
 def frames_timestamps_increasing(
     context: AssetCheckExecutionContext, postgres: PostgresResource
 ) -> AssetCheckResult:
-    ref = parse_partition_key(context.partition_key)
-    with postgres.connect() as conn:
-        regressions = episode_db.timestamp_regressions(conn, ref)
+    regressions = query_episode(context, postgres, episode_db.timestamp_regressions)
     return AssetCheckResult(
         passed=regressions == 0,
         severity=AssetCheckSeverity.WARN,
@@ -83,10 +89,10 @@ def frames_timestamps_increasing(
     )
 
 
-@asset_check(
+@episode_check(
     asset=frames,
-    partitions_def=episode_partitions,
-    description="Every data parquet was readable (WARN: the seed skips a bad file and goes on).",
+    description="Every data parquet was readable (WARN: a bad file is skipped and the episode "
+    "goes on).",
 )
 def frames_files_readable(context: AssetCheckExecutionContext) -> AssetCheckResult:
     metadata = latest_materialization_metadata(context.instance, frames.key, context.partition_key)
@@ -98,19 +104,18 @@ def frames_files_readable(context: AssetCheckExecutionContext) -> AssetCheckResu
     )
 
 
-@asset_check(
+@episode_check(
     asset=extracted_files,
-    partitions_def=episode_partitions,
     blocking=True,
-    description="Every key in the manifest exists in S3 with the recorded size (ERROR).",
+    description="Every file `extracted_files` lists exists in S3 with the recorded size (ERROR).",
 )
 def processed_objects_exist(
-    context: AssetCheckExecutionContext, extracted_files: Manifest, storage: EpisodeStorage
+    context: AssetCheckExecutionContext, extracted_files: ExtractedFiles, s3: S3BucketResource
 ) -> AssetCheckResult:
-    manifest = extracted_files
+    bucket = s3.get_client()
     problems = []
-    for file in manifest.files:
-        head = storage.head(file.key)
+    for file in extracted_files.files:
+        head = bucket.head(file.key)
         if head is None:
             problems.append({"key": file.key, "problem": "missing"})
         elif head.size != file.size:
@@ -118,21 +123,21 @@ def processed_objects_exist(
     return AssetCheckResult(
         passed=not problems,
         severity=AssetCheckSeverity.ERROR,
-        metadata={"objects_checked": len(manifest.files), "problems": MetadataValue.json(problems)},
+        metadata={
+            "objects_checked": len(extracted_files.files),
+            "problems": MetadataValue.json(problems),
+        },
     )
 
 
-@asset_check(
+@episode_check(
     asset=episode_metadata,
-    partitions_def=episode_partitions,
     description="Every required metadata key is present for the episode.",
 )
 def metadata_keys_present(
     context: AssetCheckExecutionContext, postgres: PostgresResource
 ) -> AssetCheckResult:
-    ref = parse_partition_key(context.partition_key)
-    with postgres.connect() as conn:
-        present = episode_db.metadata_values(conn, ref)
+    present = query_episode(context, postgres, episode_db.metadata_values)
     missing = [key for key in REQUIRED_KEYS if key not in present]
     return AssetCheckResult(
         passed=not missing,
@@ -141,19 +146,16 @@ def metadata_keys_present(
     )
 
 
-@asset_check(
+@episode_check(
     asset=episode,
-    partitions_def=episode_partitions,
     description="`frame_count` (info.json's total_frames) matches the rows in `frames` (WARN: "
     "real datasets carry stale totals).",
 )
 def frame_count_matches_rows(
     context: AssetCheckExecutionContext, postgres: PostgresResource
 ) -> AssetCheckResult:
-    ref = parse_partition_key(context.partition_key)
-    with postgres.connect() as conn:
-        row = episode_db.episode_row(conn, ref) or {}
-        rows = episode_db.frame_rows(conn, ref)
+    row = query_episode(context, postgres, episode_db.episode_row) or {}
+    rows = query_episode(context, postgres, episode_db.frame_rows)
     frame_count = row.get("frame_count")
     return AssetCheckResult(
         passed=frame_count == rows,

@@ -3,17 +3,10 @@
 from dagster import AssetSelection, PartitionedConfig, define_asset_job
 
 from episode_pipeline.defs.partitions import episode_partitions
-from episode_pipeline.keys import parse_partition_key
+from episode_pipeline.defs.runs import episode_tags
 
 EPISODE_JOB_NAME = "process_episode"
 EPISODE_ASSETS = ("extracted_files", "hls_renditions", "frames", "episode_metadata", "episode")
-ORG_TAG = "org"  # the run queue's per-org concurrency limit reads it
-
-
-def tags_for_episode(partition_key: str) -> dict[str, str]:
-    """Tags on every run of an episode, however it was launched (sensor, backfill, Launchpad)."""
-    return {ORG_TAG: parse_partition_key(partition_key).org_id}
-
 
 episode_job = define_asset_job(
     name=EPISODE_JOB_NAME,
@@ -22,6 +15,6 @@ episode_job = define_asset_job(
     config=PartitionedConfig(
         partitions_def=episode_partitions,
         run_config_for_partition_key_fn=lambda _: {},
-        tags_for_partition_key_fn=tags_for_episode,
+        tags_for_partition_key_fn=episode_tags,
     ),
 )

@@ -4,14 +4,14 @@ The camera name is the whole feature key (``observation.images.front``, ``observ
 ``image``...), one path component. Where it sits depends on the version (v2.x: the parent folder;
 v3.0: two levels above the file), so the path template in ``info.json`` is the authority and the
 folder positions are only fallbacks. Members stream in any order, so callers record the mp4 paths
-and resolve them once ``meta/info.json`` has been read (:func:`resolve_cameras`).
+and name their cameras once ``meta/info.json`` has been read.
 """
 
 from __future__ import annotations
 
 import re
 import string
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
 
@@ -108,10 +108,3 @@ def locate_video(path: str, info: DatasetInfo | None = None, *, root: str = "") 
 def camera_for(path: str, info: DatasetInfo | None = None, *, root: str = "") -> str:
     """The camera name of one mp4 (see :func:`locate_video` for the rule)."""
     return locate_video(path, info, root=root).camera
-
-
-def resolve_cameras(
-    paths: Iterable[str], info: DatasetInfo | None = None, *, root: str = ""
-) -> dict[str, str]:
-    """Camera per mp4 path, for use after the whole archive (and info.json) has been read."""
-    return {path: camera_for(path, info, root=root) for path in paths}

@@ -1,7 +1,7 @@
 """Write realistic LeRobot episode archives (v3.0 or v2.1) for demos, tests and benchmarks.
 
 The layout, info.json keys, task and episode tables follow what ``huggingface/lerobot`` writes
-(see shared/reference/lerobot-format.md); the videos are real mp4s encoded by the FFmpeg bundled
+(see docs/lerobot-archives.md); the videos are real mp4s encoded by the FFmpeg bundled
 with ``imageio-ffmpeg`` from a test pattern, so probing and transcoding see genuine streams.
 """
 

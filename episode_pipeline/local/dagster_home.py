@@ -3,7 +3,8 @@
 Run, event-log and schedule storage live in the `dagster` database so the webserver, the daemon
 and `dagster asset materialize` (run in-process) all see the same runs and dynamic partitions.
 The URL uses `postgresql+psycopg2://`: with SQLAlchemy 2.1 a bare `postgresql://` selects
-psycopg 3, and dagster-postgres's `NOTIFY run_events, $1` then fails (platform notes).
+psycopg 3, and dagster-postgres's `NOTIFY run_events, $1` then fails
+(docs/platform-notes.md#dagster-storage-url).
 """
 
 from __future__ import annotations

@@ -15,14 +15,16 @@ import tempfile
 import time
 from pathlib import Path
 
+from episode_pipeline.db import episodes as episode_db
+from episode_pipeline.db.connection import connect
 from episode_pipeline.keys import EpisodeRef
 from episode_pipeline.lerobot.sample import SampleSpec, av1_encoder, write_sample
 from episode_pipeline.local.dev import SHUTDOWN_GRACE_SECONDS, dev_environment
 from episode_pipeline.local.stack import start_stack
+from episode_pipeline.settings import DatabaseSettings, apply_local_stack_env, load_settings
 
 DEMO_ORG = "demo-org"
 WAIT_SECONDS = 600
-SENSOR_NAME = "episode_uploads"
 
 
 def demo_samples() -> dict[str, SampleSpec]:
@@ -38,25 +40,18 @@ def demo_samples() -> dict[str, SampleSpec]:
     return samples
 
 
-def _sensor_available() -> bool:
-    from episode_pipeline.definitions import defs
-
-    return any(sensor.name == SENSOR_NAME for sensor in defs.sensors or [])
-
-
 def _daemon_command() -> list[str]:
     executable = Path(sys.executable).parent / "dagster-daemon"
     return [str(executable), "run", "-m", "episode_pipeline.definitions"]
 
 
-def _wait_for(refs: list[EpisodeRef], timeout: float) -> dict[EpisodeRef, str]:
-    from episode_pipeline.db import episodes as episode_db
-    from episode_pipeline.definitions import postgres_resource
-
+def _wait_for(
+    refs: list[EpisodeRef], database: DatabaseSettings, timeout: float
+) -> dict[EpisodeRef, str]:
     deadline = time.monotonic() + timeout
     statuses: dict[EpisodeRef, str] = {}
     while True:
-        with postgres_resource().connect() as conn:
+        with connect(database) as conn:
             statuses = {ref: episode_db.episode_row(conn, ref)["status"] for ref in refs}
         pending = [ref for ref, status in statuses.items() if status in ("uploaded", "processing")]
         print(
@@ -73,26 +68,16 @@ def run_demo() -> int:
     info = start_stack()
     from episode_pipeline.local.upload import upload_episode
     from episode_pipeline.report import episode_reports, format_reports
-    from episode_pipeline.settings import apply_local_stack_env
 
     apply_local_stack_env()
-    if not _sensor_available():
-        print(
-            "demo: the SQS sensor (episode_uploads) is not built yet, so uploads cannot "
-            "reach Dagster on their own. Process an upload by hand instead:\n"
-            "  episode-pipeline upload ARCHIVE --org ORG --episode EP\n"
-            "  episode-pipeline process ORG/EP",
-            file=sys.stderr,
-        )
-        return 2
-
+    settings = load_settings()
     stamp = time.strftime("%Y%m%d-%H%M%S")
     refs = []
     with tempfile.TemporaryDirectory(prefix="demo-samples-") as tmp:
         for name, spec in demo_samples().items():
             ref = EpisodeRef(DEMO_ORG, f"{name}-{stamp}")
             archive = write_sample(Path(tmp) / f"{name}.tar.zst", spec)["archive"]
-            key = upload_episode(Path(archive), ref)
+            key = upload_episode(Path(archive), ref, settings)
             print(f"uploaded s3://{info.bucket}/{key}", file=sys.stderr)
             refs.append(ref)
 
@@ -105,7 +90,7 @@ def run_demo() -> int:
         stderr=(Path(info.home) / "demo-daemon.log").open("wb"),
     )
     try:
-        statuses = _wait_for(refs, WAIT_SECONDS)
+        statuses = _wait_for(refs, settings.database, WAIT_SECONDS)
     finally:
         daemon.terminate()
         try:
@@ -113,7 +98,7 @@ def run_demo() -> int:
         except subprocess.TimeoutExpired:
             daemon.kill()
 
-    reports = [report for ref in refs for report in episode_reports(ref)]
+    reports = [report for ref in refs for report in episode_reports(ref, settings)]
     print(format_reports(reports))
     print(
         "\nSee it in the Dagster UI: `episode-pipeline dev`, then http://127.0.0.1:3000 —\n"

@@ -1,9 +1,9 @@
 """`episode-pipeline dev`: the local stack, then `dagster dev` (webserver + daemon) against it.
 
 `dagster dev` is started from Python with its own session: a shell `&` start ignores SIGINT and
-SIGTERM (platform notes). Ctrl-C or SIGTERM here is forwarded to it as SIGTERM, its graceful
-shutdown; whatever remains of its process group after 30 s is killed. The stack keeps running
-afterwards (`episode-pipeline stack down` stops it).
+SIGTERM (docs/platform-notes.md#dagster-dev). Ctrl-C or SIGTERM here is forwarded to it as
+SIGTERM, its graceful shutdown; whatever remains of its process group after 30 s is killed. The
+stack keeps running afterwards (`episode-pipeline stack down` stops it).
 """
 
 from __future__ import annotations

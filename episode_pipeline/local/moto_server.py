@@ -20,7 +20,7 @@ from pathlib import Path
 
 import psutil
 
-from episode_pipeline.local.postgres import process_gone, wait_gone
+from episode_pipeline.local.pg_server import process_gone, wait_gone
 
 PID_FILE = "moto.pid"
 LOG_FILE = "moto.log"

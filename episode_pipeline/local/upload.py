@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from episode_pipeline.bucket import Bucket
 from episode_pipeline.db.connection import connect
 from episode_pipeline.db.episodes import ensure_episode_row
-from episode_pipeline.defs.resources.storage import EpisodeStorage
 from episode_pipeline.keys import ARCHIVE_SUFFIX, EpisodeRef
 from episode_pipeline.settings import Settings, load_settings
 
@@ -39,5 +39,5 @@ def upload_episode(archive: Path, ref: EpisodeRef, settings: Settings | None = N
     with connect(settings.database, autocommit=True) as conn:
         ensure_episode_row(conn, ref)
     key = archive_key(archive, ref)
-    EpisodeStorage.from_settings(settings).upload_file(archive, key)
+    Bucket(settings.bucket, settings.aws).upload_file(archive, key)
     return key

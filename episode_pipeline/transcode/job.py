@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from episode_pipeline.settings import DEFAULT_PRESET
 from episode_pipeline.video.hls import SEGMENT_SECONDS
 from episode_pipeline.video.probe import VideoProbe
 
@@ -40,7 +41,7 @@ class TranscodeJob:
     sources: list[str]  # S3 keys, concatenated in this order
     output_prefix: str  # ends with "/": orgs/<org>/episodes/<ep>/processed/hls/<camera>/
     segment_seconds: int = SEGMENT_SECONDS
-    preset: str = "veryfast"
+    preset: str = DEFAULT_PRESET
 
     def to_extras(self) -> dict[str, Any]:
         return asdict(self)
@@ -70,7 +71,7 @@ class TranscodeJob:
             sources=list(sources),
             output_prefix=prefix,
             segment_seconds=seconds,
-            preset=str(extras.get("preset") or "veryfast"),
+            preset=str(extras.get("preset") or DEFAULT_PRESET),
         )
 
 
@@ -98,7 +99,6 @@ class TranscodeResult:
     sources: list[SourceVideo] = field(default_factory=list)
     failed: list[FailedVideo] = field(default_factory=list)
     ffmpeg_seconds: float = 0.0  # wall time of FFmpeg alone
-    deleted_stale: int = 0
 
     @property
     def source_duration_ms(self) -> int:
@@ -122,7 +122,6 @@ class TranscodeResult:
             ],
             failed=[FailedVideo(**f) for f in data.get("failed", [])],
             ffmpeg_seconds=float(data.get("ffmpeg_seconds", 0.0)),
-            deleted_stale=int(data.get("deleted_stale", 0)),
         )
 
 

@@ -2,13 +2,15 @@
 
 Runs as `python -m episode_pipeline.transcode` under Dagster Pipes: the job comes in the Pipes
 extras, the result goes back as one custom message. The bucket is in the job; the S3 endpoint and
-credentials come from the environment (the moto server locally; the task role on AWS).
+credentials come from the environment (the parent's resource locally; the task role on AWS).
+This module imports `dagster_pipes` and the core only, never `dagster`: it starts in a fraction
+of the time.
 
 Outcomes:
 - a source that cannot be downloaded or probed, or FFmpeg failing on the camera's sources, is a
   *reported* failure: the result lists it, the camera's old rendition is removed (what S3 holds
-  always matches the latest run) and the program exits 0 — the seed logs video errors and still
-  marks the episode processed;
+  always matches the latest run) and the program exits 0: a video error is logged and the
+  episode is still processed (docs/contract.md#failure-semantics);
 - anything that stops the program from doing or reporting its job (bad extras, S3 errors while
   uploading) raises: Pipes reports the exception and the process exits non-zero.
 
@@ -26,8 +28,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from episode_pipeline.defs.resources.storage import EpisodeStorage
-from episode_pipeline.settings import aws_region
+from episode_pipeline.bucket import Bucket
+from episode_pipeline.settings import AwsSettings
 from episode_pipeline.transcode.job import FailedVideo, SourceVideo, TranscodeJob, TranscodeResult
 from episode_pipeline.video import ffmpeg_exe
 from episode_pipeline.video.hls import (
@@ -50,20 +52,8 @@ class TranscodeError(RuntimeError):
     """FFmpeg failed, or wrote a rendition that breaks the contract."""
 
 
-def storage_from_env(bucket: str) -> EpisodeStorage:
-    """S3 for the job's bucket; endpoint and keys only when the environment sets them (moto)."""
-    env = os.environ
-    return EpisodeStorage(
-        bucket=bucket,
-        region=aws_region(env),
-        endpoint_url=env.get("AWS_ENDPOINT_URL") or None,
-        access_key_id=env.get("AWS_ACCESS_KEY_ID") or None,
-        secret_access_key=env.get("AWS_SECRET_ACCESS_KEY") or None,
-    )
-
-
 def fetch_sources(
-    job: TranscodeJob, storage: EpisodeStorage, workdir: Path, log: Log
+    job: TranscodeJob, bucket: Bucket, workdir: Path, log: Log
 ) -> tuple[list[tuple[Path, SourceVideo]], list[FailedVideo]]:
     """Download and probe each source; unreadable ones are failures, the rest keep their order."""
     usable: list[tuple[Path, SourceVideo]] = []
@@ -71,7 +61,7 @@ def fetch_sources(
     for index, key in enumerate(job.sources):
         local = workdir / f"source_{index:04d}.mp4"
         try:
-            storage.download_file(key, local)
+            bucket.download_file(key, local)
             probed = probe(local)
             if probed.duration_ms <= 0 or probed.frames <= 0:
                 raise ProbeError(f"{local}: no frames")
@@ -120,9 +110,9 @@ def encode(
     return out_dir, elapsed
 
 
-def run_job(job: TranscodeJob, storage: EpisodeStorage, workdir: Path, log: Log) -> TranscodeResult:
+def run_job(job: TranscodeJob, bucket: Bucket, workdir: Path, log: Log) -> TranscodeResult:
     """Do the whole job in `workdir`; see the module docstring for what fails how."""
-    sources, failed = fetch_sources(job, storage, workdir, log)
+    sources, failed = fetch_sources(job, bucket, workdir, log)
     if sources:
         try:
             out_dir, ffmpeg_seconds = encode(job, sources, workdir)
@@ -138,19 +128,17 @@ def run_job(job: TranscodeJob, storage: EpisodeStorage, workdir: Path, log: Log)
             failed += [FailedVideo(key=s.key, error=str(error)) for _, s in sources]
             sources = []
     if not sources:
-        deleted = storage.delete_prefix(job.output_prefix)
-        return TranscodeResult(
-            camera=job.camera, playlist_key=None, failed=failed, deleted_stale=deleted
-        )
+        bucket.delete_prefix(job.output_prefix)
+        return TranscodeResult(camera=job.camera, playlist_key=None, failed=failed)
 
-    deleted = storage.delete_prefix(job.output_prefix)
+    bucket.delete_prefix(job.output_prefix)
     segment_keys = [job.output_prefix + s.uri for s in playlist.segments]
-    storage.upload_files(
+    bucket.upload_files(
         [(out_dir / s.uri, key) for s, key in zip(playlist.segments, segment_keys, strict=True)],
         max_workers=UPLOAD_WORKERS,
     )
     playlist_key = job.output_prefix + PLAYLIST_NAME
-    storage.upload_file(playlist_path, playlist_key)  # last: its segments are all there now
+    bucket.upload_file(playlist_path, playlist_key)  # last: its segments are all there now
     first = sources[0][1].probe
     output = fit_level_30(first.width, first.height, first.fps)
     return TranscodeResult(
@@ -162,7 +150,6 @@ def run_job(job: TranscodeJob, storage: EpisodeStorage, workdir: Path, log: Log)
         sources=[s for _, s in sources],
         failed=failed,
         ffmpeg_seconds=round(ffmpeg_seconds, 3),
-        deleted_stale=deleted,
     )
 
 
@@ -170,14 +157,14 @@ def main() -> int:
     """The Pipes entry point: read the job, do it, report the result."""
     from dagster_pipes import open_dagster_pipes
 
-    from episode_pipeline.settings import apply_local_stack_env
-
-    apply_local_stack_env()  # laptop without exported variables: the stack's endpoint and keys
     with open_dagster_pipes() as pipes:
         job = TranscodeJob.from_extras(pipes.extras)
         pipes.log.info(f"transcoding camera {job.camera}: {len(job.sources)} source(s)")
+        # The environment names the S3 endpoint and keys: the parent's locally, the task role's
+        # on ECS.
+        bucket = Bucket(job.bucket, AwsSettings.from_env(os.environ))
         with tempfile.TemporaryDirectory(prefix=f"transcode-{job.camera}-") as tmp:
-            result = run_job(job, storage_from_env(job.bucket), Path(tmp), pipes.log.warning)
+            result = run_job(job, bucket, Path(tmp), pipes.log.warning)
         pipes.report_custom_message(result.to_message())
         pipes.log.info(
             f"camera {job.camera}: {len(result.segment_keys)} segment(s), {result.seconds} s, "

@@ -1,12 +1,13 @@
 """The FFmpeg command that turns one camera's video into an HLS rendition (pure).
 
-The seed's contract: H.264 baseline profile, level 3.0, 4-second segments, `playlist.m3u8`.
+The contract (docs/contract.md#hls-renditions): H.264 baseline profile, level 3.0, 4-second
+segments, `playlist.m3u8`.
 Level 3.0 is a real limit, not a label: at most 1,620 macroblocks per frame and 40,500 per
 second (H.264 Table A-1). A frame that exceeds it is scaled down (aspect ratio kept) and a rate
 above 30 fps is halved until it fits, so the stream a player gets is what the playlist claims.
 x264 cuts a GOP every 250 frames unless told otherwise, so keyframes are forced every segment
-length and scene-cut keyframes are off (platform-notes): every segment then starts on a keyframe
-and lasts exactly `segment_seconds`, except the last.
+length and scene-cut keyframes are off (docs/platform-notes.md#ffmpeg): every segment then
+starts on a keyframe and lasts exactly `segment_seconds`, except the last.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ MAX_FPS = 30.0
 
 @dataclass(frozen=True)
 class EncodeSettings:
-    """Encoder choices; the defaults are the production ones (veryfast: platform-notes timings)."""
+    """Encoder choices; the defaults are the production ones (docs/platform-notes.md#ffmpeg)."""
 
     segment_seconds: int = SEGMENT_SECONDS
     preset: str = "veryfast"

@@ -1,12 +1,13 @@
 """What a video file really holds, read with PyAV (the bundled FFmpeg has no ffprobe).
 
-LeRobot's info.json labels the codec but nobody checks the label (lerobot-format.md): the
-transcode decides from the probed stream, and a file PyAV cannot open is reported by name.
+LeRobot's info.json labels the codec but nobody checks the label
+(docs/lerobot-archives.md#videos): the transcode decides from the probed stream, and a file
+PyAV cannot open is reported by name.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
@@ -31,9 +32,6 @@ class VideoProbe:
     @property
     def resolution(self) -> str:
         return f"{self.width}x{self.height}"
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> VideoProbe:

@@ -4,36 +4,34 @@ import tempfile
 from pathlib import Path
 
 import polars as pl
-from dagster import AssetExecutionContext, MetadataValue, Output, asset
+from dagster import AssetExecutionContext, MetadataValue, Output
 
-from episode_pipeline.defs.partitions import episode_partitions
-from episode_pipeline.defs.resources.storage import EpisodeStorage
+from episode_pipeline.defs.partitions import episode_asset
+from episode_pipeline.defs.resources.s3 import S3BucketResource
+from episode_pipeline.extracted_files import ExtractedFiles
 from episode_pipeline.lerobot.frames import FRAMES_SCHEMA, FrameDataError, frames_table
-from episode_pipeline.manifest import Manifest
 
 FRAMES_TABLE = "frames"
 
 
-@asset(
-    partitions_def=episode_partitions,
-    group_name="episode",
+@episode_asset(
     io_manager_key="postgres_io_manager",
     kinds={"postgres", "polars"},
     metadata={"table": FRAMES_TABLE, "partition_expr": "episode_id", "order_by": "frame_order"},
     description="Every parquet whose path contains /data/, in path order: `timestamp` → "
     '`timestamp_ms`, `observation.state` → `{"state": [...]}`, `action` → array. An unreadable '
-    "file is skipped and listed (seed), never silently.",
+    "file is skipped and listed, never silently.",
 )
 def frames(
-    context: AssetExecutionContext, extracted_files: Manifest, storage: EpisodeStorage
+    context: AssetExecutionContext, extracted_files: ExtractedFiles, s3: S3BucketResource
 ) -> Output[pl.DataFrame]:
-    manifest = extracted_files
+    bucket = s3.get_client()
     tables: list[pl.DataFrame] = []
     failed: list[dict[str, str]] = []
     next_order = 0
     with tempfile.TemporaryDirectory(prefix="frames-") as tmp:
-        for data_file in manifest.data_files:
-            local = storage.download_file(data_file.key, Path(tmp) / "data.parquet")
+        for data_file in extracted_files.data_files:
+            local = bucket.download_file(data_file.key, Path(tmp) / "data.parquet")
             try:
                 table = frames_table(local, path=data_file.path, frame_order_start=next_order)
             except FrameDataError as error:

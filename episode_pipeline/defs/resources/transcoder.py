@@ -4,7 +4,8 @@ The run worker stays small (1 vCPU / 2 GB) while the transcode gets its own task
 infra/ecs.tf). Both modes run the same program, `python -m episode_pipeline.transcode`, send it a
 `TranscodeJob` as Pipes extras and get its `TranscodeResult` back as a custom message:
 
-- `subprocess` (laptop, tests): `PipesSubprocessClient`, the child inherits this environment;
+- `subprocess` (laptop, tests): `PipesSubprocessClient`; the child is given this resource's AWS
+  endpoint and keys, so it reaches the same S3;
 - `ecs` (production): `PipesECSClient` runs the `TRANSCODE_TASK_DEFINITION` task on
   `ECS_CLUSTER` (Fargate, private subnets, no public IP) and reads the Pipes messages from the
   container's CloudWatch log stream (the task definition's `awslogs` driver with a stream prefix).
@@ -12,30 +13,18 @@ infra/ecs.tf). Both modes run the same program, `python -m episode_pipeline.tran
 
 from __future__ import annotations
 
-import os
 import sys
-from collections.abc import Mapping
 from typing import Any, Literal
 
-import boto3
-from botocore.config import Config
-from dagster import AssetExecutionContext, ConfigurableResource, PipesSubprocessClient
+from dagster import AssetExecutionContext, PipesSubprocessClient
 from pydantic import Field
 
-from episode_pipeline.settings import aws_region
+from episode_pipeline.aws import aws_client
+from episode_pipeline.defs.resources.aws import AwsResource, aws_fields
+from episode_pipeline.settings import DEFAULT_PRESET, SUBPROCESS, Settings
 from episode_pipeline.transcode.job import TranscodeJob, TranscodeResult, find_result
 
-SUBPROCESS = "subprocess"
-ECS = "ecs"
 TRANSCODE_MODULE = "episode_pipeline.transcode"
-# What `from_env` reads (infra/ecs.tf sets them on every container).
-ECS_ENV = (
-    "ECS_CLUSTER",
-    "ECS_SUBNETS",
-    "ECS_SECURITY_GROUPS",
-    "TRANSCODE_TASK_DEFINITION",
-    "TRANSCODE_CONTAINER_NAME",
-)
 
 
 def messages_only_cloudwatch_reader(logs_client: Any) -> Any:
@@ -60,11 +49,7 @@ class TranscodeFailed(RuntimeError):
     """The external process ended without reporting a result."""
 
 
-def _split(value: str | None) -> list[str]:
-    return [item.strip() for item in (value or "").split(",") if item.strip()]
-
-
-class HlsTranscoder(ConfigurableResource):
+class HlsTranscoder(AwsResource):
     """Runs one camera's transcode as an external process and returns its result."""
 
     mode: Literal["subprocess", "ecs"] = Field(
@@ -78,52 +63,35 @@ class HlsTranscoder(ConfigurableResource):
     ecs_security_groups: list[str] = Field(default_factory=list, description="ECS_SECURITY_GROUPS")
     task_definition: str | None = Field(default=None, description="TRANSCODE_TASK_DEFINITION")
     container_name: str = Field(default="transcode", description="TRANSCODE_CONTAINER_NAME")
-    region: str = Field(default="us-west-2")
-    endpoint_url: str | None = Field(
-        default=None, description="ECS/CloudWatch Logs endpoint: moto locally, None on AWS."
-    )
     poll_seconds: int = Field(default=6, description="ecs mode: seconds between task polls.")
-    preset: str = Field(default="veryfast", description="x264 preset (platform-notes timings).")
+    preset: str = Field(default=DEFAULT_PRESET, description="x264 preset (TRANSCODE_PRESET).")
 
     @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None) -> HlsTranscoder:
+    def from_settings(cls, settings: Settings) -> HlsTranscoder:
         """ECS mode when TRANSCODE_TASK_DEFINITION is set (production), else a subprocess."""
-        env = os.environ if env is None else env
-        region = aws_region(env)
-        if not env.get("TRANSCODE_TASK_DEFINITION"):
-            return cls(mode=SUBPROCESS, region=region)
-        missing = [name for name in ("ECS_CLUSTER", "ECS_SUBNETS") if not env.get(name)]
-        if missing:
-            raise RuntimeError(
-                f"TRANSCODE_TASK_DEFINITION is set but {', '.join(missing)} is not: the ECS "
-                "transcode needs a cluster and subnets"
-            )
+        transcode = settings.transcode
         return cls(
-            mode=ECS,
-            ecs_cluster=env["ECS_CLUSTER"],
-            ecs_subnets=_split(env.get("ECS_SUBNETS")),
-            ecs_security_groups=_split(env.get("ECS_SECURITY_GROUPS")),
-            task_definition=env["TRANSCODE_TASK_DEFINITION"],
-            container_name=env.get("TRANSCODE_CONTAINER_NAME") or "transcode",
-            region=region,
-            endpoint_url=env.get("AWS_ENDPOINT_URL") or None,
+            mode=transcode.mode,
+            preset=transcode.preset,
+            ecs_cluster=transcode.ecs_cluster,
+            ecs_subnets=list(transcode.ecs_subnets),
+            ecs_security_groups=list(transcode.ecs_security_groups),
+            task_definition=transcode.task_definition,
+            container_name=transcode.container_name,
+            **aws_fields(settings.aws),
         )
 
     # -- clients (tests override these to play the container) ---------------------------------
 
-    def _boto_client(self, service: str) -> Any:
-        return boto3.client(
-            service,
-            region_name=self.region,
-            endpoint_url=self.endpoint_url,
-            config=Config(retries={"mode": "standard", "max_attempts": 5}),
+    def ecs_client(self) -> Any:
+        return aws_client(
+            "ecs", self.aws_settings(), retries={"mode": "standard", "max_attempts": 5}
         )
 
-    def ecs_client(self) -> Any:
-        return self._boto_client("ecs")
-
     def logs_client(self) -> Any:
-        return self._boto_client("logs")
+        return aws_client(
+            "logs", self.aws_settings(), retries={"mode": "standard", "max_attempts": 5}
+        )
 
     # -- running --------------------------------------------------------------------------------
 
@@ -148,7 +116,8 @@ class HlsTranscoder(ConfigurableResource):
 
     def _run(self, context: AssetExecutionContext, extras: dict[str, Any]) -> list[Any]:
         if self.mode == SUBPROCESS:
-            invocation = PipesSubprocessClient().run(
+            # The child reaches the same S3 as this resource, whatever this process's environment.
+            invocation = PipesSubprocessClient(env=self.aws_settings().to_env()).run(
                 context=context,
                 command=[self.python_executable or sys.executable, "-m", TRANSCODE_MODULE],
                 extras=extras,

@@ -1,15 +1,15 @@
-"""The upload queue drives processing: the seed worker's SQS contract, in three small sensors.
+"""The upload queue drives processing (docs/contract.md#upload-queue), in three small sensors.
 
-- `episode_uploads_sensor` receives a bounded batch per tick: an `s3:TestEvent` (or an event
+- `episode_uploads` receives a bounded batch per tick: an `s3:TestEvent` (or an event
   that asks for no work) is deleted; a malformed body is logged and left, so after 3 receives
   SQS moves it to the dead-letter queue; each uploaded archive becomes a run request for its
   episode partition (added when new). Upload messages are *not* deleted here: the receipt
   handle travels with the run as a tag.
-- `upload_message_done_on_success` deletes the message when its run succeeds (seed: "the
-  message is deleted only after a successful run"). A failed run deletes nothing; the
+- `episode_upload_done` deletes the message when its run succeeds (the message is deleted only
+  after a successful run). A failed run deletes nothing; the
   run-failure sensor marks the episode failed and the message comes back after its visibility
   timeout with a higher receive count, hence a new run key and a retry.
-- `upload_visibility_heartbeat` renews the visibility of messages whose runs are queued or
+- `episode_upload_heartbeat` renews the visibility of messages whose runs are queued or
   running, so a slow or queued run is not redelivered mid-flight.
 """
 
@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 from dagster import (
@@ -36,9 +36,16 @@ from dagster import (
 )
 from dagster._core.storage.tags import RUN_KEY_TAG, SENSOR_NAME_TAG
 
-from episode_pipeline.defs.jobs import EPISODE_JOB_NAME, ORG_TAG
-from episode_pipeline.defs.partitions import EPISODES_PARTITION_NAME, episode_partitions
-from episode_pipeline.defs.resources.queue import UploadQueue
+from episode_pipeline.defs.jobs import EPISODE_JOB_NAME
+from episode_pipeline.defs.resources.sqs import UploadQueueResource
+from episode_pipeline.defs.runs import (
+    IN_FLIGHT_STATUSES,
+    ORG_TAG,
+    new_partitions_request,
+    retry_run_key,
+    runs_in_flight,
+    upload_run_key,
+)
 from episode_pipeline.events import (
     Handoff,
     Malformed,
@@ -48,7 +55,7 @@ from episode_pipeline.events import (
     handoffs,
     parse_message,
 )
-from episode_pipeline.settings import Settings
+from episode_pipeline.upload_queue import UploadQueue
 
 UPLOADS_SENSOR_NAME = "episode_uploads"
 
@@ -62,18 +69,7 @@ ARCHIVE_VERSION_TAG = "episode_pipeline/archive_version"
 # A tick stays far below the 60 s gRPC limit: ≤ 5 receives of ≤ 10 messages, 1 s long poll.
 RECEIVE_CALLS_PER_TICK = 5
 RECEIVE_WAIT_SECONDS = 1
-IN_FLIGHT_STATUSES = [
-    DagsterRunStatus.QUEUED,
-    DagsterRunStatus.NOT_STARTED,
-    DagsterRunStatus.STARTING,
-    DagsterRunStatus.STARTED,
-]
 NOT_CONFIGURED = "the upload queue is not configured (SQS_QUEUE_URL is unset)"
-
-
-def upload_queue_resource(settings: Settings) -> UploadQueue:
-    """The `upload_queue` resource for Definitions (idle when SQS_QUEUE_URL is unset)."""
-    return UploadQueue.from_settings(settings)
 
 
 # -- pure helpers -------------------------------------------------------------------------------
@@ -94,15 +90,17 @@ def run_tags(handoff: Handoff) -> dict[str, str]:
     return tags
 
 
-def run_request_for(handoff: Handoff) -> RunRequest:
+def run_key_of(handoff: Handoff) -> str:
+    upload = handoff.upload
+    return upload_run_key(upload.partition_key, upload.object_version, handoff.receive_count)
+
+
+def run_request_for(handoff: Handoff, run_key: str | None = None) -> RunRequest:
     return RunRequest(
-        run_key=handoff.run_key, partition_key=handoff.upload.partition_key, tags=run_tags(handoff)
+        run_key=run_key or run_key_of(handoff),
+        partition_key=handoff.upload.partition_key,
+        tags=run_tags(handoff),
     )
-
-
-def retry_run_key(run_key: str, failed_run_id: str) -> str:
-    """A run key for another attempt at an upload whose run under `run_key` failed."""
-    return f"{run_key}#after-{failed_run_id[:8]}"
 
 
 def receipt_handles_of(tags: Mapping[str, str]) -> list[str]:
@@ -200,7 +198,8 @@ def evaluate_uploads(
     instance = context.instance
     run_requests: list[RunRequest] = []
     for handoff in plan.handoffs:
-        existing = _existing_run(instance, handoff.run_key)
+        run_key = run_key_of(handoff)
+        existing = _existing_run(instance, run_key)
         if existing is None:
             run_requests.append(run_request_for(handoff))
         elif existing.status == DagsterRunStatus.SUCCESS:
@@ -208,32 +207,27 @@ def evaluate_uploads(
             # at-least-once delivery): the work is done, so the message can go.
             for handle in handoff.receipt_handles:
                 queue.delete(handle)
-            context.log.info(f"{handoff.run_key}: run {existing.run_id} already succeeded")
+            context.log.info(f"{run_key}: run {existing.run_id} already succeeded")
         elif existing.status in IN_FLIGHT_STATUSES:
             instance.add_run_tags(
                 existing.run_id, with_extra_handles(existing.tags, handoff.receipt_handles)
             )
-            context.log.info(f"{handoff.run_key}: handed to in-flight run {existing.run_id}")
+            context.log.info(f"{run_key}: handed to in-flight run {existing.run_id}")
         else:
             # Failed or canceled, and this is a fresh event for the same object version (the
             # robot uploaded the same bytes again, or a late duplicate): a new attempt now.
-            retry = replace(handoff, run_key=retry_run_key(handoff.run_key, existing.run_id))
-            run_requests.append(run_request_for(retry))
+            retry_key = retry_run_key(run_key, existing.run_id)
+            run_requests.append(run_request_for(handoff, retry_key))
             context.log.info(
-                f"{handoff.run_key}: run {existing.run_id} is {existing.status.value}; "
-                f"requesting {retry.run_key}"
+                f"{run_key}: run {existing.run_id} is {existing.status.value}; "
+                f"requesting {retry_key}"
             )
 
-    new_keys = [
-        key
-        for key in dict.fromkeys(r.partition_key for r in run_requests if r.partition_key)
-        if not instance.has_dynamic_partition(EPISODES_PARTITION_NAME, key)
-    ]
     return SensorResult(
         run_requests=run_requests,
-        dynamic_partitions_requests=[episode_partitions.build_add_request(new_keys)]
-        if new_keys
-        else [],
+        dynamic_partitions_requests=new_partitions_request(
+            instance, [r.partition_key for r in run_requests if r.partition_key]
+        ),
     )
 
 
@@ -286,7 +280,7 @@ def delete_messages_of_run(
 
 def keep_in_flight(instance: DagsterInstance, queue: UploadQueue, log: Any) -> int:
     """Renew the visibility of every message whose run is queued or running; returns how many."""
-    runs = instance.get_runs(RunsFilter(job_name=EPISODE_JOB_NAME, statuses=IN_FLIGHT_STATUSES))
+    runs = runs_in_flight(instance, EPISODE_JOB_NAME)
     owner: dict[str, str] = {}
     for run in runs:
         for handle in receipt_handles_of(run.tags):
@@ -306,51 +300,46 @@ def keep_in_flight(instance: DagsterInstance, queue: UploadQueue, log: Any) -> i
 
 
 @sensor(
-    name=UPLOADS_SENSOR_NAME,
     job_name=EPISODE_JOB_NAME,
     default_status=DefaultSensorStatus.RUNNING,
     minimum_interval_seconds=10,
     description="Receives upload notifications from SQS and requests one run per uploaded "
     "archive (adding its episode partition). Messages are deleted when their run succeeds.",
 )
-def episode_uploads_sensor(context: SensorEvaluationContext, upload_queue: UploadQueue):
-    return evaluate_uploads(context, upload_queue)
+def episode_uploads(context: SensorEvaluationContext, upload_queue: UploadQueueResource):
+    return evaluate_uploads(context, upload_queue.get_client())
 
 
 @run_status_sensor(
     run_status=DagsterRunStatus.SUCCESS,
-    name="episode_upload_done",
     default_status=DefaultSensorStatus.RUNNING,
     minimum_interval_seconds=10,
-    description="Deletes a run's upload message from SQS once the run succeeded (seed contract).",
+    description="Deletes a run's upload message from SQS once the run succeeded.",
 )
-def upload_message_done_on_success(context: RunStatusSensorContext, upload_queue: UploadQueue):
+def episode_upload_done(context: RunStatusSensorContext, upload_queue: UploadQueueResource):
     run = context.dagster_run
+    queue = upload_queue.get_client()
     if run.job_name != EPISODE_JOB_NAME or not receipt_handles_of(run.tags):
         return SkipReason(f"run {run.run_id} holds no upload message")
-    if not upload_queue.configured:
+    if not queue.configured:
         return SkipReason(NOT_CONFIGURED)
-    deleted = delete_messages_of_run(context.instance, run, upload_queue, context.log)
+    deleted = delete_messages_of_run(context.instance, run, queue, context.log)
     context.log.info(f"run {run.run_id} succeeded: deleted {deleted} upload message(s)")
     return None
 
 
 @sensor(
-    name="episode_upload_heartbeat",
     default_status=DefaultSensorStatus.RUNNING,
     minimum_interval_seconds=240,
     description="Renews the SQS visibility of upload messages whose runs are queued or running, "
     "so they are not delivered again mid-run (15-minute visibility, renewed every 4 minutes).",
 )
-def upload_visibility_heartbeat(context: SensorEvaluationContext, upload_queue: UploadQueue):
-    if not upload_queue.configured:
+def episode_upload_heartbeat(context: SensorEvaluationContext, upload_queue: UploadQueueResource):
+    queue = upload_queue.get_client()
+    if not queue.configured:
         return SkipReason(NOT_CONFIGURED)
-    renewed = keep_in_flight(context.instance, upload_queue, context.log)
+    renewed = keep_in_flight(context.instance, queue, context.log)
     return SkipReason(f"renewed the visibility of {renewed} in-flight upload message(s)")
 
 
-UPLOAD_QUEUE_SENSORS = [
-    episode_uploads_sensor,
-    upload_message_done_on_success,
-    upload_visibility_heartbeat,
-]
+UPLOAD_QUEUE_SENSORS = [episode_uploads, episode_upload_done, episode_upload_heartbeat]

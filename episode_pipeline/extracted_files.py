@@ -10,6 +10,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from episode_pipeline.lerobot.info import DatasetInfo, parse_info
+from episode_pipeline.lerobot.layout import path_order
 
 VIDEO = "video"
 DATA = "data"  # a frames parquet (path contains /data/)
@@ -48,7 +49,7 @@ class SkippedFile:
 
 
 @dataclass
-class Manifest:
+class ExtractedFiles:
     archive: ArchiveObject
     files: list[ProcessedFile] = field(default_factory=list)
     skipped: list[SkippedFile] = field(default_factory=list)
@@ -62,8 +63,8 @@ class Manifest:
 
     @property
     def data_files(self) -> list[ProcessedFile]:
-        """Frames parquets in path order (seed: read in order)."""
-        return sorted((f for f in self.files if f.kind == DATA), key=lambda f: f.path)
+        """Frames parquets in path order: the order their rows are numbered in."""
+        return sorted((f for f in self.files if f.kind == DATA), key=lambda f: path_order(f.path))
 
     @property
     def bytes_extracted(self) -> int:
@@ -81,7 +82,7 @@ class Manifest:
         return asdict(self)
 
     @classmethod
-    def from_json_dict(cls, data: dict[str, Any]) -> Manifest:
+    def from_json_dict(cls, data: dict[str, Any]) -> ExtractedFiles:
         return cls(
             archive=ArchiveObject(**data["archive"]),
             files=[ProcessedFile(**f) for f in data.get("files", [])],

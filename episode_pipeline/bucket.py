@@ -1,8 +1,9 @@
-"""The data bucket as a Dagster resource: the few S3 operations the assets need, done one way.
+"""The data bucket: the few S3 operations the pipeline needs, done one way, as a plain class.
 
-One cached boto3 client per resource instance (clients are thread-safe; creating them is not), with
-standard-mode retries and a connection pool large enough for `upload_files`' threads. Locally the
-endpoint is the moto server and the keys are moto's; on AWS both are None and the task role signs.
+Dagster's `S3BucketResource` (defs/resources/s3.py) hands one out; the transcode program, the
+CLI and the local stack build their own from `AwsSettings`. One boto3 client per `Bucket`, made on
+first use under a lock (clients are thread-safe; creating them is not), with standard-mode
+retries and a connection pool large enough for `upload_files`' threads.
 """
 
 from __future__ import annotations
@@ -21,10 +22,9 @@ from typing import IO, Any
 from boto3.s3.transfer import TransferConfig
 from botocore.exceptions import ClientError
 from botocore.response import StreamingBody
-from pydantic import Field
 
-from episode_pipeline.defs.resources.aws import AwsClientResource, aws_fields
-from episode_pipeline.settings import Settings
+from episode_pipeline.aws import LazyClient
+from episode_pipeline.settings import AwsSettings
 
 MiB = 1024 * 1024
 MAX_POOL_CONNECTIONS = 32
@@ -56,7 +56,7 @@ def content_type_for(key: str) -> str:
     return guessed or DEFAULT_CONTENT_TYPE
 
 
-def _not_found(error: ClientError) -> bool:
+def is_not_found(error: ClientError) -> bool:
     code = str(error.response.get("Error", {}).get("Code", ""))
     return code in {"404", "NoSuchKey", "NotFound"}
 
@@ -131,37 +131,36 @@ def transfer_config(size: int | None = None) -> TransferConfig:
     )
 
 
-class EpisodeStorage(AwsClientResource):
-    """The data bucket: uploads, downloads, listings and deletes under episode prefixes."""
+class Bucket:
+    """One S3 bucket: uploads, downloads, listings and deletes under episode prefixes."""
 
-    bucket: str = Field(description="The data bucket (DATA_BUCKET).")
-
-    @classmethod
-    def from_settings(cls, settings: Settings) -> EpisodeStorage:
-        return cls(bucket=settings.bucket, **aws_fields(settings))
-
-    def _service_name(self) -> str:
-        return "s3"
-
-    def _client_config(self) -> dict[str, Any]:
-        return {
-            "retries": {"mode": "standard", "max_attempts": 5},
-            "max_pool_connections": MAX_POOL_CONNECTIONS,
+    def __init__(self, name: str, aws: AwsSettings) -> None:
+        self.name = name
+        self.aws = aws
+        self._client = LazyClient(
+            "s3",
+            aws,
+            retries={"mode": "standard", "max_attempts": 5},
+            max_pool_connections=MAX_POOL_CONNECTIONS,
             # moto and S3 both accept path-style; virtual hosts do not resolve against localhost.
-            "s3": {"addressing_style": "path"} if self.endpoint_url else None,
-        }
+            s3={"addressing_style": "path"} if aws.endpoint_url else None,
+        )
+
+    @property
+    def client(self) -> Any:
+        return self._client.get()
 
     def uri(self, key: str) -> str:
-        return f"s3://{self.bucket}/{key}"
+        return f"s3://{self.name}/{key}"
 
     # -- reads ----------------------------------------------------------------------------------
 
     def head(self, key: str) -> ObjectInfo | None:
         """The object's size, ETag and version, or None when it does not exist."""
         try:
-            response = self.client.head_object(Bucket=self.bucket, Key=key)
+            response = self.client.head_object(Bucket=self.name, Key=key)
         except ClientError as error:
-            if _not_found(error):
+            if is_not_found(error):
                 return None
             raise
         return ObjectInfo(
@@ -174,16 +173,16 @@ class EpisodeStorage(AwsClientResource):
 
     def get_bytes(self, key: str) -> bytes:
         """The whole object in memory: for small objects (manifests, info.json)."""
-        return self.client.get_object(Bucket=self.bucket, Key=key)["Body"].read()
+        return self.client.get_object(Bucket=self.name, Key=key)["Body"].read()
 
     def open_stream(self, key: str) -> StreamingBody:
         """A one-pass reader over the object (close it when done); nothing touches the disk."""
-        return self.client.get_object(Bucket=self.bucket, Key=key)["Body"]
+        return self.client.get_object(Bucket=self.name, Key=key)["Body"]
 
     def download_file(self, key: str, path: str | os.PathLike[str]) -> Path:
         target = Path(path)
         target.parent.mkdir(parents=True, exist_ok=True)
-        self.client.download_file(self.bucket, key, str(target), Config=transfer_config())
+        self.client.download_file(self.name, key, str(target), Config=transfer_config())
         return target
 
     def list_keys(self, prefix: str, suffix: str | None = None) -> list[str]:
@@ -197,7 +196,7 @@ class EpisodeStorage(AwsClientResource):
     def iter_objects(self, prefix: str) -> Iterator[ObjectInfo]:
         """Every object under `prefix` with its size and ETag, page after page."""
         paginator = self.client.get_paginator("list_objects_v2")
-        for page in paginator.paginate(Bucket=self.bucket, Prefix=prefix):
+        for page in paginator.paginate(Bucket=self.name, Prefix=prefix):
             for item in page.get("Contents", []):
                 yield ObjectInfo(
                     key=item["Key"],
@@ -212,7 +211,7 @@ class EpisodeStorage(AwsClientResource):
     def put_bytes(self, key: str, data: bytes, content_type: str | None = None) -> UploadResult:
         """One PUT: the object appears whole or not at all (what the IO manager relies on)."""
         self.client.put_object(
-            Bucket=self.bucket,
+            Bucket=self.name,
             Key=key,
             Body=data,
             ContentType=content_type or content_type_for(key),
@@ -234,14 +233,14 @@ class EpisodeStorage(AwsClientResource):
         reader = _HashingReader(fileobj)
         self.client.upload_fileobj(
             reader,
-            self.bucket,
+            self.name,
             key,
             ExtraArgs={"ContentType": content_type or content_type_for(key)},
             Config=transfer_config(size),
         )
         if size is not None and reader.size != size:
             raise OSError(
-                f"upload of s3://{self.bucket}/{key}: read {reader.size} bytes, expected {size}"
+                f"upload of s3://{self.name}/{key}: read {reader.size} bytes, expected {size}"
             )
         return UploadResult(key=key, size=reader.size, sha256=reader.hexdigest)
 
@@ -253,7 +252,7 @@ class EpisodeStorage(AwsClientResource):
         size = source.stat().st_size
         self.client.upload_file(
             str(source),
-            self.bucket,
+            self.name,
             key,
             ExtraArgs={"ContentType": content_type or content_type_for(key)},
             Config=transfer_config(size),
@@ -281,21 +280,19 @@ class EpisodeStorage(AwsClientResource):
     def delete_prefix(self, prefix: str) -> int:
         """Delete every object under `prefix` (1,000 per request); returns how many went."""
         if not prefix or not prefix.strip("/"):
-            raise ValueError(
-                f"refusing to delete under an empty prefix {prefix!r} in {self.bucket}"
-            )
+            raise ValueError(f"refusing to delete under an empty prefix {prefix!r} in {self.name}")
         keys = self.list_keys(prefix)
         for start in range(0, len(keys), 1000):
             batch = keys[start : start + 1000]
             response = self.client.delete_objects(
-                Bucket=self.bucket,
+                Bucket=self.name,
                 Delete={"Objects": [{"Key": key} for key in batch], "Quiet": True},
             )
             errors = response.get("Errors") or []
             if errors:
                 first = errors[0]
                 raise OSError(
-                    f"deleting under s3://{self.bucket}/{prefix}: {len(errors)} failed, first "
+                    f"deleting under s3://{self.name}/{prefix}: {len(errors)} failed, first "
                     f"{first.get('Key')}: {first.get('Code')} {first.get('Message')}"
                 )
         return len(keys)

@@ -7,26 +7,19 @@ connection, so a long run never holds a connection whose token has lapsed.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 
 import psycopg
-from dagster import ConfigurableResource, EnvVar, InitResourceContext
+from dagster import ConfigurableResource, InitResourceContext
 from pydantic import Field
 
 from episode_pipeline.db.connection import connect as db_connect
 from episode_pipeline.db.schema_check import check_schema
-from episode_pipeline.settings import DatabaseSettings
+from episode_pipeline.defs.resources.secret_config import resolved, secret_field
+from episode_pipeline.settings import DEFAULT_REGION, DatabaseSettings
 
 PASSWORD_ENV = "DB_PASSWORD"
-
-
-def _resolved(value: str | None) -> str | None:
-    """An `EnvVar` read outside a Dagster run is just its variable's name: read the variable."""
-    if isinstance(value, EnvVar):
-        return value.get_value() or None
-    return value
 
 
 class PostgresResource(ConfigurableResource):
@@ -45,7 +38,7 @@ class PostgresResource(ConfigurableResource):
     iam_auth: bool = Field(
         default=False, description="Connect with an RDS IAM token (DB_IAM_AUTH)."
     )
-    region: str = Field(default="us-west-2", description="AWS region for the IAM token.")
+    region: str = Field(default=DEFAULT_REGION, description="AWS region for the IAM token.")
     check_schema_on_start: bool = Field(
         default=True,
         description="Before a run uses the database, check that every table and column the "
@@ -62,15 +55,12 @@ class PostgresResource(ConfigurableResource):
         When the password came from the environment variable `password_env`, it is passed as an
         `EnvVar`, so Dagster never displays or stores the secret itself.
         """
-        password: str | None = db.password
-        if password is not None and os.environ.get(password_env) == password:
-            password = EnvVar(password_env)
         return cls(
             host=db.host,
             port=db.port,
             database=db.name,
             user=db.user,
-            password=password,
+            password=secret_field(db.password, password_env),
             ssl=db.ssl,
             iam_auth=db.iam_auth,
             region=db.region,
@@ -82,7 +72,7 @@ class PostgresResource(ConfigurableResource):
             port=self.port,
             name=self.database,
             user=self.user,
-            password=_resolved(self.password),
+            password=resolved(self.password),
             ssl=self.ssl,
             iam_auth=self.iam_auth,
             region=self.region,

@@ -1,4 +1,7 @@
-"""What the seed writes to `episode_metadata`, `entity_versions` and the episode row: pure rules."""
+"""What the pipeline writes to `episode_metadata`, `entity_versions` and the episode row (pure).
+
+See docs/contract.md#episode-columns and #episode-metadata.
+"""
 
 from __future__ import annotations
 
@@ -10,7 +13,7 @@ from episode_pipeline.lerobot.info import DatasetInfo
 EDITABLE = "editable"
 NON_EDITABLE = "non_editable"
 
-# The seed's editable keys start as fixed placeholders for people to fill in the application.
+# The editable keys start as fixed placeholders for people to fill in the application.
 PLACEHOLDERS: dict[str, str] = {
     "operator_name": "Unknown operator",
     "operator_id": "unknown",
@@ -40,7 +43,7 @@ class MetadataItem:
 def episode_metadata_items(
     *, first_task: str | None, robot_type: str | None, codebase_version: str | None
 ) -> list[MetadataItem]:
-    """The seed's metadata list, in its order: read-only facts first, then the placeholders."""
+    """The metadata list, in order: read-only facts first, then the placeholders."""
     facts = {
         "episode_title": first_task,
         "robot_type": robot_type,
@@ -70,7 +73,7 @@ class EpisodeColumns:
 def episode_columns(
     *, mp4_keys: list[str], data_parquet_keys: list[str], info: DatasetInfo
 ) -> EpisodeColumns:
-    """Seed: first mp4 and first data parquet uploaded; totals from meta/info.json."""
+    """The first mp4 and first data parquet uploaded; totals from meta/info.json."""
     return EpisodeColumns(
         mp4_s3_path=mp4_keys[0] if mp4_keys else None,
         parquet_s3_path=data_parquet_keys[0] if data_parquet_keys else None,

@@ -1,9 +1,9 @@
-"""The upload queue (SQS) as a Dagster resource: receive, delete, keep in flight.
+"""The upload queue (SQS): receive, delete, keep in flight — a plain class.
 
 The bucket notification puts one message per uploaded archive here. The sensors receive them,
-hand them to runs and delete them only after the run succeeds (the seed worker's contract), so
-the few operations they need live in one place. One cached boto3 client per resource instance;
-locally the endpoint is the moto server, on AWS the task role signs.
+hand them to runs and delete them only after the run succeeds (docs/contract.md#upload-queue), so
+the few operations they need live in one place. Dagster's `UploadQueueResource`
+(defs/resources/sqs.py) hands one out.
 """
 
 from __future__ import annotations
@@ -12,13 +12,12 @@ from collections.abc import Sequence
 from typing import Any
 
 from botocore.exceptions import ClientError
-from pydantic import Field
 
-from episode_pipeline.defs.resources.aws import AwsClientResource, aws_fields
+from episode_pipeline.aws import LazyClient
 from episode_pipeline.events import RECEIVE_COUNT_ATTRIBUTE
-from episode_pipeline.settings import Settings
+from episode_pipeline.settings import AwsSettings
 
-# The seed's queue: 15-minute visibility. ChangeMessageVisibility renews it by this much.
+# The queue's own: 15-minute visibility. ChangeMessageVisibility renews it by this much.
 DEFAULT_VISIBILITY_SECONDS = 900
 MAX_BATCH = 10  # SQS's limit per ReceiveMessage / *Batch call
 
@@ -43,35 +42,34 @@ def is_gone_error(error: ClientError) -> bool:
     return str(error.response.get("Error", {}).get("Code", "")) in GONE_ERROR_CODES
 
 
-class UploadQueue(AwsClientResource):
+class UploadQueue:
     """The SQS queue the data bucket notifies about uploaded archives (SQS_QUEUE_URL)."""
 
-    queue_url: str | None = Field(
-        default=None, description="SQS_QUEUE_URL; None leaves the upload sensors idle."
-    )
-    visibility_timeout_seconds: int = Field(
-        default=DEFAULT_VISIBILITY_SECONDS,
-        description="How long a heartbeat keeps a message in flight (the queue's own timeout).",
-    )
-
-    @classmethod
-    def from_settings(cls, settings: Settings) -> UploadQueue:
-        return cls(queue_url=settings.sqs_queue_url, **aws_fields(settings))
+    def __init__(
+        self,
+        queue_url: str | None,
+        aws: AwsSettings,
+        visibility_timeout_seconds: int = DEFAULT_VISIBILITY_SECONDS,
+    ) -> None:
+        self.queue_url = queue_url
+        self.aws = aws
+        self.visibility_timeout_seconds = visibility_timeout_seconds
+        # Short timeouts: a sensor tick must finish well inside Dagster's 60 s gRPC limit.
+        self._client = LazyClient(
+            "sqs",
+            aws,
+            retries={"mode": "standard", "max_attempts": 3},
+            connect_timeout=5,
+            read_timeout=30,
+        )
 
     @property
     def configured(self) -> bool:
         return bool(self.queue_url)
 
-    def _service_name(self) -> str:
-        return "sqs"
-
-    def _client_config(self) -> dict[str, Any]:
-        # Short timeouts: a sensor tick must finish well inside the 60 s gRPC limit.
-        return {
-            "retries": {"mode": "standard", "max_attempts": 3},
-            "connect_timeout": 5,
-            "read_timeout": 30,
-        }
+    @property
+    def client(self) -> Any:
+        return self._client.get()
 
     def _url(self) -> str:
         if not self.queue_url:
@@ -102,20 +100,6 @@ class UploadQueue(AwsClientResource):
             raise
         return True
 
-    def extend_visibility(self, receipt_handle: str, seconds: int | None = None) -> bool:
-        """Keep a message in flight `seconds` more from now; False when its handle is stale."""
-        try:
-            self.client.change_message_visibility(
-                QueueUrl=self._url(),
-                ReceiptHandle=receipt_handle,
-                VisibilityTimeout=self.visibility_timeout_seconds if seconds is None else seconds,
-            )
-        except ClientError as error:
-            if is_gone_error(error):
-                return False
-            raise
-        return True
-
     def extend_visibility_many(
         self, receipt_handles: Sequence[str], seconds: int | None = None
     ) -> dict[str, str]:
@@ -136,13 +120,3 @@ class UploadQueue(AwsClientResource):
                 handle = batch[int(entry["Id"])]
                 failed[handle] = f"{entry.get('Code')}: {entry.get('Message', '')}".strip()
         return failed
-
-    def counts(self) -> dict[str, int]:
-        """Visible, in-flight and delayed message counts (approximate, as SQS reports them)."""
-        names = [
-            "ApproximateNumberOfMessages",
-            "ApproximateNumberOfMessagesNotVisible",
-            "ApproximateNumberOfMessagesDelayed",
-        ]
-        attributes = self.client.get_queue_attributes(QueueUrl=self._url(), AttributeNames=names)
-        return {name: int(attributes["Attributes"].get(name, 0)) for name in names}

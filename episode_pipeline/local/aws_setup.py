@@ -1,8 +1,9 @@
 """The AWS resources of the local stack, created idempotently on moto, and the S3 snapshot.
 
-Mirrors the seed's data-ingestion wiring: one data bucket whose `ObjectCreated:*` events for keys
-`orgs/…` ending in `.zst` go to an SQS queue (visibility 15 min, retention 4 days) that redrives
-to a dead-letter queue (retention 14 days) after 3 receives.
+Mirrors production's data-ingestion wiring (docs/contract.md#upload-queue): one data bucket
+whose `ObjectCreated:*` events for keys `orgs/…` ending in `.zst` go to an SQS queue (visibility
+15 min, retention 4 days) that redrives to a dead-letter queue (retention 14 days) after 3
+receives.
 
 Moto keeps everything in memory. Its request recorder would replay every request (SQS receives
 and deletes included, duplicating notifications), so instead `stop_stack` saves the bucket's
@@ -21,11 +22,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import boto3
-from botocore.config import Config
 from botocore.exceptions import ClientError
 
-REGION = "us-west-2"
+from episode_pipeline.aws import aws_client
+from episode_pipeline.settings import DEFAULT_REGION, AwsSettings
+
+REGION = DEFAULT_REGION
 ACCESS_KEY = "testing"
 SECRET_KEY = "testing"
 MAX_RECEIVE_COUNT = 3
@@ -35,7 +37,8 @@ DLQ_RETENTION_SECONDS = 14 * 24 * 3600  # 1209600
 NOTIFICATION_ID = "raw-episode-archives"
 RAW_PREFIX = "orgs/"
 RAW_SUFFIX = ".zst"
-_PARALLEL = 8  # moto S3 roughly doubles its object rate with 8 threads (platform notes)
+# moto S3 roughly doubles its object rate with 8 threads (docs/platform-notes.md#moto).
+_PARALLEL = 8
 
 
 @dataclass(frozen=True)
@@ -45,19 +48,27 @@ class AwsResources:
     dlq_url: str
 
 
-def client(service: str, endpoint_url: str) -> Any:
-    return boto3.client(
-        service,
+def moto_settings(endpoint_url: str) -> AwsSettings:
+    """How the stack's clients reach the moto server (what `stack.json` publishes too)."""
+    return AwsSettings(
+        region=REGION,
         endpoint_url=endpoint_url,
-        region_name=REGION,
-        aws_access_key_id=ACCESS_KEY,
-        aws_secret_access_key=SECRET_KEY,
-        config=Config(max_pool_connections=_PARALLEL * 2, retries={"max_attempts": 3}),
+        access_key_id=ACCESS_KEY,
+        secret_access_key=SECRET_KEY,
+    )
+
+
+def client(service: str, endpoint_url: str) -> Any:
+    return aws_client(
+        service,
+        moto_settings(endpoint_url),
+        max_pool_connections=_PARALLEL * 2,
+        retries={"max_attempts": 3},
     )
 
 
 def queue_attributes(dlq_arn: str) -> dict[str, str]:
-    """The seed's main-queue settings (pure, so tests can compare against it)."""
+    """The main queue's settings (pure, so tests can compare against it)."""
     return {
         "VisibilityTimeout": str(VISIBILITY_TIMEOUT_SECONDS),
         "MessageRetentionPeriod": str(QUEUE_RETENTION_SECONDS),

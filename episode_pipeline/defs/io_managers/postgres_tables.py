@@ -6,7 +6,8 @@ Dagster ships none (dagster#14080, #32700), so this one stands on its own:
   (default `public`). The table must exist (migrations own DDL); nothing is created here.
 - Partition scope: metadata `"partition_expr"` names the column holding the partition's value.
   The value comes from the partition key through `partition_value()` (episode keys `ORG/EP` →
-  the episode id, unique across orgs). Unpartitioned assets replace the whole table.
+  the episode id, unique across orgs). An unpartitioned asset is refused: a whole-table replace
+  of an application's table is never what a pipeline step means.
 - Write: in ONE transaction, take an advisory lock on (table, partition), DELETE the partition's
   rows, then COPY the frame as CSV written column-wise by polars, streamed in slices. A failure
   anywhere (a NOT NULL violation in the last row included) rolls back to the old rows.
@@ -31,7 +32,7 @@ from psycopg import sql
 from psycopg.types.string import TextLoader
 from pydantic import Field
 
-from episode_pipeline.defs.resources.postgres import PostgresResource
+from episode_pipeline.defs.resources.database import PostgresResource
 from episode_pipeline.keys import parse_partition_key
 
 COPY_SLICE_ROWS = 50_000
@@ -122,7 +123,7 @@ class PostgresPolarsIOManager(ConfigurableIOManager):
                 f"asset {context.asset_key.to_user_string()!r}: writing "
                 f"{self._qualified_name(table)} needs exactly one partition, got {len(values)}"
             )
-        value = values[0] if values else None
+        value = values[0]
         started = time.perf_counter()
         rows = self.replace(table, obj, column, value)
         seconds = time.perf_counter() - started
@@ -132,7 +133,7 @@ class PostgresPolarsIOManager(ConfigurableIOManager):
                 "rows_written": rows,
                 "seconds": round(seconds, 3),
                 "rows_per_second": round(rows / seconds, 1) if seconds > 0 else 0.0,
-                **({"partition_value": str(value)} if column else {}),
+                "partition_value": str(value),
             }
         )
 
@@ -140,16 +141,15 @@ class PostgresPolarsIOManager(ConfigurableIOManager):
         self,
         table: str,
         frame: pl.DataFrame,
-        partition_column: str | None = None,
-        partition_value: Any = None,
+        partition_column: str,
+        partition_value: Any,
     ) -> int:
-        """Make `frame` the rows of one partition (or of the whole table when no column is given).
+        """Make `frame` the rows of one partition.
 
         One transaction: DELETE the partition's rows, COPY the frame (its partition column added
         when missing). Returns the rows copied. Any error leaves the previous rows in place.
         """
-        if partition_column is not None:
-            frame = self._with_partition_column(frame, partition_column, partition_value, table)
+        frame = self._with_partition_column(frame, partition_column, partition_value, table)
         target = sql.Identifier(self.schema_, table)
         with self.postgres.transaction() as conn:
             table_columns = self._table_columns(conn, table)
@@ -161,20 +161,16 @@ class PostgresPolarsIOManager(ConfigurableIOManager):
                     f"table columns: {', '.join(table_columns)})"
                 )
             # Two runs replacing the same partition would interleave DELETE and COPY: serialize.
-            scope = "*" if partition_column is None else f"{partition_column}={partition_value}"
             conn.execute(
                 "SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))",
-                (f"{self.schema_}.{table}:{scope}",),
+                (f"{self.schema_}.{table}:{partition_column}={partition_value}",),
             )
-            if partition_column is None:
-                conn.execute(sql.SQL("DELETE FROM {}").format(target))
-            else:
-                conn.execute(
-                    sql.SQL("DELETE FROM {} WHERE {} = %s").format(
-                        target, sql.Identifier(partition_column)
-                    ),
-                    (partition_value,),
-                )
+            conn.execute(
+                sql.SQL("DELETE FROM {} WHERE {} = %s").format(
+                    target, sql.Identifier(partition_column)
+                ),
+                (partition_value,),
+            )
             if frame.height == 0:
                 return 0
             copy_sql = sql.SQL("COPY {} ({}) FROM STDIN (FORMAT csv)").format(
@@ -197,16 +193,15 @@ class PostgresPolarsIOManager(ConfigurableIOManager):
     def select(
         self,
         table: str,
-        column: str | None,
+        column: str,
         values: Sequence[Any],
         order_by: str | Sequence[str] | None = None,
     ) -> pl.DataFrame:
-        """The scope's rows as a DataFrame (json/jsonb as text), typed from the result columns."""
-        query = sql.SQL("SELECT * FROM {}").format(sql.Identifier(self.schema_, table))
-        params: tuple[Any, ...] = ()
-        if column is not None:
-            query += sql.SQL(" WHERE {} = ANY(%s)").format(sql.Identifier(column))
-            params = (list(values),)
+        """The partitions' rows as a DataFrame (json/jsonb as text), typed from the result."""
+        query = sql.SQL("SELECT * FROM {} WHERE {} = ANY(%s)").format(
+            sql.Identifier(self.schema_, table), sql.Identifier(column)
+        )
+        params = (list(values),)
         if order_by:
             names = [order_by] if isinstance(order_by, str) else list(order_by)
             query += sql.SQL(" ORDER BY {}").format(
@@ -245,12 +240,13 @@ class PostgresPolarsIOManager(ConfigurableIOManager):
     def _qualified_name(self, table: str) -> str:
         return f"{self.schema_}.{table}"
 
-    def _scope(
-        self, context: InputContext | OutputContext, metadata: Any
-    ) -> tuple[str | None, list]:
-        """(partition column, its values) for this context; (None, []) means the whole table."""
+    def _scope(self, context: InputContext | OutputContext, metadata: Any) -> tuple[str, list]:
+        """(partition column, its values) for this context."""
         if not context.has_asset_partitions:
-            return None, []
+            raise ValueError(
+                f"asset {context.asset_key.to_user_string()!r} is not partitioned: the PostgreSQL "
+                "IO manager replaces one partition's rows and refuses to replace a whole table"
+            )
         column = (metadata or {}).get("partition_expr")
         if not column:
             raise ValueError(

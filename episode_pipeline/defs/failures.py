@@ -1,0 +1,84 @@
+"""One failure policy for every way a run can end badly (docs/contract.md#failure-semantics).
+
+- A failed run leaves its episode `failed`, unless that run already marked it `processed`
+  (the metadata write comes after, and its failure keeps `processed`).
+- A run executed in-process (`episode-pipeline process`, `dagster asset materialize`) whose
+  process died is not watched by Dagster's run monitoring: it would stay STARTED forever. Such
+  runs carry the host and pid that executed them (`runs.in_process_tags`), so a dead pid on this
+  host means a dead run, which is reported failed — and then the rule above applies.
+
+The run-failure and orphaned-runs sensors and the runner all call these functions.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Callable, Iterable
+from datetime import UTC, datetime
+
+from dagster import DagsterInstance, DagsterRun, DagsterRunStatus, RunsFilter
+
+from episode_pipeline.db.episodes import mark_failed
+from episode_pipeline.defs.resources.database import PostgresResource
+from episode_pipeline.defs.runs import HOST_TAG, PID_TAG, episode_of_run
+from episode_pipeline.keys import EpisodeRef
+
+
+def run_started_at(instance: DagsterInstance, run: DagsterRun) -> datetime:
+    """When the run started (or was created, if it never started): the cut-off for `failed`."""
+    record = instance.get_run_record_by_id(run.run_id)
+    timestamp = None
+    if record is not None:
+        timestamp = record.start_time or record.create_timestamp.timestamp()
+    return datetime.fromtimestamp(timestamp, UTC) if timestamp else datetime.now(UTC)
+
+
+def fail_episode_of_run(
+    instance: DagsterInstance, run: DagsterRun, postgres: PostgresResource
+) -> EpisodeRef | None:
+    """Mark the run's episode failed unless the run already marked it processed."""
+    ref = episode_of_run(run)
+    if ref is None:
+        return None
+    with postgres.transaction() as conn:
+        changed = mark_failed(conn, ref, run_started_at(instance, run))
+    return ref if changed else None
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def is_orphaned(
+    run: DagsterRun, *, host: str, pid_alive: Callable[[int], bool] = _pid_alive
+) -> bool:
+    """A STARTED run executed in a process on this host that no longer exists."""
+    if run.status != DagsterRunStatus.STARTED or run.tags.get(HOST_TAG) != host:
+        return False
+    pid = run.tags.get(PID_TAG, "")
+    return pid.isdigit() and not pid_alive(int(pid))
+
+
+def find_orphaned_runs(
+    instance: DagsterInstance, runs: Iterable[DagsterRun] | None = None
+) -> list[DagsterRun]:
+    host = socket.gethostname()
+    if runs is None:
+        runs = instance.get_runs(RunsFilter(statuses=[DagsterRunStatus.STARTED]))
+    return [run for run in runs if is_orphaned(run, host=host)]
+
+
+def fail_orphaned_runs(instance: DagsterInstance) -> list[str]:
+    """Report every orphaned in-process run as failed; returns their run ids."""
+    failed = []
+    for run in find_orphaned_runs(instance):
+        instance.report_run_failed(run, "its process is gone (killed or crashed)")
+        failed.append(run.run_id)
+    return failed

@@ -1,0 +1,32 @@
+"""The upload queue as a Dagster resource: configuration in the UI, a core `UploadQueue` to use."""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from episode_pipeline.defs.resources.aws import AwsResource, aws_fields
+from episode_pipeline.settings import Settings
+from episode_pipeline.upload_queue import DEFAULT_VISIBILITY_SECONDS, UploadQueue
+
+
+class UploadQueueResource(AwsResource):
+    """The SQS queue the data bucket notifies about uploaded archives (SQS_QUEUE_URL)."""
+
+    queue_url: str | None = Field(
+        default=None, description="SQS_QUEUE_URL; None leaves the upload sensors idle."
+    )
+    visibility_timeout_seconds: int = Field(
+        default=DEFAULT_VISIBILITY_SECONDS,
+        description="How long a heartbeat keeps a message in flight (the queue's own timeout).",
+    )
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> UploadQueueResource:
+        return cls(queue_url=settings.sqs_queue_url, **aws_fields(settings.aws))
+
+    def get_client(self) -> UploadQueue:
+        return self._cached(
+            lambda: UploadQueue(
+                self.queue_url, self.aws_settings(), self.visibility_timeout_seconds
+            )
+        )

@@ -1,0 +1,125 @@
+"""Run bookkeeping in one place: tags, run keys, what counts as "in flight", partition adds.
+
+The job, every sensor and the runner build and read runs through these helpers, so a tag or a
+run-key format is written once and every caller agrees on which runs are still alive.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Iterable
+
+from dagster import (
+    AddDynamicPartitionsRequest,
+    DagsterInstance,
+    DagsterRun,
+    DagsterRunStatus,
+    RunsFilter,
+)
+from dagster._core.storage.tags import PARTITION_NAME_TAG
+
+from episode_pipeline.defs.partitions import EPISODES_PARTITION_NAME, episode_partitions
+from episode_pipeline.keys import EpisodeRef, InvalidEpisodeKey, parse_partition_key
+
+ORG_TAG = "org"  # the run queue's per-org concurrency limit reads it (dagster.yaml)
+PARTITION_TAG = PARTITION_NAME_TAG  # "dagster/partition"
+HOST_TAG = "episode_pipeline/host"
+PID_TAG = "episode_pipeline/pid"
+RECONCILED_TAG = "episode_pipeline/reconciled"
+
+# A run that may still do work. Dagster's IN_PROGRESS_RUN_STATUSES leaves out QUEUED and
+# NOT_STARTED, so a run waiting behind the per-org limit would look absent and get a twin.
+IN_FLIGHT_STATUSES = [
+    DagsterRunStatus.QUEUED,
+    DagsterRunStatus.NOT_STARTED,
+    DagsterRunStatus.STARTING,
+    DagsterRunStatus.STARTED,
+    DagsterRunStatus.CANCELING,
+]
+
+
+# -- tags ---------------------------------------------------------------------------------------
+
+
+def episode_tags(partition_key: str) -> dict[str, str]:
+    """Tags on every run of an episode, however it was launched (sensor, backfill, Launchpad)."""
+    return {ORG_TAG: parse_partition_key(partition_key).org_id}
+
+
+def in_process_tags() -> dict[str, str]:
+    """Tags for a run executed inside this process, so a later check can tell if it died."""
+    return {HOST_TAG: socket.gethostname(), PID_TAG: str(os.getpid())}
+
+
+def episode_of_run(run: DagsterRun) -> EpisodeRef | None:
+    """The episode a run worked on, from its partition tag; None for other runs."""
+    partition_key = run.tags.get(PARTITION_TAG)
+    if not partition_key:
+        return None
+    try:
+        return parse_partition_key(partition_key)
+    except InvalidEpisodeKey:
+        return None
+
+
+# -- run keys -----------------------------------------------------------------------------------
+
+
+def upload_run_key(partition_key: str, object_version: str, receive_count: int = 1) -> str:
+    """`ORG/EP@<object version>#receive<n>`: new for a re-upload and for a redelivery.
+
+    Dagster never forgets a run key, so a re-upload (new version) must get a new one, and so must
+    a message left on the queue by a failed run (it comes back with a higher receive count).
+    """
+    return f"{partition_key}@{object_version}#receive{receive_count}"
+
+
+def retry_run_key(run_key: str, failed_run_id: str) -> str:
+    """A run key for another attempt at an upload whose run under `run_key` failed."""
+    return f"{run_key}#after-{failed_run_id[:8]}"
+
+
+def reconciled_run_key(partition_key: str, object_version: str) -> str:
+    """The run key of an upload found by reconciliation rather than by its S3 event."""
+    return f"{partition_key}@{object_version}#reconciled"
+
+
+# -- runs in flight -----------------------------------------------------------------------------
+
+
+def has_run_in_flight(instance: DagsterInstance, ref: EpisodeRef) -> bool:
+    """Is a run of this episode queued, starting or running?"""
+    runs = instance.get_runs(
+        RunsFilter(tags={PARTITION_TAG: ref.partition_key}, statuses=IN_FLIGHT_STATUSES),
+        limit=1,
+    )
+    return bool(runs)
+
+
+def runs_in_flight(instance: DagsterInstance, job_name: str) -> list[DagsterRun]:
+    return list(instance.get_runs(RunsFilter(job_name=job_name, statuses=IN_FLIGHT_STATUSES)))
+
+
+# -- partitions ---------------------------------------------------------------------------------
+
+
+def new_partitions_request(
+    instance: DagsterInstance, partition_keys: Iterable[str]
+) -> list[AddDynamicPartitionsRequest]:
+    """The request that adds the episode partitions Dagster does not know yet ([] if none).
+
+    Deduplicated: a key repeated inside one request fails the whole tick.
+    """
+    new_keys = [
+        key
+        for key in dict.fromkeys(partition_keys)
+        if not instance.has_dynamic_partition(EPISODES_PARTITION_NAME, key)
+    ]
+    return [episode_partitions.build_add_request(new_keys)] if new_keys else []
+
+
+def ensure_partition(instance: DagsterInstance, ref: EpisodeRef) -> None:
+    """Add the episode's partition now (outside a sensor: the runner, the CLI)."""
+    if not instance.has_dynamic_partition(EPISODES_PARTITION_NAME, ref.partition_key):
+        instance.add_dynamic_partitions(EPISODES_PARTITION_NAME, [ref.partition_key])
