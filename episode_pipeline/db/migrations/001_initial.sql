@@ -1,4 +1,4 @@
--- 001: the schema the pipeline writes (docs/contract.md). Applied by episode_pipeline.db.migrate inside one
+-- 001: the shared schema (docs/TEAM_BRIEF.md). Applied by episode_pipeline.db.migrate inside one
 -- transaction; IF NOT EXISTS keeps it harmless on a database that already has these tables.
 
 CREATE TABLE IF NOT EXISTS episodes (
