@@ -37,6 +37,7 @@ ALL_CHECKS = {
     "metadata_keys_present",
     "frame_count_matches_rows",
     "hls_playlists_valid",
+    "frames_state_present",
 }
 
 

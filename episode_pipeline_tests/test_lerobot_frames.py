@@ -12,12 +12,14 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from episode_pipeline.lerobot.features import FrameFeatures
 from episode_pipeline.lerobot.frames import (
     FRAME_COLUMNS,
     FrameDataError,
     frames_table,
     iter_frames,
     parquet_row_count,
+    read_frame_file,
 )
 
 STATE = [[0.1, 0.2, 1e-7], [1.5, -2.25, 3.4028235e38], [0.33333334, 0.0, -0.0]]
@@ -179,15 +181,69 @@ def test_extra_columns_such_as_images_are_ignored():
     assert df.height == 3
 
 
-@pytest.mark.parametrize("field", ["timestamp", "observation.state"])
-def test_missing_required_field_names_file_and_field(field):
+def test_missing_timestamp_names_file_and_field():
     columns = base()
-    del columns[field]
+    del columns["timestamp"]
     with pytest.raises(FrameDataError) as error:
         frames_table(to_parquet(columns), path="ds/data/chunk-000/file-000.parquet")
     message = str(error.value)
     assert message.startswith("ds/data/chunk-000/file-000.parquet:")
-    assert repr(field) in message
+    assert "'timestamp'" in message
+
+
+def test_no_state_column_still_gives_one_row_per_parquet_row_and_says_why():
+    columns = base()
+    del columns["observation.state"]
+    read = read_frame_file(to_parquet(columns), path="data/x.parquet")
+    assert read.table["observation"].to_list() == ['{"state":null}'] * 3
+    assert read.table["frame_order"].to_list() == [0, 1, 2]
+    assert read.table["action"][0] == "[0.1,0.2,1e-7]"
+    assert read.columns.state is None
+    assert "data/x.parquet columns: no state feature" in read.columns.missing_state
+
+
+@pytest.mark.parametrize(
+    ("state", "action"),
+    [("state", "actions"), ("observation.joint_state", "action"), ("observation.state", "actions")],
+)
+def test_state_and_action_under_other_names(state, action):
+    columns = base()
+    columns[state] = columns.pop("observation.state")
+    columns[action] = columns.pop("action")
+    read = read_frame_file(to_parquet(columns), path="x.parquet")
+    assert (read.columns.state, read.columns.action) == (state, action)
+    assert read.columns.missing_state is None
+    assert states(read.table)[1] == pytest.approx(STATE[1])
+    assert json.loads(read.table["action"][2]) == pytest.approx(STATE[2])
+
+
+def test_resolved_features_from_info_json_win_over_the_files_columns():
+    columns = base(state=vectors([[9.0], [9.0], [9.0]]))
+    features = FrameFeatures(state="state", action=None, source="meta/info.json")
+    read = read_frame_file(to_parquet(columns), path="x.parquet", features=features)
+    assert states(read.table) == [[9.0]] * 3
+    assert read.table["action"].to_list() == [None] * 3  # info.json names no action
+
+
+def test_a_file_lacking_the_resolved_state_names_the_feature():
+    columns = base()
+    del columns["observation.state"]
+    features = FrameFeatures(state="observation.state", action="action", source="meta/info.json")
+    read = read_frame_file(to_parquet(columns), path="data/f.parquet", features=features)
+    assert read.table["observation"].to_list() == ['{"state":null}'] * 3
+    assert read.columns.missing_state.startswith(
+        "data/f.parquet: field 'observation.state' is missing (meta/info.json names it the state"
+    )
+
+
+def test_two_observation_state_vectors_are_ambiguous_and_named():
+    columns = base(
+        **{"observation.state_arm": vectors(STATE), "observation.gripper_state": vectors(STATE)}
+    )
+    del columns["observation.state"]
+    read = read_frame_file(to_parquet(columns), path="x.parquet")
+    assert read.columns.state is None
+    assert "observation.gripper_state, observation.state_arm" in read.columns.missing_state
 
 
 def test_bad_timestamp_and_bad_types_name_file_and_field():

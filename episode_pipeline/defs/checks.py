@@ -22,7 +22,11 @@ from episode_pipeline.db import episodes as episode_db
 from episode_pipeline.defs.assets.archive import extracted_files
 from episode_pipeline.defs.assets.episode import episode
 from episode_pipeline.defs.assets.episode_metadata import episode_metadata
-from episode_pipeline.defs.assets.frames import frames
+from episode_pipeline.defs.assets.frames import (
+    FILES_WITHOUT_STATE_METADATA,
+    STATE_FEATURE_METADATA,
+    frames,
+)
 from episode_pipeline.defs.partitions import episode_check
 from episode_pipeline.defs.resources.database import PostgresResource
 from episode_pipeline.defs.resources.s3 import S3BucketResource
@@ -164,6 +168,25 @@ def frame_count_matches_rows(
     )
 
 
+@episode_check(
+    asset=frames,
+    description="Every data parquet has the state feature (WARN: rows of a file without one are "
+    'written with `{"state": null}`; the result names the missing feature).',
+)
+def frames_state_present(context: AssetCheckExecutionContext) -> AssetCheckResult:
+    metadata = latest_materialization_metadata(context.instance, frames.key, context.partition_key)
+    missing = metadata.get(FILES_WITHOUT_STATE_METADATA) or []
+    return AssetCheckResult(
+        passed=bool(metadata) and not missing,
+        severity=AssetCheckSeverity.WARN,
+        description="; ".join(sorted({item["missing"] for item in missing})) or None,
+        metadata={
+            "state_feature": metadata.get(STATE_FEATURE_METADATA) or "(not materialized)",
+            "files_without_state": MetadataValue.json(missing),
+        },
+    )
+
+
 EPISODE_CHECKS = [
     frames_match_parquet_rows,
     frames_timestamps_increasing,
@@ -171,4 +194,5 @@ EPISODE_CHECKS = [
     processed_objects_exist,
     metadata_keys_present,
     frame_count_matches_rows,
+    frames_state_present,
 ]

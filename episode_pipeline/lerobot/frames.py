@@ -7,17 +7,17 @@ values shortest-round-trip and writes NaN/inf as ``null`` (jsonb rejects NaN).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 
 import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from episode_pipeline.lerobot.features import FrameFeatures, resolve_frame_features
 from episode_pipeline.lerobot.parquet import ParquetSource, open_parquet
 
 TIMESTAMP = "timestamp"
-STATE = "observation.state"
-ACTION = "action"
 FRAME_INDEX = "frame_index"
 EPISODE_INDEX = "episode_index"
 
@@ -68,17 +68,43 @@ def _vector_kind(field: pa.Field) -> str:
     return "unsupported"
 
 
-def _check_schema(schema: pa.Schema, path: str) -> tuple[list[str], dict[str, str]]:
+@dataclass(frozen=True)
+class FrameColumns:
+    """What one data file provides: the columns to read and how its state and action are stored."""
+
+    read: tuple[str, ...]  # parquet columns to read
+    state: str | None  # the column read as the state; None: rows get {"state": null}
+    action: str | None
+    kinds: Mapping[str, str]  # state/action column → "list" or "scalar"
+    missing_state: str | None = None  # why there is no state column, naming the feature
+
+
+def features_from_schema(schema: pa.Schema, path: str) -> FrameFeatures:
+    """The state/action rule applied to a data file's own columns (info.json lists none)."""
+    numeric = {f.name: _vector_kind(f) != "unsupported" for f in schema}
+    return resolve_frame_features(numeric, source=f"{path} columns")
+
+
+def frame_columns(schema: pa.Schema, path: str, features: FrameFeatures | None) -> FrameColumns:
+    """Check one file's schema against the resolved features (``None``: resolve from the file)."""
     names = set(schema.names)
-    for required in (TIMESTAMP, STATE):
-        if required not in names:
-            raise FrameDataError(f"{path}: field {required!r} is missing (columns: {schema.names})")
+    if TIMESTAMP not in names:
+        raise FrameDataError(f"{path}: field {TIMESTAMP!r} is missing (columns: {schema.names})")
     ts_type = schema.field(TIMESTAMP).type
     if not (pa.types.is_floating(ts_type) or pa.types.is_integer(ts_type)):
         raise FrameDataError(f"{path}: field {TIMESTAMP!r} must be numeric seconds, got {ts_type}")
+    features = features or features_from_schema(schema, path)
+    state = features.state if features.state in names else None
+    action = features.action if features.action in names else None
+    missing_state = features.missing_state
+    if features.state is not None and state is None:
+        missing_state = (
+            f"{path}: field {features.state!r} is missing ({features.source} names it the state; "
+            f"columns: {schema.names})"
+        )
     kinds: dict[str, str] = {}
-    for vector in (STATE, ACTION):
-        if vector not in names:
+    for vector in (state, action):
+        if vector is None:
             continue
         kinds[vector] = _vector_kind(schema.field(vector))
         if kinds[vector] == "unsupported":
@@ -91,8 +117,9 @@ def _check_schema(schema: pa.Schema, path: str) -> tuple[list[str], dict[str, st
             raise FrameDataError(
                 f"{path}: field {integer!r} must be an integer, got {schema.field(integer).type}"
             )
-    columns = [c for c in (TIMESTAMP, STATE, ACTION, FRAME_INDEX, EPISODE_INDEX) if c in names]
-    return columns, kinds
+    wanted = (TIMESTAMP, state, action, FRAME_INDEX, EPISODE_INDEX)
+    read = tuple(c for c in wanted if c is not None and c in names)
+    return FrameColumns(read, state, action, kinds, missing_state)
 
 
 def _json_array(column: str, kind: str) -> pl.Expr:
@@ -108,7 +135,7 @@ def _json_array(column: str, kind: str) -> pl.Expr:
 
 
 def _convert(
-    batch: pl.DataFrame, *, kinds: dict[str, str], start: int, path: str, row_offset: int
+    batch: pl.DataFrame, *, columns: FrameColumns, start: int, path: str, row_offset: int
 ) -> pl.DataFrame:
     seconds = pl.col(TIMESTAMP).cast(pl.Float64)
     bad = batch.select((seconds.is_null() | ~seconds.is_finite()).arg_true().first()).item()
@@ -118,7 +145,11 @@ def _convert(
             f"{path}: field {TIMESTAMP!r} is {value!r} at row {row_offset + bad}; "
             "every frame needs a finite timestamp"
         )
-    state = _json_array(STATE, kinds[STATE])
+    state = (
+        _json_array(columns.state, columns.kinds[columns.state]).fill_null("null")
+        if columns.state
+        else pl.lit("null")
+    )
     names = batch.columns
     return batch.select(
         pl.int_range(start, start + batch.height, dtype=pl.Int64).alias("frame_order"),
@@ -130,45 +161,98 @@ def _convert(
         .alias("frame_index"),
         # Half-up like the original worker's Math.round (polars' round() is half-to-even).
         (seconds * 1000 + 0.5).floor().cast(pl.Int64).alias("timestamp_ms"),
-        pl.concat_str(pl.lit('{"state":'), state.fill_null("null"), pl.lit("}")).alias(
-            "observation"
-        ),
-        (_json_array(ACTION, kinds[ACTION]) if ACTION in names else pl.lit(None))
+        pl.concat_str(pl.lit('{"state":'), state, pl.lit("}")).alias("observation"),
+        (
+            _json_array(columns.action, columns.kinds[columns.action])
+            if columns.action
+            else pl.lit(None)
+        )
         .cast(pl.String)
         .alias("action"),
     )
 
 
-def iter_frames(
-    source: ParquetSource,
+@dataclass(frozen=True)
+class FrameFile:
+    """One data file's frame rows and the columns they came from."""
+
+    table: pl.DataFrame
+    columns: FrameColumns
+
+
+def _batches(
+    parquet: pq.ParquetFile,
+    columns: FrameColumns,
     *,
     path: str,
-    frame_order_start: int = 0,
-    batch_rows: int = BATCH_ROWS,
+    frame_order_start: int,
+    batch_rows: int,
 ) -> Iterator[pl.DataFrame]:
-    """Frame rows in bounded batches (memory stays flat for long episodes)."""
-    parquet = _open(source, path)
-    columns, kinds = _check_schema(parquet.schema_arrow, path)
     order = frame_order_start
     try:
-        for record_batch in parquet.iter_batches(batch_size=batch_rows, columns=columns):
+        for record_batch in parquet.iter_batches(batch_size=batch_rows, columns=list(columns.read)):
             batch = pl.from_arrow(record_batch)
             assert isinstance(batch, pl.DataFrame)
             yield _convert(
-                batch, kinds=kinds, start=order, path=path, row_offset=order - frame_order_start
+                batch,
+                columns=columns,
+                start=order,
+                path=path,
+                row_offset=order - frame_order_start,
             )
             order += batch.height
     except (pa.ArrowException, OSError) as error:
         raise FrameDataError(f"{path}: cannot read rows: {error}") from error
 
 
-def frames_table(source: ParquetSource, *, path: str, frame_order_start: int = 0) -> pl.DataFrame:
-    """The whole file as one frames DataFrame (columns :data:`FRAME_COLUMNS`).
+def iter_frames(
+    source: ParquetSource,
+    *,
+    path: str,
+    features: FrameFeatures | None = None,
+    frame_order_start: int = 0,
+    batch_rows: int = BATCH_ROWS,
+) -> Iterator[pl.DataFrame]:
+    """Frame rows in bounded batches (memory stays flat for long episodes)."""
+    parquet = _open(source, path)
+    columns = frame_columns(parquet.schema_arrow, path, features)
+    yield from _batches(
+        parquet, columns, path=path, frame_order_start=frame_order_start, batch_rows=batch_rows
+    )
 
-    ``frame_order`` counts on from ``frame_order_start`` so several data files of one upload
-    number their frames 0..N-1 across files (pass the running total, see ``parquet_row_count``).
+
+def read_frame_file(
+    source: ParquetSource,
+    *,
+    path: str,
+    features: FrameFeatures | None = None,
+    frame_order_start: int = 0,
+) -> FrameFile:
+    """The whole file as one frames DataFrame (columns :data:`FRAME_COLUMNS`) and its columns.
+
+    ``features`` are the upload's resolved state/action names (``None``: resolve from this
+    file's columns). ``frame_order`` counts on from ``frame_order_start`` so several data files of
+    one upload number their frames 0..N-1 across files (pass the running total).
     """
-    batches = list(iter_frames(source, path=path, frame_order_start=frame_order_start))
-    if not batches:
-        return pl.DataFrame(schema=FRAMES_SCHEMA)
-    return pl.concat(batches, how="vertical")
+    parquet = _open(source, path)
+    columns = frame_columns(parquet.schema_arrow, path, features)
+    batches = list(
+        _batches(
+            parquet, columns, path=path, frame_order_start=frame_order_start, batch_rows=BATCH_ROWS
+        )
+    )
+    table = pl.concat(batches, how="vertical") if batches else pl.DataFrame(schema=FRAMES_SCHEMA)
+    return FrameFile(table, columns)
+
+
+def frames_table(
+    source: ParquetSource,
+    *,
+    path: str,
+    features: FrameFeatures | None = None,
+    frame_order_start: int = 0,
+) -> pl.DataFrame:
+    """The frames DataFrame of one file (see :func:`read_frame_file`)."""
+    return read_frame_file(
+        source, path=path, features=features, frame_order_start=frame_order_start
+    ).table

@@ -1,8 +1,11 @@
-"""Write realistic LeRobot episode archives (v3.0 or v2.1) for demos, tests and benchmarks.
+"""Write realistic LeRobot episode archives (v3.0, v2.1 or v2.0) for demos, tests and benchmarks.
 
 The layout, info.json keys, task and episode tables follow what ``huggingface/lerobot`` writes
 (see docs/lerobot-archives.md); the videos are real mp4s encoded by the FFmpeg bundled
 with ``imageio-ffmpeg`` from a test pattern, so probing and transcoding see genuine streams.
+Options off by default reproduce what datasets in the wild do differently (other state/action
+names, nested feature names, videos outside the template's folder, wrong codec claims, stale
+totals, fewer videos than data episodes).
 """
 
 from __future__ import annotations
@@ -13,11 +16,11 @@ import shutil
 import subprocess
 import tarfile
 import tempfile
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 import pandas as pd
@@ -41,6 +44,8 @@ V30_DATA_PATH = "data/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet"
 V30_VIDEO_PATH = "videos/{video_key}/chunk-{chunk_index:03d}/file-{file_index:03d}.mp4"
 V2_DATA_PATH = "data/chunk-{episode_chunk:03d}/episode_{episode_index:06d}.parquet"
 V2_VIDEO_PATH = "videos/chunk-{episode_chunk:03d}/{video_key}/episode_{episode_index:06d}.mp4"
+VERSIONS = ("v3.0", "v2.1", "v2.0")
+NAMES_STYLES = ("flat", "nested", "dict", "null")
 
 
 class SampleError(RuntimeError):
@@ -51,7 +56,7 @@ class SampleError(RuntimeError):
 class SampleSpec:
     """What to generate. ``seconds`` and ``fps`` are per LeRobot episode."""
 
-    codebase_version: Literal["v3.0", "v2.1"] = "v3.0"
+    codebase_version: Literal["v3.0", "v2.1", "v2.0"] = "v3.0"
     cameras: int = 2
     seconds: float = 4.0
     fps: int = 30
@@ -64,10 +69,23 @@ class SampleSpec:
     root_folder: str | None = "lerobot_episode"  # top-level folder in the tar; None: no folder
     tasks_index_name: str | None = None  # None → "__index_level_0__" (pre-2026 writers); or "task"
     seed: int = 0
+    # What real datasets do differently; the defaults are what LeRobot writes.
+    state_key: str | None = "observation.state"  # None: no state column or feature
+    action_key: str | None = "action"  # None: no action column or feature
+    names_style: Literal["flat", "nested", "dict", "null"] = "flat"  # vector features' `names`
+    video_folder: str = "videos"  # where the mp4s go; info.json's video_path still says videos/
+    claimed_codec: str | None = None  # the codec info.json claims (None: the one encoded)
+    video_episodes: int | None = None  # LeRobot episodes that have videos (None: all)
+    info_overrides: Mapping[str, Any] = field(default_factory=dict)  # e.g. a stale total_frames
 
     @property
     def frames_per_episode(self) -> int:
         return round(self.fps * self.seconds)
+
+    @property
+    def episodes_with_video(self) -> int:
+        """How many LeRobot episodes (the first ones) have videos."""
+        return self.episodes if self.video_episodes is None else self.video_episodes
 
     @property
     def camera_keys(self) -> list[str]:
@@ -77,8 +95,15 @@ class SampleSpec:
         return [f"observation.images.{name}" for name in names]
 
     def validate(self) -> None:
-        if self.codebase_version not in ("v3.0", "v2.1"):
-            raise SampleError(f"codebase_version must be v3.0 or v2.1, not {self.codebase_version}")
+        if self.codebase_version not in VERSIONS:
+            raise SampleError(
+                f"codebase_version must be one of {', '.join(VERSIONS)}, "
+                f"not {self.codebase_version}"
+            )
+        if self.names_style not in NAMES_STYLES:
+            raise SampleError(f"names_style must be one of {', '.join(NAMES_STYLES)}")
+        if not 1 <= self.episodes_with_video <= self.episodes:
+            raise SampleError("video_episodes must be between 1 and episodes")
         if self.codec not in ("h264", "av1"):
             raise SampleError(f"codec must be h264 or av1, not {self.codec}")
         if self.cameras < 0 or self.episodes < 1 or self.fps < 1 or self.frames_per_episode < 1:
@@ -163,10 +188,10 @@ def _episode_table(spec: SampleSpec, episode: int, first_index: int) -> pa.Table
     phase = rng.uniform(0, math.pi, size=len(JOINTS))
     state = 30.0 * np.sin(t[:, None] * 1.5 + phase[None, :])
     action = state + rng.normal(0, 0.5, size=state.shape)
+    vectors = {spec.action_key: _vector_array(action), spec.state_key: _vector_array(state)}
     return pa.table(
         {
-            "action": _vector_array(action),
-            "observation.state": _vector_array(state),
+            **{key: values for key, values in vectors.items() if key is not None},
             "timestamp": pa.array(t.astype(np.float32), type=pa.float32()),
             "frame_index": pa.array(np.arange(n), type=pa.int64()),
             "episode_index": pa.array(np.full(n, episode), type=pa.int64()),
@@ -176,9 +201,20 @@ def _episode_table(spec: SampleSpec, episode: int, first_index: int) -> pa.Table
     )
 
 
+def _vector_names(style: str) -> object:
+    """The ``names`` of a joint vector in the styles LeRobot versions and converters wrote."""
+    joints = list(JOINTS)
+    return {
+        "flat": joints,
+        "nested": [joints[:3], joints[3:]],
+        "dict": {"motors": joints},
+        "null": None,
+    }[style]
+
+
 def _features(spec: SampleSpec) -> dict:
-    vector = {"dtype": "float32", "shape": [len(JOINTS)], "names": list(JOINTS)}
-    features: dict = {"action": dict(vector), "observation.state": dict(vector)}
+    vector = {"dtype": "float32", "shape": [len(JOINTS)], "names": _vector_names(spec.names_style)}
+    features: dict = {key: dict(vector) for key in (spec.action_key, spec.state_key) if key}
     for key in spec.camera_keys:
         features[key] = {
             "dtype": "video",
@@ -187,7 +223,7 @@ def _features(spec: SampleSpec) -> dict:
             "info": {
                 "video.height": spec.height,
                 "video.width": spec.width,
-                "video.codec": spec.codec,
+                "video.codec": spec.claimed_codec or spec.codec,
                 "video.pix_fmt": "yuv420p",
                 "video.is_depth_map": False,
                 "video.fps": spec.fps,
@@ -216,7 +252,7 @@ def _info(spec: SampleSpec) -> dict:
         "total_tasks": 1,
     }
     if spec.codebase_version == "v3.0":
-        return {
+        info = {
             **common,
             "chunks_size": CHUNKS_SIZE,
             "data_files_size_in_mb": 100,
@@ -227,9 +263,10 @@ def _info(spec: SampleSpec) -> dict:
             "video_path": V30_VIDEO_PATH if spec.cameras else None,
             "features": _features(spec),
         }
-    return {
+        return {**info, **spec.info_overrides}
+    info = {
         **common,
-        "total_videos": spec.cameras * spec.episodes,
+        "total_videos": spec.cameras * spec.episodes_with_video,
         "total_chunks": 1,
         "chunks_size": CHUNKS_SIZE,
         "fps": spec.fps,
@@ -238,11 +275,12 @@ def _info(spec: SampleSpec) -> dict:
         "video_path": V2_VIDEO_PATH if spec.cameras else None,
         "features": _features(spec),
     }
+    return {**info, **spec.info_overrides}
 
 
-def _stats(table: pa.Table) -> dict:
+def _stats(table: pa.Table, spec: SampleSpec) -> dict:
     stats = {}
-    for name in ("action", "observation.state"):
+    for name in (k for k in (spec.action_key, spec.state_key) if k):
         values = np.asarray(table.column(name).combine_chunks().flatten()).reshape(
             table.num_rows, -1
         )
@@ -265,6 +303,13 @@ def _write_tasks_parquet(path: Path, spec: SampleSpec) -> None:
     frame.to_parquet(path)
 
 
+def _video_file(root: Path, spec: SampleSpec, relative: str) -> Path:
+    """Where an mp4 goes: the template's path, under ``spec.video_folder`` instead of videos/."""
+    path = root / spec.video_folder / relative.removeprefix("videos/")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return path
+
+
 def _write_v30(root: Path, spec: SampleSpec) -> tuple[list[list[str]], list[pa.Table]]:
     n = spec.frames_per_episode
     tables = [_episode_table(spec, e, e * n) for e in range(spec.episodes)]
@@ -275,9 +320,10 @@ def _write_v30(root: Path, spec: SampleSpec) -> tuple[list[list[str]], list[pa.T
             writer.write_table(table)
     jobs = []
     for camera, key in enumerate(spec.camera_keys):
-        video = root / V30_VIDEO_PATH.format(video_key=key, chunk_index=0, file_index=0)
-        video.parent.mkdir(parents=True, exist_ok=True)
-        jobs.append(_video_command(spec, camera, n * spec.episodes, video))
+        video = _video_file(
+            root, spec, V30_VIDEO_PATH.format(video_key=key, chunk_index=0, file_index=0)
+        )
+        jobs.append(_video_command(spec, camera, n * spec.episodes_with_video, video))
     _write_tasks_parquet(root / "meta/tasks.parquet", spec)
 
     episodes: dict[str, list] = {
@@ -301,11 +347,16 @@ def _write_v30(root: Path, spec: SampleSpec) -> tuple[list[list[str]], list[pa.T
     episodes_file = root / "meta/episodes/chunk-000/file-000.parquet"
     episodes_file.parent.mkdir(parents=True, exist_ok=True)
     pq.write_table(pa.table(episodes), episodes_file)
-    (root / "meta/stats.json").write_text(json.dumps(_stats(pa.concat_tables(tables)), indent=4))
+    _write_stats_json(root, spec, tables)
     return jobs, tables
 
 
-def _write_v21(root: Path, spec: SampleSpec) -> tuple[list[list[str]], list[pa.Table]]:
+def _write_stats_json(root: Path, spec: SampleSpec, tables: list[pa.Table]) -> None:
+    stats = _stats(pa.concat_tables(tables), spec)
+    (root / "meta/stats.json").write_text(json.dumps(stats, indent=4))
+
+
+def _write_v2(root: Path, spec: SampleSpec) -> tuple[list[list[str]], list[pa.Table]]:
     n = spec.frames_per_episode
     tables, jobs = [], []
     episodes_lines, stats_lines = [], []
@@ -317,18 +368,23 @@ def _write_v21(root: Path, spec: SampleSpec) -> tuple[list[list[str]], list[pa.T
         data.parent.mkdir(parents=True, exist_ok=True)
         pq.write_table(table, data)
         for camera, key in enumerate(spec.camera_keys):
-            video = root / V2_VIDEO_PATH.format(
+            if episode >= spec.episodes_with_video:
+                break
+            relative = V2_VIDEO_PATH.format(
                 episode_chunk=chunk, video_key=key, episode_index=episode
             )
-            video.parent.mkdir(parents=True, exist_ok=True)
-            jobs.append(_video_command(spec, camera, n, video, episode))
+            jobs.append(_video_command(spec, camera, n, _video_file(root, spec, relative), episode))
         episodes_lines.append({"episode_index": episode, "tasks": [spec.task], "length": n})
-        stats_lines.append({"episode_index": episode, "stats": _stats(table)})
+        stats_lines.append({"episode_index": episode, "stats": _stats(table, spec)})
     meta = root / "meta"
     meta.mkdir(parents=True, exist_ok=True)
     (meta / "tasks.jsonl").write_text(json.dumps({"task_index": 0, "task": spec.task}) + "\n")
     (meta / "episodes.jsonl").write_text("".join(json.dumps(x) + "\n" for x in episodes_lines))
-    (meta / "episodes_stats.jsonl").write_text("".join(json.dumps(x) + "\n" for x in stats_lines))
+    if spec.codebase_version == "v2.0":  # one stats file; v2.1 moved to per-episode stats
+        _write_stats_json(root, spec, tables)
+    else:
+        lines = "".join(json.dumps(x) + "\n" for x in stats_lines)
+        (meta / "episodes_stats.jsonl").write_text(lines)
     return jobs, tables
 
 
@@ -336,7 +392,7 @@ def write_dataset(root: Path, spec: SampleSpec) -> dict:
     """Write the dataset folder itself (no archive) and return the facts a test compares."""
     spec.validate()
     root.mkdir(parents=True, exist_ok=True)
-    writer = _write_v30 if spec.codebase_version == "v3.0" else _write_v21
+    writer = _write_v30 if spec.codebase_version == "v3.0" else _write_v2
     jobs, tables = writer(root, spec)
     (root / "meta").mkdir(exist_ok=True)
     (root / "meta/info.json").write_text(json.dumps(_info(spec), indent=4))

@@ -1,0 +1,172 @@
+"""LeRobot datasets as they come from the field, each processed end to end on the real stack.
+
+Every test writes its own small archive with the sample writer's options for one class of
+real-world difference (docs/lerobot-archives.md), uploads it and runs the whole graph with
+`process_episode`. Samples are 1 second with at most one camera, to keep the module fast.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+from dagster import AssetCheckKey, AssetKey, AssetRecordsFilter, DagsterInstance
+from dagster._core.event_api import PartitionKeyFilter
+
+from episode_pipeline.keys import EpisodeRef
+from episode_pipeline.lerobot.features import STATE_RULE
+from episode_pipeline.lerobot.sample import SampleSpec, pack_archive, write_dataset
+from episode_pipeline.local.upload import upload_episode
+from episode_pipeline.report import episode_reports
+from episode_pipeline.runner import ProcessOutcome, process_episode
+
+pytestmark = pytest.mark.integration
+
+
+def process(
+    tmp_path: Path, spec: SampleSpec, edit: Callable[[Path], None] | None = None
+) -> tuple[EpisodeRef, dict, ProcessOutcome, Path]:
+    """Write the dataset, let `edit` change it, archive, upload and process it in-process."""
+    folder = tmp_path / "dataset"
+    summary = write_dataset(folder, spec)
+    if edit:
+        edit(folder)
+    archive = tmp_path / "take.tar.zst"
+    pack_archive(folder, archive, root_folder=spec.root_folder)
+    ref = EpisodeRef("field-org", f"ep-{uuid.uuid4().hex[:10]}")
+    upload_episode(archive, ref)
+    return ref, summary, process_episode(ref), folder
+
+
+def report_for(ref: EpisodeRef) -> dict:
+    (report,) = episode_reports(ref)
+    return report
+
+
+def frame_rows(db_conn, ref: EpisodeRef) -> list[tuple]:
+    return db_conn.execute(
+        "SELECT frame_order, observation, action FROM frames WHERE episode_id = %s"
+        " ORDER BY frame_order",
+        (ref.episode_id,),
+    ).fetchall()
+
+
+def check_evaluation(ref: EpisodeRef, asset: str, name: str):
+    """The latest evaluation of one check for the episode (passed, description, metadata)."""
+    key = AssetCheckKey(AssetKey(asset), name)
+    latest = DagsterInstance.get().event_log_storage.get_latest_asset_check_execution_by_key(
+        [key], partition_filter=PartitionKeyFilter(key=ref.partition_key)
+    )
+    return latest[key].event.dagster_event.event_specific_data
+
+
+def latest_metadata(ref: EpisodeRef, asset: str) -> dict:
+    """The metadata of the asset's newest materialization for the episode."""
+    records = (
+        DagsterInstance.get()
+        .fetch_materializations(
+            AssetRecordsFilter(asset_key=AssetKey(asset), asset_partitions=[ref.partition_key]),
+            limit=1,
+        )
+        .records
+    )
+    return {k: v.value for k, v in records[0].asset_materialization.metadata.items()}
+
+
+@pytest.mark.parametrize(
+    ("version", "state", "action", "names"),
+    [
+        ("v2.0", "state", "actions", "dict"),
+        ("v3.0", "observation.joint_state", "action", "nested"),
+    ],
+)
+def test_state_and_action_under_other_names(
+    tmp_path, stack, db_conn, version, state, action, names
+):
+    spec = SampleSpec(
+        version, cameras=0, seconds=1.0, state_key=state, action_key=action, names_style=names
+    )
+    ref, summary, outcome, folder = process(tmp_path, spec)
+
+    assert outcome, outcome.errors
+    report = report_for(ref)
+    assert report["status"] == "processed"
+    assert report["metadata"]["codebase_version"] == version
+    assert report["frames_rows"] == summary["total_frames"] == 30
+    assert all(report["checks"].values()), report["checks"]
+    (data_file,) = summary["data_files"]
+    source = pq.read_table(folder / data_file).slice(7, 1).to_pylist()[0]
+    _, observation, written_action = frame_rows(db_conn, ref)[7]
+    assert observation == {"state": pytest.approx(source[state])}
+    assert written_action == pytest.approx(source[action])
+    metadata = latest_metadata(ref, "frames")
+    assert (metadata["state_feature"], metadata["action_feature"]) == (state, action)
+
+
+def test_no_state_feature_still_writes_every_row_and_a_warn_check_names_it(
+    tmp_path, stack, db_conn
+):
+    spec = SampleSpec(
+        "v2.1", cameras=0, seconds=1.0, episodes=2, state_key=None, names_style="null"
+    )
+    ref, summary, outcome, _ = process(tmp_path, spec)
+
+    assert outcome, outcome.errors
+    report = report_for(ref)
+    assert report["status"] == "processed"
+    rows = frame_rows(db_conn, ref)
+    assert len(rows) == summary["total_frames"] == 60  # one row per parquet row, never empty
+    assert {str(observation) for _, observation, _ in rows} == {str({"state": None})}
+    assert all(action is not None for _, _, action in rows)
+    failed = {name for name, passed in report["checks"].items() if not passed}
+    assert failed == {"frames_state_present"}
+    evaluation = check_evaluation(ref, "frames", "frames_state_present")
+    assert evaluation.severity.value == "WARN"
+    info_json = ref.processed_key("lerobot_episode/meta/info.json")
+    assert evaluation.description == f"{info_json}: no state feature ({STATE_RULE})"
+
+
+def test_videos_outside_the_template_folder_and_a_wrong_codec_claim(tmp_path, stack):
+    # info.json says videos/… and AV1; the files sit under video/ and are H.264.
+    spec = SampleSpec(
+        "v3.0", cameras=1, seconds=1.0, codec="h264", video_folder="video", claimed_codec="av1"
+    )
+    ref, summary, outcome, _ = process(tmp_path, spec)
+
+    assert outcome, outcome.errors
+    report = report_for(ref)
+    assert report["status"] == "processed"
+    assert all(report["checks"].values()), report["checks"]
+    (video,) = summary["video_files"]
+    assert video.startswith("video/observation.images.front/")
+    (rendition,) = report["hls"]
+    assert rendition["camera"] == "observation.images.front"  # named by its feature folder
+    assert rendition["source"] == ref.processed_key(f"lerobot_episode/{video}")
+    per_camera = latest_metadata(ref, "hls_renditions")["per_camera"]
+    assert per_camera["observation.images.front"]["source_codec"] == "h264"  # probed
+
+
+def test_stale_totals_and_more_data_episodes_than_videos(tmp_path, stack):
+    spec = SampleSpec(
+        "v2.1",
+        cameras=1,
+        seconds=1.0,
+        episodes=3,
+        video_episodes=1,
+        info_overrides={"total_frames": 45, "total_episodes": 7},
+    )
+    ref, summary, outcome, _ = process(tmp_path, spec)
+
+    assert outcome, outcome.errors
+    report = report_for(ref)
+    assert report["status"] == "processed"
+    assert report["frames_rows"] == summary["total_frames"] == 90  # every data row
+    assert report["frame_count"] == 45  # the contract: frame_count is info.json's total_frames
+    failed = {name for name, passed in report["checks"].items() if not passed}
+    assert failed == {"frame_count_matches_rows"}  # WARN: the stale total is flagged
+    per_camera = latest_metadata(ref, "hls_renditions")["per_camera"]
+    assert per_camera["observation.images.front"]["sources"] == 1
+    assert per_camera["observation.images.front"]["failed"] == 0
