@@ -67,6 +67,16 @@ class ExtractedFiles:
         return sorted((f for f in self.files if f.kind == DATA), key=lambda f: path_order(f.path))
 
     @property
+    def data_rows(self) -> int:
+        """Rows in all data parquets, from their footers (files without a readable footer: 0)."""
+        return sum(f.rows or 0 for f in self.data_files)
+
+    @property
+    def data_files_without_row_count(self) -> list[str]:
+        """Data parquets whose footer could not be read: their rows are unknown."""
+        return [f.path for f in self.data_files if f.rows is None]
+
+    @property
     def bytes_extracted(self) -> int:
         return sum(f.size for f in self.files)
 

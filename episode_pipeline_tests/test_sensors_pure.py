@@ -4,9 +4,9 @@ import os
 import subprocess
 import sys
 
-from dagster import DagsterRun, DagsterRunStatus
+from dagster import AssetKey, DagsterRun, DagsterRunStatus
 
-from episode_pipeline.defs.failures import is_orphaned
+from episode_pipeline.defs.failures import is_orphaned, was_processing
 from episode_pipeline.defs.runs import HOST_TAG, PID_TAG, episode_of_run
 from episode_pipeline.keys import EpisodeRef
 
@@ -35,3 +35,17 @@ def test_a_started_run_whose_process_is_gone_is_orphaned():
     alive = {HOST_TAG: "laptop", PID_TAG: str(os.getpid())}
     assert not is_orphaned(run(**alive), host="laptop")
     assert not is_orphaned(run(), host="laptop")  # launched by the daemon: run monitoring's job
+
+
+def test_only_a_run_that_included_the_extraction_was_processing_its_episode():
+    frames, extraction = AssetKey("frames"), AssetKey("extracted_files")
+    assert was_processing(run())  # the whole episode job, as sensors and backfills launch it
+    assert was_processing(
+        DagsterRun(job_name="__ASSET_JOB", run_id="r2", asset_selection=frozenset({extraction}))
+    )
+    # A checks-only run and a re-materialization of one downstream asset process nothing.
+    checks_only = DagsterRun(job_name="__ASSET_JOB", run_id="r3", asset_selection=frozenset())
+    assert not was_processing(checks_only)
+    one_asset = DagsterRun(job_name="__ASSET_JOB", run_id="r4", asset_selection=frozenset({frames}))
+    assert not was_processing(one_asset)
+    assert not was_processing(DagsterRun(job_name="some_other_job", run_id="r5"))

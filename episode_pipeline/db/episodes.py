@@ -10,8 +10,10 @@ from datetime import datetime
 from typing import Any
 
 import psycopg
+from psycopg import sql
 from psycopg.types.json import Jsonb
 
+from episode_pipeline.db.schema_check import DatabaseSchema, read_schema
 from episode_pipeline.episode_rows import (
     CREATE_OPERATION,
     ENTITY_TYPE,
@@ -56,10 +58,25 @@ def ensure_episode_row(conn: psycopg.Connection, ref: EpisodeRef) -> None:
         )
 
 
-def mark_processing(conn: psycopg.Connection, ref: EpisodeRef) -> None:
+def _episode_is(schema: DatabaseSchema, ref: EpisodeRef) -> tuple[sql.Composable, tuple[str, ...]]:
+    """`id = %s`, plus `AND org_id = %s` where the table has the column (the org check)."""
+    if schema.has("episodes", "org_id"):
+        return sql.SQL("id = %s AND org_id = %s"), (ref.episode_id, ref.org_id)
+    return sql.SQL("id = %s"), (ref.episode_id,)
+
+
+def _touched(schema: DatabaseSchema, table: str) -> sql.Composable:
+    """`, updated_at = now()` where the table keeps one."""
+    return sql.SQL(", updated_at = now()") if schema.has(table, "updated_at") else sql.SQL("")
+
+
+def mark_processing(conn: psycopg.Connection, schema: DatabaseSchema, ref: EpisodeRef) -> None:
+    where, params = _episode_is(schema, ref)
     cursor = conn.execute(
-        "UPDATE episodes SET status = %s, updated_at = now() WHERE id = %s AND org_id = %s",
-        (PROCESSING, ref.episode_id, ref.org_id),
+        sql.SQL("UPDATE episodes SET status = %s{} WHERE {}").format(
+            _touched(schema, "episodes"), where
+        ),
+        (PROCESSING, *params),
     )
     if cursor.rowcount == 0:
         raise EpisodeNotFound(
@@ -68,17 +85,22 @@ def mark_processing(conn: psycopg.Connection, ref: EpisodeRef) -> None:
         )
 
 
-def mark_processed(conn: psycopg.Connection, ref: EpisodeRef, columns: EpisodeColumns) -> datetime:
+def mark_processed(
+    conn: psycopg.Connection, schema: DatabaseSchema, ref: EpisodeRef, columns: EpisodeColumns
+) -> datetime:
     """Status, processed_at and the contract's columns in one statement; returns processed_at."""
+    where, params = _episode_is(schema, ref)
     row = conn.execute(
-        """
-        UPDATE episodes
-           SET status = %s, processed_at = now(), updated_at = now(),
-               mp4_s3_path = %s, parquet_s3_path = %s,
-               frame_count = %s, fps = %s, duration_seconds = %s
-         WHERE id = %s AND org_id = %s
-     RETURNING processed_at
-        """,
+        sql.SQL(
+            """
+            UPDATE episodes
+               SET status = %s, processed_at = now(){},
+                   mp4_s3_path = %s, parquet_s3_path = %s,
+                   frame_count = %s, fps = %s, duration_seconds = %s
+             WHERE {}
+         RETURNING processed_at
+            """
+        ).format(_touched(schema, "episodes"), where),
         (
             PROCESSED,
             columns.mp4_s3_path,
@@ -86,8 +108,7 @@ def mark_processed(conn: psycopg.Connection, ref: EpisodeRef, columns: EpisodeCo
             columns.frame_count,
             columns.fps,
             columns.duration_seconds,
-            ref.episode_id,
-            ref.org_id,
+            *params,
         ),
     ).fetchone()
     if row is None:
@@ -95,54 +116,87 @@ def mark_processed(conn: psycopg.Connection, ref: EpisodeRef, columns: EpisodeCo
     return row[0]
 
 
-def mark_failed(conn: psycopg.Connection, ref: EpisodeRef, run_started_at: datetime) -> bool:
-    """Failed, unless this run already marked the episode processed.
+def mark_failed(
+    conn: psycopg.Connection, schema: DatabaseSchema, ref: EpisodeRef, run_started_at: datetime
+) -> bool:
+    """Failed, unless the episode was processed since this run started.
 
     `processed` stays when only the metadata write fails (it runs after the episode is
-    processed); any earlier failure, including one in a re-run of a processed episode, is `failed`.
-    Returns whether the row changed.
+    processed), and a late failure of an older run never undoes a newer run's `processed`; any
+    other failure, including one in a re-run of a processed episode, is `failed`. Returns
+    whether the row changed.
     """
+    where, params = _episode_is(schema, ref)
     cursor = conn.execute(
-        """
-        UPDATE episodes SET status = %s, updated_at = now()
-         WHERE id = %s AND org_id = %s
-           AND NOT (status = %s AND processed_at >= %s)
-        """,
-        (FAILED, ref.episode_id, ref.org_id, PROCESSED, run_started_at),
+        sql.SQL(
+            """
+            UPDATE episodes SET status = %s{}
+             WHERE {} AND NOT (status = %s AND processed_at >= %s)
+            """
+        ).format(_touched(schema, "episodes"), where),
+        (FAILED, *params, PROCESSED, run_started_at),
     )
     return cursor.rowcount > 0
 
 
-def replace_metadata(conn: psycopg.Connection, ref: EpisodeRef, items: list[MetadataItem]) -> None:
-    """Replace the episode's keys and (over)write its version-1 `entity_versions` row."""
-    conn.execute("DELETE FROM episode_metadata WHERE episode_id = %s", (ref.episode_id,))
+def replace_metadata(
+    conn: psycopg.Connection, schema: DatabaseSchema, ref: EpisodeRef, items: list[MetadataItem]
+) -> None:
+    """Replace the pipeline's keys of the episode and (over)write its version-1 record.
+
+    Keys the application added beside ours are left alone. `entity_versions` is upserted on its
+    unique index when the table has one; otherwise updated, then inserted if absent, under a
+    lock on the episode so two runs cannot both insert.
+    """
+    conn.execute(
+        "SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))",
+        (f"episode_metadata:{ref.episode_id}",),
+    )
+    conn.execute(
+        "DELETE FROM episode_metadata WHERE episode_id = %s AND meta_key = ANY(%s)",
+        (ref.episode_id, [item.meta_key for item in items]),
+    )
     with conn.cursor() as cursor:
         cursor.executemany(
             "INSERT INTO episode_metadata (episode_id, meta_key, value, status)"
             " VALUES (%s, %s, %s, %s)",
             [(ref.episode_id, item.meta_key, item.value, item.status) for item in items],
         )
-    conn.execute(
-        """
-        INSERT INTO entity_versions (entity_type, entity_id, version, operation, data)
-        VALUES (%s, %s, %s, %s, %s)
-        ON CONFLICT (entity_type, entity_id, version)
-        DO UPDATE SET operation = EXCLUDED.operation, data = EXCLUDED.data, created_at = now()
-        """,
-        (
-            ENTITY_TYPE,
-            ref.episode_id,
-            FIRST_VERSION,
-            CREATE_OPERATION,
-            Jsonb(entity_version_data(items)),
-        ),
+    key = (ENTITY_TYPE, ref.episode_id, FIRST_VERSION)
+    data = (CREATE_OPERATION, Jsonb(entity_version_data(items)))
+    stamp = sql.SQL(", created_at = now()")
+    if not schema.has("entity_versions", "created_at"):
+        stamp = sql.SQL("")
+    if schema.entity_versions_unique:
+        conn.execute(
+            sql.SQL(
+                """
+                INSERT INTO entity_versions (entity_type, entity_id, version, operation, data)
+                VALUES (%s, %s, %s, %s, %s)
+                ON CONFLICT (entity_type, entity_id, version)
+                DO UPDATE SET operation = EXCLUDED.operation, data = EXCLUDED.data{}
+                """
+            ).format(stamp),
+            (*key, *data),
+        )
+        return
+    updated = conn.execute(
+        sql.SQL(
+            "UPDATE entity_versions SET operation = %s, data = %s{}"
+            " WHERE entity_type = %s AND entity_id = %s AND version = %s"
+        ).format(stamp),
+        (*data, *key),
     )
+    if updated.rowcount == 0:
+        conn.execute(
+            "INSERT INTO entity_versions (entity_type, entity_id, version, operation, data)"
+            " VALUES (%s, %s, %s, %s, %s)",
+            (*key, *data),
+        )
 
 
 def episode_row(conn: psycopg.Connection, ref: EpisodeRef) -> dict[str, Any] | None:
-    cursor = conn.execute(
-        "SELECT * FROM episodes WHERE id = %s AND org_id = %s", (ref.episode_id, ref.org_id)
-    )
+    cursor = conn.execute("SELECT * FROM episodes WHERE id = %s", (ref.episode_id,))
     row = cursor.fetchone()
     if row is None:
         return None
@@ -151,7 +205,7 @@ def episode_row(conn: psycopg.Connection, ref: EpisodeRef) -> dict[str, Any] | N
 
 def metadata_values(conn: psycopg.Connection, ref: EpisodeRef) -> dict[str, str | None]:
     rows = conn.execute(
-        "SELECT meta_key, value FROM episode_metadata WHERE episode_id = %s ORDER BY id",
+        "SELECT meta_key, value FROM episode_metadata WHERE episode_id = %s ORDER BY meta_key",
         (ref.episode_id,),
     ).fetchall()
     return dict(rows)
@@ -162,17 +216,29 @@ def frame_rows(conn: psycopg.Connection, ref: EpisodeRef) -> int:
     return int(row.fetchone()[0])
 
 
-def timestamp_regressions(conn: psycopg.Connection, ref: EpisodeRef) -> int:
-    """Rows whose timestamp is not after the previous row's within the same LeRobot episode."""
+def timestamp_regressions(
+    conn: psycopg.Connection, schema: DatabaseSchema, ref: EpisodeRef
+) -> int | None:
+    """Rows whose timestamp is not after the previous row's within the same LeRobot episode.
+
+    None when `frames` keeps no `frame_order`: without it the rows have no order to check.
+    """
+    if not schema.has("frames", "frame_order"):
+        return None
+    by_episode = sql.SQL("")
+    if schema.has("frames", "lerobot_episode_index"):
+        by_episode = sql.SQL("PARTITION BY lerobot_episode_index")
     row = conn.execute(
-        """
-        SELECT count(*) FROM (
-            SELECT timestamp_ms, lag(timestamp_ms) OVER (
-                       PARTITION BY lerobot_episode_index ORDER BY frame_order) AS previous
-              FROM frames WHERE episode_id = %s
-        ) ordered
-        WHERE previous IS NOT NULL AND timestamp_ms <= previous
-        """,
+        sql.SQL(
+            """
+            SELECT count(*) FROM (
+                SELECT timestamp_ms,
+                       lag(timestamp_ms) OVER ({} ORDER BY frame_order) AS previous
+                  FROM frames WHERE episode_id = %s
+            ) ordered
+            WHERE previous IS NOT NULL AND timestamp_ms <= previous
+            """
+        ).format(by_episode),
         (ref.episode_id,),
     )
     return int(row.fetchone()[0])
@@ -181,7 +247,14 @@ def timestamp_regressions(conn: psycopg.Connection, ref: EpisodeRef) -> int:
 def waiting_uploads(
     conn: psycopg.Connection, older_than_seconds: int, limit: int
 ) -> list[EpisodeRef]:
-    """Episodes still `uploaded` long after their last change: their event may have been lost."""
+    """Episodes still `uploaded` long after their last change: their event may have been lost.
+
+    Needs `episodes.org_id` (the upload's prefix) and `episodes.updated_at` (its age): on a table
+    without them nothing is reconciled.
+    """
+    schema = read_schema(conn)
+    if not (schema.has("episodes", "org_id") and schema.has("episodes", "updated_at")):
+        return []
     rows = conn.execute(
         """
         SELECT org_id, id FROM episodes

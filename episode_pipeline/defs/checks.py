@@ -12,6 +12,7 @@ from dagster import (
     AssetCheckExecutionContext,
     AssetCheckResult,
     AssetCheckSeverity,
+    AssetIn,
     AssetKey,
     AssetRecordsFilter,
     DagsterInstance,
@@ -62,19 +63,27 @@ def latest_materialization_metadata(
 @episode_check(
     asset=frames,
     blocking=True,
-    description="Rows in `frames` equal the parquet rows read (ERROR; blocks the episode row).",
+    additional_ins={"extracted_files": AssetIn(key=extracted_files.key)},
+    description="Rows in `frames` equal every data row in the archive, counted from the data "
+    "parquets' footers at extraction, so rows lost to an unreadable file fail the episode "
+    "(ERROR; blocks the episode row).",
 )
 def frames_match_parquet_rows(
-    context: AssetCheckExecutionContext, postgres: PostgresResource
+    context: AssetCheckExecutionContext,
+    extracted_files: ExtractedFiles,
+    postgres: PostgresResource,
 ) -> AssetCheckResult:
-    read = latest_materialization_metadata(context.instance, frames.key, context.partition_key).get(
-        "parquet_rows_read"
-    )
+    in_archive = extracted_files.data_rows
+    uncounted = extracted_files.data_files_without_row_count
     written = query_episode(context, postgres, episode_db.frame_rows)
     return AssetCheckResult(
-        passed=read is not None and written == read,
+        passed=not uncounted and written == in_archive,
         severity=AssetCheckSeverity.ERROR,
-        metadata={"rows_in_frames": written, "parquet_rows_read": read if read is not None else -1},
+        metadata={
+            "rows_in_frames": written,
+            "rows_in_archive": in_archive,
+            "files_without_row_count": MetadataValue.json(uncounted),
+        },
     )
 
 
@@ -85,11 +94,21 @@ def frames_match_parquet_rows(
 def frames_timestamps_increasing(
     context: AssetCheckExecutionContext, postgres: PostgresResource
 ) -> AssetCheckResult:
-    regressions = query_episode(context, postgres, episode_db.timestamp_regressions)
+    schema = postgres.database_schema()
+    regressions = query_episode(
+        context, postgres, lambda conn, ref: episode_db.timestamp_regressions(conn, schema, ref)
+    )
+    if regressions is None:
+        return AssetCheckResult(
+            passed=True,
+            severity=AssetCheckSeverity.WARN,
+            description="Not checked: `frames` has no `frame_order` column, so rows have no order.",
+            metadata={"checked": False},
+        )
     return AssetCheckResult(
         passed=regressions == 0,
         severity=AssetCheckSeverity.WARN,
-        metadata={"rows_not_after_previous": regressions},
+        metadata={"rows_not_after_previous": regressions, "checked": True},
     )
 
 

@@ -1,7 +1,9 @@
 """One failure policy for every way a run can end badly (docs/contract.md#failure-semantics).
 
-- A failed run leaves its episode `failed`, unless that run already marked it `processed`
-  (the metadata write comes after, and its failure keeps `processed`).
+- A failed run leaves its episode `failed` only when that run was processing it — it included
+  the extraction — and did not already mark it `processed`. A checks-only run, a failed
+  re-materialization of one downstream asset, or a late failure of an older run never turns a
+  `processed` episode `failed`.
 - A run executed in-process (`episode-pipeline process`, `dagster asset materialize`) whose
   process died is not watched by Dagster's run monitoring: it would stay STARTED forever. Such
   runs carry the host and pid that executed them (`runs.in_process_tags`), so a dead pid on this
@@ -17,12 +19,15 @@ import socket
 from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
 
-from dagster import DagsterInstance, DagsterRun, DagsterRunStatus, RunsFilter
+from dagster import AssetKey, DagsterInstance, DagsterRun, DagsterRunStatus, RunsFilter
 
 from episode_pipeline.db.episodes import mark_failed
+from episode_pipeline.defs.jobs import EPISODE_JOB_NAME
 from episode_pipeline.defs.resources.database import PostgresResource
 from episode_pipeline.defs.runs import HOST_TAG, PID_TAG, episode_of_run
 from episode_pipeline.keys import EpisodeRef
+
+EXTRACTION = AssetKey("extracted_files")
 
 
 def run_started_at(instance: DagsterInstance, run: DagsterRun) -> datetime:
@@ -34,15 +39,22 @@ def run_started_at(instance: DagsterInstance, run: DagsterRun) -> datetime:
     return datetime.fromtimestamp(timestamp, UTC) if timestamp else datetime.now(UTC)
 
 
+def was_processing(run: DagsterRun) -> bool:
+    """Did the run (re)process its episode, i.e. include the extraction?"""
+    if run.asset_selection is None:  # the whole job, as the sensor and backfills launch it
+        return run.job_name == EPISODE_JOB_NAME
+    return EXTRACTION in run.asset_selection
+
+
 def fail_episode_of_run(
     instance: DagsterInstance, run: DagsterRun, postgres: PostgresResource
 ) -> EpisodeRef | None:
-    """Mark the run's episode failed unless the run already marked it processed."""
+    """Mark the run's episode failed if the run was processing it and had not processed it."""
     ref = episode_of_run(run)
-    if ref is None:
+    if ref is None or not was_processing(run):
         return None
     with postgres.transaction() as conn:
-        changed = mark_failed(conn, ref, run_started_at(instance, run))
+        changed = mark_failed(conn, postgres.database_schema(), ref, run_started_at(instance, run))
     return ref if changed else None
 
 

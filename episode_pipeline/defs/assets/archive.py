@@ -70,7 +70,7 @@ def extracted_files(
         )
     )
     with postgres.transaction() as conn:
-        mark_processing(conn, ref)
+        mark_processing(conn, postgres.database_schema(), ref)
     extracted = extract_archive(bucket, ref, archive, log=context.log)
     return Output(
         extracted,

@@ -34,7 +34,7 @@ def episode(
         info=extracted_files.dataset_info(),
     )
     with postgres.transaction() as conn:
-        processed_at = mark_processed(conn, ref, columns)
+        processed_at = mark_processed(conn, postgres.database_schema(), ref, columns)
     return MaterializeResult(
         metadata={
             "status": "processed",

@@ -2,21 +2,26 @@
 
 from dagster import AssetExecutionContext, MaterializeResult, MetadataValue
 
+from episode_pipeline.bucket import Bucket
 from episode_pipeline.db.episodes import replace_metadata
+from episode_pipeline.defs.assets.episode import episode
 from episode_pipeline.defs.partitions import episode_asset
 from episode_pipeline.defs.resources.database import PostgresResource
 from episode_pipeline.defs.resources.s3 import S3BucketResource
-from episode_pipeline.episode_rows import episode_metadata_items
+from episode_pipeline.episode_rows import MetadataItem, episode_metadata_items
 from episode_pipeline.extracted_files import ExtractedFiles
-from episode_pipeline.keys import parse_partition_key
+from episode_pipeline.keys import EpisodeRef, parse_partition_key
 from episode_pipeline.lerobot.tasks import first_task
 
 
 @episode_asset(
+    deps=[episode],
     kinds={"postgres"},
     description="`episode_title` (first task), `robot_type`, `codebase_version` and the editable "
     "placeholders, replacing the episode's earlier keys, plus version 1 in `entity_versions`. "
-    "A failure here never changes the episode's status.",
+    "Written after the episode is processed; a failure here is recorded (log, `error` "
+    "metadata, the failed `metadata_keys_present` check) and never fails the run or changes "
+    "the episode's status.",
 )
 def episode_metadata(
     context: AssetExecutionContext,
@@ -25,16 +30,12 @@ def episode_metadata(
     postgres: PostgresResource,
 ) -> MaterializeResult:
     ref = parse_partition_key(context.partition_key)
-    info = extracted_files.dataset_info()
-    tasks_key = extracted_files.tasks_key
-    title = None
-    if tasks_key:
-        title = first_task(s3.get_client().get_bytes(tasks_key), path=tasks_key)
-    items = episode_metadata_items(
-        first_task=title, robot_type=info.robot_type, codebase_version=info.codebase_version
-    )
-    with postgres.transaction() as conn:
-        replace_metadata(conn, ref, items)
+    try:
+        title, items = write_metadata(extracted_files, s3.get_client(), postgres, ref)
+    except Exception as error:  # docs/contract.md#failure-semantics: recorded, never raised
+        message = f"{type(error).__name__}: {error}"
+        context.log.error(f"episode {ref}: metadata not written: {message}")
+        return MaterializeResult(metadata={"keys_written": 0, "error": message})
     return MaterializeResult(
         metadata={
             "keys_written": len(items),
@@ -42,3 +43,19 @@ def episode_metadata(
             "values": MetadataValue.json({item.meta_key: item.value for item in items}),
         }
     )
+
+
+def write_metadata(
+    extracted: ExtractedFiles, bucket: Bucket, postgres: PostgresResource, ref: EpisodeRef
+) -> tuple[str | None, list[MetadataItem]]:
+    """Read the first task, then replace the episode's keys and version 1 in one transaction."""
+    info = extracted.dataset_info()
+    title = None
+    if extracted.tasks_key:
+        title = first_task(bucket.get_bytes(extracted.tasks_key), path=extracted.tasks_key)
+    items = episode_metadata_items(
+        first_task=title, robot_type=info.robot_type, codebase_version=info.codebase_version
+    )
+    with postgres.transaction() as conn:
+        replace_metadata(conn, postgres.database_schema(), ref, items)
+    return title, items

@@ -6,6 +6,7 @@ from pathlib import Path
 import polars as pl
 from dagster import AssetExecutionContext, MetadataValue, Output
 
+from episode_pipeline.db.schema_check import OPTIONAL_COLUMNS
 from episode_pipeline.defs.partitions import episode_asset
 from episode_pipeline.defs.resources.s3 import S3BucketResource
 from episode_pipeline.extracted_files import ExtractedFiles
@@ -62,7 +63,13 @@ def column_lineage(read: list[FrameColumns]) -> TableColumnLineage:
 @episode_asset(
     io_manager_key="postgres_io_manager",
     kinds={"postgres", "polars"},
-    metadata={"table": FRAMES_TABLE, "partition_expr": "episode_id", "order_by": "frame_order"},
+    metadata={
+        "table": FRAMES_TABLE,
+        "partition_expr": "episode_id",
+        "order_by": "frame_order",
+        # Written when the application's table has them (docs/contract.md#frame-rows).
+        "optional_columns": list(OPTIONAL_COLUMNS[FRAMES_TABLE]),
+    },
     description="Every parquet whose path contains /data/, in path order: `timestamp` → "
     '`timestamp_ms`, `observation.state` → `{"state": [...]}`, `action` → array. An unreadable '
     "file is skipped and listed, never silently.",

@@ -8,6 +8,8 @@ Dagster ships none (dagster#14080, #32700), so this one stands on its own:
   The value comes from the partition key through `partition_value()` (episode keys `ORG/EP` →
   the episode id, unique across orgs). An unpartitioned asset is refused: a whole-table replace
   of an application's table is never what a pipeline step means.
+- Optional columns: definition metadata `"optional_columns"` names frame columns written only
+  when the table has them (an application's table may lack what the pipeline can fill).
 - Write: in ONE transaction, take an advisory lock on (table, partition), DELETE the partition's
   rows, then COPY the frame as CSV written column-wise by polars, streamed in slices. A failure
   anywhere (a NOT NULL violation in the last row included) rolls back to the old rows.
@@ -125,7 +127,8 @@ class PostgresPolarsIOManager(ConfigurableIOManager):
             )
         value = values[0]
         started = time.perf_counter()
-        rows = self.replace(table, obj, column, value)
+        optional = tuple(context.definition_metadata.get("optional_columns") or ())
+        rows = self.replace(table, obj, column, value, optional_columns=optional)
         seconds = time.perf_counter() - started
         context.add_output_metadata(
             {
@@ -143,6 +146,7 @@ class PostgresPolarsIOManager(ConfigurableIOManager):
         frame: pl.DataFrame,
         partition_column: str,
         partition_value: Any,
+        optional_columns: Sequence[str] = (),
     ) -> int:
         """Make `frame` the rows of one partition.
 
@@ -153,6 +157,9 @@ class PostgresPolarsIOManager(ConfigurableIOManager):
         target = sql.Identifier(self.schema_, table)
         with self.postgres.transaction() as conn:
             table_columns = self._table_columns(conn, table)
+            frame = frame.drop(
+                [c for c in optional_columns if c not in table_columns], strict=False
+            )
             extra = [name for name in frame.columns if name not in table_columns]
             if extra:
                 raise TableMismatch(

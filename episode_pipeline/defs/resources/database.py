@@ -9,13 +9,14 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 import psycopg
 from dagster import ConfigurableResource, InitResourceContext
-from pydantic import Field
+from pydantic import Field, PrivateAttr
 
 from episode_pipeline.db.connection import connect as db_connect
-from episode_pipeline.db.schema_check import check_schema
+from episode_pipeline.db.schema_check import DatabaseSchema, check_schema, read_schema
 from episode_pipeline.defs.resources.secret_config import resolved, secret_field
 from episode_pipeline.settings import DEFAULT_REGION, DatabaseSettings
 
@@ -39,12 +40,20 @@ class PostgresResource(ConfigurableResource):
         default=False, description="Connect with an RDS IAM token (DB_IAM_AUTH)."
     )
     region: str = Field(default=DEFAULT_REGION, description="AWS region for the IAM token.")
+    connect_timeout_seconds: int = Field(default=10, description="DB_CONNECT_TIMEOUT_SECONDS")
+    statement_timeout_seconds: int = Field(default=900, description="DB_STATEMENT_TIMEOUT_SECONDS")
+    lock_timeout_seconds: int = Field(default=60, description="DB_LOCK_TIMEOUT_SECONDS")
+    idle_in_transaction_timeout_seconds: int = Field(
+        default=600, description="DB_IDLE_IN_TRANSACTION_TIMEOUT_SECONDS"
+    )
     check_schema_on_start: bool = Field(
         default=True,
-        description="Before a run uses the database, check that every table and column the "
-        "pipeline writes exists (in production the application owns the schema) and fail "
-        "with the missing `table.column` names.",
+        description="Before a run uses the database, check that every column the contract "
+        "names exists and that no NOT NULL column would be left empty (in production the "
+        "application owns the schema), and fail naming each `table.column`.",
     )
+
+    _tables: Any = PrivateAttr(default=None)  # DatabaseSchema, read once per run
 
     @classmethod
     def from_settings(
@@ -64,6 +73,10 @@ class PostgresResource(ConfigurableResource):
             ssl=db.ssl,
             iam_auth=db.iam_auth,
             region=db.region,
+            connect_timeout_seconds=db.connect_timeout_seconds,
+            statement_timeout_seconds=db.statement_timeout_seconds,
+            lock_timeout_seconds=db.lock_timeout_seconds,
+            idle_in_transaction_timeout_seconds=db.idle_in_transaction_timeout_seconds,
         )
 
     def database_settings(self) -> DatabaseSettings:
@@ -76,12 +89,23 @@ class PostgresResource(ConfigurableResource):
             ssl=self.ssl,
             iam_auth=self.iam_auth,
             region=self.region,
+            connect_timeout_seconds=self.connect_timeout_seconds,
+            statement_timeout_seconds=self.statement_timeout_seconds,
+            lock_timeout_seconds=self.lock_timeout_seconds,
+            idle_in_transaction_timeout_seconds=self.idle_in_transaction_timeout_seconds,
         )
 
     def setup_for_execution(self, context: InitResourceContext) -> None:
         if self.check_schema_on_start:
             with self.connect() as conn:
-                check_schema(conn)
+                self._tables = check_schema(conn)
+
+    def database_schema(self) -> DatabaseSchema:
+        """The tables as this database has them: read once per run (at start) and kept."""
+        if self._tables is None:
+            with self.connect() as conn:
+                self._tables = read_schema(conn)
+        return self._tables
 
     @contextmanager
     def connect(self, *, autocommit: bool = False) -> Iterator[psycopg.Connection]:
