@@ -2,8 +2,9 @@
 
 Dagster's `S3BucketResource` (defs/resources/s3.py) hands one out; the transcode program, the
 CLI and the local stack build their own from `AwsSettings`. One boto3 client per `Bucket`, made on
-first use under a lock (clients are thread-safe; creating them is not), with standard-mode
-retries and a connection pool large enough for `upload_files`' threads.
+first use under a lock (clients are thread-safe; creating them is not), with a connection pool
+large enough for `upload_files`' threads. Every call is bounded (`S3Deadlines`): connect and read
+timeouts, and standard-mode retries (exponential backoff with jitter) up to a fixed attempt count.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from botocore.exceptions import ClientError
 from botocore.response import StreamingBody
 
 from episode_pipeline.aws import LazyClient
-from episode_pipeline.settings import AwsSettings
+from episode_pipeline.settings import AwsSettings, S3Deadlines
 
 MiB = 1024 * 1024
 MAX_POOL_CONNECTIONS = 32
@@ -134,13 +135,16 @@ def transfer_config(size: int | None = None) -> TransferConfig:
 class Bucket:
     """One S3 bucket: uploads, downloads, listings and deletes under episode prefixes."""
 
-    def __init__(self, name: str, aws: AwsSettings) -> None:
+    def __init__(self, name: str, aws: AwsSettings, deadlines: S3Deadlines | None = None) -> None:
         self.name = name
         self.aws = aws
+        self.deadlines = deadlines or S3Deadlines()
         self._client = LazyClient(
             "s3",
             aws,
-            retries={"mode": "standard", "max_attempts": 5},
+            retries={"mode": "standard", "max_attempts": self.deadlines.max_attempts},
+            connect_timeout=self.deadlines.connect_timeout_seconds,
+            read_timeout=self.deadlines.read_timeout_seconds,
             max_pool_connections=MAX_POOL_CONNECTIONS,
             # moto and S3 both accept path-style; virtual hosts do not resolve against localhost.
             s3={"addressing_style": "path"} if aws.endpoint_url else None,

@@ -20,13 +20,14 @@ from episode_pipeline.defs.checks import EPISODE_CHECKS
 from episode_pipeline.defs.io_managers.postgres_tables import PostgresPolarsIOManager
 from episode_pipeline.defs.io_managers.s3_outputs import S3IOManager
 from episode_pipeline.defs.jobs import episode_job
+from episode_pipeline.defs.resources.archive_limits import ArchiveLimitsResource
 from episode_pipeline.defs.resources.database import PostgresResource
 from episode_pipeline.defs.resources.s3 import S3BucketResource
 from episode_pipeline.defs.resources.sqs import UploadQueueResource
 from episode_pipeline.defs.resources.transcoder import HlsTranscoder
 from episode_pipeline.defs.sensors.reconcile import orphaned_runs, waiting_uploads
 from episode_pipeline.defs.sensors.run_failure import episode_failed_on_run_failure
-from episode_pipeline.defs.sensors.sqs import UPLOAD_QUEUE_SENSORS
+from episode_pipeline.defs.sensors.sqs import upload_queue_sensors
 from episode_pipeline.settings import Settings, load_settings
 
 
@@ -43,6 +44,7 @@ def build_resources(settings: Settings) -> dict[str, Any]:
         "transcoder": HlsTranscoder.from_settings(settings),
         "s3_io_manager": S3IOManager(s3=s3),
         "postgres_io_manager": PostgresPolarsIOManager(postgres=postgres),
+        "archive_limits": ArchiveLimitsResource.from_settings(settings.archive_limits),
     }
 
 
@@ -52,7 +54,7 @@ def build_definitions(settings: Settings) -> Definitions:
         asset_checks=[*EPISODE_CHECKS, hls_playlists_valid],
         jobs=[episode_job],
         sensors=[
-            *UPLOAD_QUEUE_SENSORS,
+            *upload_queue_sensors(settings.queue),
             episode_failed_on_run_failure,
             orphaned_runs,
             waiting_uploads,

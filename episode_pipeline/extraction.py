@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable
 
-from episode_pipeline.archive.stream import ArchiveReader, spooled
+from episode_pipeline.archive.stream import DEFAULT_LIMITS, ArchiveReader, spooled
 from episode_pipeline.bucket import Bucket, ObjectInfo
 from episode_pipeline.extracted_files import (
     DATA,
@@ -33,6 +33,7 @@ from episode_pipeline.lerobot.layout import (
     is_dataset_file,
     member_kind,
 )
+from episode_pipeline.settings import ArchiveLimits
 
 
 class ArchiveNotFound(LookupError):
@@ -95,14 +96,19 @@ def extract_archive(
     archive: ArchiveObject,
     *,
     log: logging.Logger | None = None,
+    limits: ArchiveLimits = DEFAULT_LIMITS,
 ) -> ExtractedFiles:
-    """Upload the archive's videos, parquets and kept metadata under `processed/`."""
+    """Upload the archive's videos, parquets and kept metadata under `processed/`.
+
+    An archive over `limits` (or with duplicate, undecodable or too deep member paths) stops with
+    a named `ArchiveError`; what was uploaded before that stays under `processed/` only.
+    """
     log = log or logging.getLogger(__name__)
     extracted = ExtractedFiles(archive=archive)
     info_json: dict[str, bytes] = {}  # path → bytes; the members may come in any order
     body = bucket.open_stream(archive.key)
     try:
-        reader = ArchiveReader(body, name=bucket.uri(archive.key))
+        reader = ArchiveReader(body, name=bucket.uri(archive.key), limits=limits)
         for member in reader:
             kind = _MANIFEST_KIND.get(member_kind(member.path))
             if kind is None:

@@ -54,6 +54,24 @@ def _list(value: str | None) -> tuple[str, ...]:
     return tuple(item.strip() for item in (value or "").split(",") if item.strip())
 
 
+def _number(env: Mapping[str, str], name: str, default: float) -> float:
+    """A positive number from the environment, else `default`; a bad value names the variable."""
+    raw = (env.get(name) or "").strip()
+    if not raw:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise RuntimeError(f"{name}={raw!r} is not a number") from None
+    if value <= 0:
+        raise RuntimeError(f"{name}={raw!r} must be greater than 0")
+    return value
+
+
+def _whole(env: Mapping[str, str], name: str, default: int) -> int:
+    return int(_number(env, name, default))
+
+
 @dataclass(frozen=True)
 class AwsSettings:
     """How to reach AWS: the moto server and its keys locally; on AWS the task role signs."""
@@ -94,6 +112,12 @@ class DatabaseSettings:
     ssl: bool = False
     iam_auth: bool = False
     region: str = DEFAULT_REGION  # for the RDS IAM token
+    # Deadlines (docs/faults.md): a dead server, a stuck statement, a lock held by a stuck
+    # session, or a session left idle inside a transaction ends with a named error.
+    connect_timeout_seconds: int = 10  # DB_CONNECT_TIMEOUT_SECONDS
+    statement_timeout_seconds: int = 900  # DB_STATEMENT_TIMEOUT_SECONDS: a long frames COPY fits
+    lock_timeout_seconds: int = 60  # DB_LOCK_TIMEOUT_SECONDS
+    idle_in_transaction_timeout_seconds: int = 600  # DB_IDLE_IN_TRANSACTION_TIMEOUT_SECONDS
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> DatabaseSettings:
@@ -106,6 +130,12 @@ class DatabaseSettings:
             ssl=_flag(env.get("DB_SSL")),
             iam_auth=_flag(env.get("DB_IAM_AUTH")),
             region=AwsSettings.from_env(env).region,
+            connect_timeout_seconds=_whole(env, "DB_CONNECT_TIMEOUT_SECONDS", 10),
+            statement_timeout_seconds=_whole(env, "DB_STATEMENT_TIMEOUT_SECONDS", 900),
+            lock_timeout_seconds=_whole(env, "DB_LOCK_TIMEOUT_SECONDS", 60),
+            idle_in_transaction_timeout_seconds=_whole(
+                env, "DB_IDLE_IN_TRANSACTION_TIMEOUT_SECONDS", 600
+            ),
         )
 
 
@@ -151,6 +181,126 @@ class TranscodeSettings:
 
 
 @dataclass(frozen=True)
+class S3Deadlines:
+    """How long one S3 call may wait and how often it is tried.
+
+    botocore's standard retry mode retries throttling, 5xx and connection errors with exponential
+    backoff and jitter; `max_attempts` counts the first try. Env: S3_CONNECT_TIMEOUT_SECONDS,
+    S3_READ_TIMEOUT_SECONDS (the longest wait for the next bytes of a response), S3_MAX_ATTEMPTS.
+    """
+
+    connect_timeout_seconds: float = 10.0
+    read_timeout_seconds: float = 60.0
+    max_attempts: int = 5
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> S3Deadlines:
+        return cls(
+            connect_timeout_seconds=_number(env, "S3_CONNECT_TIMEOUT_SECONDS", 10.0),
+            read_timeout_seconds=_number(env, "S3_READ_TIMEOUT_SECONDS", 60.0),
+            max_attempts=_whole(env, "S3_MAX_ATTEMPTS", 5),
+        )
+
+
+@dataclass(frozen=True)
+class QueueSettings:
+    """How long an upload message stays hidden while its run works, and how often that is renewed.
+
+    `visibility_timeout_seconds` is the queue's own (infra/queue.tf: 900); the heartbeat sets it
+    back to that value every `heartbeat_seconds`, which must be well below it. Env:
+    SQS_VISIBILITY_TIMEOUT_SECONDS, SQS_HEARTBEAT_SECONDS.
+    """
+
+    visibility_timeout_seconds: int = 900
+    heartbeat_seconds: int = 240
+
+    def __post_init__(self) -> None:
+        if not 0 < self.heartbeat_seconds < self.visibility_timeout_seconds:
+            raise RuntimeError(
+                f"SQS_HEARTBEAT_SECONDS={self.heartbeat_seconds} must be below "
+                f"SQS_VISIBILITY_TIMEOUT_SECONDS={self.visibility_timeout_seconds}"
+            )
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> QueueSettings:
+        return cls(
+            visibility_timeout_seconds=_whole(env, "SQS_VISIBILITY_TIMEOUT_SECONDS", 900),
+            heartbeat_seconds=_whole(env, "SQS_HEARTBEAT_SECONDS", 240),
+        )
+
+
+@dataclass(frozen=True)
+class ReconcileSettings:
+    """What the reconciliation sensors consider lost (docs/contract.md#reconciliation).
+
+    - `lost_upload_after_seconds` (RECONCILE_LOST_UPLOAD_AFTER_SECONDS, 45 min): an archive with
+      no run since it was written is lost once it is this old — past the queue's 15-minute
+      visibility timeout plus a queued run's wait.
+    - `episodes_per_tick` (RECONCILE_EPISODES_PER_TICK): how many episodes one tick looks at;
+      the next tick goes on after the last one, so every episode is visited in turn.
+    - `stale_processing_after_seconds` (RECONCILE_STALE_PROCESSING_AFTER_SECONDS, 10 min): an
+      episode `processing` this long after its last change with no run alive becomes `failed`.
+    """
+
+    lost_upload_after_seconds: int = 45 * 60
+    episodes_per_tick: int = 200
+    stale_processing_after_seconds: int = 10 * 60
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> ReconcileSettings:
+        return cls(
+            lost_upload_after_seconds=_whole(env, "RECONCILE_LOST_UPLOAD_AFTER_SECONDS", 45 * 60),
+            episodes_per_tick=_whole(env, "RECONCILE_EPISODES_PER_TICK", 200),
+            stale_processing_after_seconds=_whole(
+                env, "RECONCILE_STALE_PROCESSING_AFTER_SECONDS", 10 * 60
+            ),
+        )
+
+
+MiB = 1 << 20
+GiB = 1 << 30
+
+
+@dataclass(frozen=True)
+class ArchiveLimits:
+    """Per-episode ceilings that stop a hostile or broken upload early, with a named error.
+
+    Defaults are generous for robot episodes (a long multi-camera episode is a few GB; its
+    videos barely compress, its parquets 3-10x). Env: ARCHIVE_MAX_MEMBER_BYTES (20 GiB),
+    ARCHIVE_MAX_TOTAL_BYTES (100 GiB, the decompressed tar stream), ARCHIVE_MAX_MEMBERS (100,000
+    entries), ARCHIVE_MAX_RATIO (decompressed / compressed bytes, 200) checked once
+    ARCHIVE_RATIO_GRACE_BYTES (64 MiB) are out, ARCHIVE_MAX_PATH_DEPTH (32 folders),
+    ARCHIVE_MAX_PATH_BYTES (512, so the processed key stays under S3's 1,024), and
+    ARCHIVE_MAX_METADATA_BYTES (16 MiB: `meta/info.json` and the other files read into memory).
+    """
+
+    max_member_bytes: int = 20 * GiB
+    max_total_bytes: int = 100 * GiB
+    max_members: int = 100_000
+    max_ratio: float = 200.0
+    ratio_grace_bytes: int = 64 * MiB
+    max_path_depth: int = 32
+    max_path_bytes: int = 512
+    max_metadata_bytes: int = 16 * MiB
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> ArchiveLimits:
+        defaults = cls()
+        return cls(
+            max_member_bytes=_whole(env, "ARCHIVE_MAX_MEMBER_BYTES", defaults.max_member_bytes),
+            max_total_bytes=_whole(env, "ARCHIVE_MAX_TOTAL_BYTES", defaults.max_total_bytes),
+            max_members=_whole(env, "ARCHIVE_MAX_MEMBERS", defaults.max_members),
+            max_ratio=_number(env, "ARCHIVE_MAX_RATIO", defaults.max_ratio),
+            ratio_grace_bytes=_whole(env, "ARCHIVE_RATIO_GRACE_BYTES", defaults.ratio_grace_bytes),
+            max_path_depth=_whole(env, "ARCHIVE_MAX_PATH_DEPTH", defaults.max_path_depth),
+            max_path_bytes=_whole(env, "ARCHIVE_MAX_PATH_BYTES", defaults.max_path_bytes),
+            max_metadata_bytes=_whole(
+                env, "ARCHIVE_MAX_METADATA_BYTES", defaults.max_metadata_bytes
+            ),
+        )
+
+
+@dataclass(frozen=True)
 class Settings:
     bucket: str
     sqs_queue_url: str | None
@@ -159,6 +309,10 @@ class Settings:
     database: DatabaseSettings
     transcode: TranscodeSettings = field(default_factory=TranscodeSettings)
     local: bool = False  # True when the values come from the embedded stack
+    s3_deadlines: S3Deadlines = field(default_factory=S3Deadlines)
+    queue: QueueSettings = field(default_factory=QueueSettings)
+    reconcile: ReconcileSettings = field(default_factory=ReconcileSettings)
+    archive_limits: ArchiveLimits = field(default_factory=ArchiveLimits)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str], *, local: bool = False) -> Settings:
@@ -175,6 +329,10 @@ class Settings:
             database=DatabaseSettings.from_env(env),
             transcode=TranscodeSettings.from_env(env),
             local=local,
+            s3_deadlines=S3Deadlines.from_env(env),
+            queue=QueueSettings.from_env(env),
+            reconcile=ReconcileSettings.from_env(env),
+            archive_limits=ArchiveLimits.from_env(env),
         )
 
 
@@ -214,3 +372,28 @@ def apply_local_stack_env() -> bool:
     for name, value in stack_env.items():
         os.environ.setdefault(name, value)
     return True
+
+
+INJECTION_POINT_ENV = "EPISODE_PIPELINE_INJECTION_POINT"
+
+
+@dataclass(frozen=True)
+class InjectionPoint:
+    """A test's request to stop this process at one named point (see `injection_points`)."""
+
+    name: str
+    marker: Path  # written when the point is reached, so the test knows when to strike
+    hold_seconds: float = 120.0
+
+
+def armed_injection_point() -> InjectionPoint | None:
+    """`EPISODE_PIPELINE_INJECTION_POINT=<point name>:<marker file>`; never set in production.
+
+    Read when a point is reached rather than once at start: the crash tests arm one daemon
+    process at a time through its environment.
+    """
+    raw = os.environ.get(INJECTION_POINT_ENV, "")
+    name, _, marker = raw.partition(":")
+    if not name or not marker:
+        return None
+    return InjectionPoint(name=name, marker=Path(marker))

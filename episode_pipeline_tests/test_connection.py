@@ -48,8 +48,11 @@ def test_password_and_ssl() -> None:
     assert params["sslmode"] == "require"
     assert params["host"] == AURORA.host
     assert params["dbname"] == "toborverse"
-    assert "connect_timeout" in params
-    assert "options" not in params  # no statement_timeout: long COPYs are legitimate
+    assert params["connect_timeout"] == "10"
+    # Server-side deadlines, long enough for a frames COPY (docs/faults.md).
+    assert params["options"] == (
+        "-c statement_timeout=900s -c lock_timeout=60s -c idle_in_transaction_session_timeout=600s"
+    )
 
 
 def test_no_ssl_no_password_locally() -> None:

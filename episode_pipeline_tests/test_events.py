@@ -7,15 +7,17 @@ from typing import Any
 
 import pytest
 
-from episode_pipeline.defs.runs import upload_run_key
+from episode_pipeline.defs.runs import upload_id
 from episode_pipeline.defs.sensors.sqs import (
-    EXTRA_RECEIPT_HANDLES_TAG,
-    RECEIPT_HANDLE_TAG,
+    SQS_TAG,
+    HeldMessage,
+    held_by,
+    held_messages,
+    merge_held,
     plan_batch,
-    receipt_handles_of,
-    run_key_of,
     run_tags,
-    with_extra_handles,
+    sqs_tag,
+    upload_of,
 )
 from episode_pipeline.events import (
     Malformed,
@@ -169,20 +171,22 @@ def test_receive_count_defaults_to_one() -> None:
     assert message(TEST_EVENT_BODY, count=3).receive_count == 3
 
 
-def test_run_key_names_the_object_version_and_the_receive_count() -> None:
+def test_an_upload_is_named_by_its_object_version_never_by_the_receive_count() -> None:
     (etag_only,) = parse_body(event(record(ARCHIVE, etag="e1"))).uploads
     (reuploaded,) = parse_body(event(record(ARCHIVE, etag="e2"))).uploads
     (versioned,) = parse_body(event(record(ARCHIVE, etag="e1", version_id="v9"))).uploads
     (sequenced,) = parse_body(event(record(ARCHIVE, etag=None, sequencer="0055"))).uploads
-    assert run_key_for(etag_only) == "acme/ep-1@e1#receive1"
-    assert run_key_for(etag_only, 2) == "acme/ep-1@e1#receive2"
-    assert run_key_for(reuploaded) != run_key_for(etag_only)
-    assert run_key_for(versioned) == "acme/ep-1@v9#receive1"
-    assert run_key_for(sequenced) == "acme/ep-1@0055#receive1"
+    assert upload_for(etag_only) == "acme/ep-1@e1"
+    assert upload_for(reuploaded) != upload_for(etag_only)
+    assert upload_for(versioned) == "acme/ep-1@v9"
+    assert upload_for(sequenced) == "acme/ep-1@0055"
+    first = message(event(record(ARCHIVE, etag="e1")), "m1", "h1", count=1)
+    third = message(event(record(ARCHIVE, etag="e1")), "m1", "h3", count=3)
+    assert upload_of(handoffs([first])[0]) == upload_of(handoffs([third])[0]) == "acme/ep-1@e1"
 
 
-def run_key_for(upload: Upload, receive_count: int = 1) -> str:
-    return upload_run_key(upload.partition_key, upload.object_version, receive_count)
+def upload_for(upload: Upload) -> str:
+    return upload_id(upload.partition_key, upload.object_version)
 
 
 def test_multipart_duplicate_events_become_one_handoff_with_both_handles() -> None:
@@ -194,8 +198,8 @@ def test_multipart_duplicate_events_become_one_handoff_with_both_handles() -> No
     (handoff,) = handoffs(batch)
     assert handoff.upload.partition_key == "acme/ep-1"
     assert set(handoff.receipt_handles) == {"h1", "h2"}
-    tags = run_tags(handoff)
-    assert receipt_handles_of(tags) == list(handoff.receipt_handles)
+    tags = run_tags(handoff, held_by(handoff, batch))
+    assert {m.receipt_handle for m in held_messages(tags)} == {"h1", "h2"}
 
 
 def test_the_later_version_of_an_episode_wins_within_a_batch() -> None:
@@ -218,17 +222,33 @@ def test_plan_deletes_test_events_and_no_work_events_and_leaves_malformed() -> N
     assert plan.delete == ["ht", "hn"]
     assert [message_id for message_id, _ in plan.malformed] == ["g"]
     (handoff,) = plan.handoffs
-    assert run_key_of(handoff) == "acme/ep-1@abc123#receive2"
-    tags = run_tags(handoff)
-    assert tags["org"] == "acme"
-    assert tags[RECEIPT_HANDLE_TAG] == "hu"
-    assert tags["episode_pipeline/receive_count"] == "2"
-    assert tags["episode_pipeline/archive_key"] == ARCHIVE
-    assert EXTRA_RECEIPT_HANDLES_TAG not in tags
+    tags = run_tags(handoff, [HeldMessage("u", "hu", 2)])
+    # The org and the episode to filter by; the upload; all SQS bookkeeping in one tag.
+    assert tags["org"] == "acme" and tags["episode"] == "ep-1"
+    assert tags["episode_pipeline/upload"] == "acme/ep-1@abc123"
+    assert set(tags) == {"org", "episode", "episode_pipeline/upload", SQS_TAG}
+    assert held_messages(tags) == [HeldMessage("u", "hu", 2)]
 
 
-def test_extra_handles_are_merged_into_a_runs_tags() -> None:
-    tags = {RECEIPT_HANDLE_TAG: "h1"}
-    tags.update(with_extra_handles(tags, ["h2", "h1"]))
-    tags.update(with_extra_handles(tags, ["h3", "h2"]))
-    assert receipt_handles_of(tags) == ["h1", "h2", "h3"]
+def test_a_redelivery_replaces_the_stale_receipt_handle_of_its_message() -> None:
+    held = [HeldMessage("m1", "h1", 1), HeldMessage("m2", "h2", 1, ("acme/ep-2",))]
+    merged = merge_held(held, [HeldMessage("m1", "h1-again", 2), HeldMessage("m3", "h3", 1)])
+    assert merged == [
+        HeldMessage("m1", "h1-again", 2),
+        HeldMessage("m2", "h2", 1, ("acme/ep-2",)),
+        HeldMessage("m3", "h3", 1),
+    ]
+    assert held_messages(sqs_tag(merged)) == merged
+
+
+def test_a_message_announcing_two_episodes_names_the_other_in_each_run() -> None:
+    two = event(record(ARCHIVE), record("orgs/acme/episodes/ep-2/take.tar.zst"))
+    batch = [message(two, "m1", "h1")]
+    first, second = handoffs(batch)
+    assert held_by(first, batch) == [HeldMessage("m1", "h1", 1, ("acme/ep-2",))]
+    assert held_by(second, batch) == [HeldMessage("m1", "h1", 1, ("acme/ep-1",))]
+
+
+def test_an_unreadable_sqs_tag_holds_nothing() -> None:
+    assert held_messages({SQS_TAG: "not json"}) == []
+    assert held_messages({}) == []

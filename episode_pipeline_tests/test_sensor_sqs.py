@@ -18,6 +18,7 @@ from dagster import (
     DagsterEventType,
     DagsterInstance,
     DagsterRunStatus,
+    RunsFilter,
     SensorResult,
     SkipReason,
     build_run_status_sensor_context,
@@ -31,7 +32,7 @@ from episode_pipeline.defs.jobs import EPISODE_JOB_NAME
 from episode_pipeline.defs.partitions import EPISODES_PARTITION_NAME
 from episode_pipeline.defs.resources.aws import aws_fields
 from episode_pipeline.defs.resources.sqs import UploadQueueResource
-from episode_pipeline.defs.runs import retry_run_key
+from episode_pipeline.defs.runs import UPLOAD_TAG, retry_run_key
 from episode_pipeline.defs.sensors import sqs
 from episode_pipeline.keys import EpisodeRef
 from episode_pipeline.lerobot.sample import SampleSpec, write_sample
@@ -161,12 +162,12 @@ def test_upload_becomes_one_run_and_its_message_is_deleted_after_success(
     assert isinstance(result, SensorResult)
     (request,) = result.run_requests
     assert request.partition_key == ref.partition_key
-    assert request.run_key == f"{ref.partition_key}@{etag}#receive1"
+    assert request.run_key == f"{ref.partition_key}@{etag}"
     assert request.tags["org"] == ref.org_id
-    assert request.tags[sqs.ARCHIVE_KEY_TAG] == key
-    assert request.tags[sqs.RECEIVE_COUNT_TAG] == "1"
-    assert request.tags[sqs.MESSAGE_ID_TAG]
-    assert request.tags[sqs.RECEIPT_HANDLE_TAG]
+    assert request.tags["episode"] == ref.episode_id
+    assert request.tags[UPLOAD_TAG] == request.run_key
+    (held,) = sqs.held_messages(request.tags)
+    assert held.receive_count == 1 and held.message_id and held.receipt_handle
     (add,) = result.dynamic_partitions_requests
     assert add.partitions_def_name == EPISODES_PARTITION_NAME
     assert list(add.partition_keys) == [ref.partition_key]
@@ -180,18 +181,7 @@ def test_upload_becomes_one_run_and_its_message_is_deleted_after_success(
     assert outcome.success
     assert depth(private.queue) == (0, 1)  # the run itself deletes nothing
 
-    run = outcome.dagster_run
-    (record,) = instance.get_records_for_run(
-        run.run_id, of_type=DagsterEventType.RUN_SUCCESS
-    ).records
-    context = build_run_status_sensor_context(
-        sensor_name="episode_upload_done",
-        dagster_event=record.event_log_entry.dagster_event,
-        dagster_instance=instance,
-        dagster_run=instance.get_run_by_id(run.run_id),
-        resources={"upload_queue": queue_resource(private.queue)},
-    )
-    sqs.episode_upload_done(context)
+    report_done(instance, private, outcome.dagster_run.run_id)
 
     assert depth(private.queue) == (0, 0)
     assert private.queue.receive(wait_seconds=0) == []
@@ -208,7 +198,8 @@ def test_a_failed_run_leaves_its_message_for_a_retry_with_a_new_run_key(
     ref = new_ref()
     key = upload_episode(archive, ref, private.settings)
     (first,) = tick(instance, private.queue).run_requests
-    handle = first.tags[sqs.RECEIPT_HANDLE_TAG]
+    (held,) = sqs.held_messages(first.tags)
+    handle = held.receipt_handle
 
     s3_client.delete_object(Bucket=private.settings.bucket, Key=key)  # the run cannot find it
     outcome = execute(instance, private, first)
@@ -225,11 +216,13 @@ def test_a_failed_run_leaves_its_message_for_a_retry_with_a_new_run_key(
     upload_episode(archive, ref, private.settings)  # the robot uploads again (same bytes)
     result = tick(instance, private.queue)
 
-    # One request for the episode: both messages (redelivered and new) ride on it.
+    # One retry for the episode, keyed by the failed run; both messages (the redelivered one,
+    # now on its second receive, and the new one) ride on it.
     (retry,) = result.run_requests
     assert retry.partition_key == ref.partition_key
-    assert retry.run_key != first.run_key
-    assert len(sqs.receipt_handles_of(retry.tags)) == 2
+    assert retry.run_key == retry_run_key(first.run_key, outcome.dagster_run.run_id)
+    held = sqs.held_messages(retry.tags)
+    assert sorted(m.receive_count for m in held) == [1, 2]
     assert result.dynamic_partitions_requests == []  # the partition exists already
 
 
@@ -248,7 +241,8 @@ def test_the_heartbeat_keeps_messages_of_queued_runs_in_flight(
         tags={**request.tags, "dagster/partition": ref.partition_key},
         status=DagsterRunStatus.NOT_STARTED,
     )
-    handle = request.tags[sqs.RECEIPT_HANDLE_TAG]
+    (held,) = sqs.held_messages(request.tags)
+    handle = held.receipt_handle
     private.queue.extend_visibility_many([handle], 0)  # as if the visibility were about to run out
     assert sqs.keep_in_flight(instance, private.queue, log=_Log()) == 1
     assert depth(private.queue) == (0, 1)
@@ -310,3 +304,76 @@ def test_a_reupload_after_a_failed_run_is_retried_at_once(
     (retry,) = tick(instance, private.queue).run_requests
     assert retry.run_key == retry_run_key(first.run_key, failed.dagster_run.run_id)
     assert execute(instance, private, retry).success
+
+
+def report_done(instance: DagsterInstance, private: PrivateQueue, run_id: str) -> None:
+    """Play the daemon's run-status sensor for a succeeded run."""
+    (record,) = instance.get_records_for_run(run_id, of_type=DagsterEventType.RUN_SUCCESS).records
+    context = build_run_status_sensor_context(
+        sensor_name=sqs.UPLOAD_DONE_SENSOR_NAME,
+        dagster_event=record.event_log_entry.dagster_event,
+        dagster_instance=instance,
+        dagster_run=instance.get_run_by_id(run_id),
+        resources={"upload_queue": queue_resource(private.queue)},
+    )
+    sqs.episode_upload_done(context)
+
+
+def redeliver(private: PrivateQueue, tags: dict[str, str]) -> None:
+    """Make the run's messages visible now, as they would be after the visibility timeout."""
+    handles = [m.receipt_handle for m in sqs.held_messages(tags)]
+    assert not private.queue.extend_visibility_many(handles, 0)
+
+
+def test_a_redelivery_while_the_run_waits_joins_it_and_its_success_deletes_the_message(
+    private_queue: Callable[..., PrivateQueue], instance: DagsterInstance, archive: Path
+) -> None:
+    private = private_queue()
+    ref = new_ref()
+    upload_episode(archive, ref, private.settings)
+    (request,) = tick(instance, private.queue).run_requests
+    # The daemon made the run from the request; it waits in the run queue.
+    job = build_definitions(private.settings).resolve_job_def(EPISODE_JOB_NAME)
+    instance.add_dynamic_partitions(EPISODES_PARTITION_NAME, [ref.partition_key])
+    waiting = instance.create_run_for_job(
+        job_def=job,
+        tags={
+            **request.tags,
+            "dagster/partition": ref.partition_key,
+            RUN_KEY_TAG: request.run_key,
+            SENSOR_NAME_TAG: sqs.UPLOADS_SENSOR_NAME,
+        },
+        status=DagsterRunStatus.NOT_STARTED,
+    )
+
+    redeliver(private, request.tags)
+    assert isinstance(tick(instance, private.queue), SensorResult)
+
+    joined = sqs.held_messages(instance.get_run_by_id(waiting.run_id).tags)
+    assert [m.receive_count for m in joined] == [2]  # the fresh receipt handle replaced the old
+    assert depth(private.queue) == (0, 1)
+    instance.delete_run(waiting.run_id)
+
+
+def test_a_redelivery_after_the_run_succeeded_deletes_the_message_and_starts_nothing(
+    private_queue: Callable[..., PrivateQueue], instance: DagsterInstance, archive: Path
+) -> None:
+    private = private_queue()
+    ref = new_ref()
+    upload_episode(archive, ref, private.settings)
+    (request,) = tick(instance, private.queue).run_requests
+    outcome = execute(instance, private, request)
+    assert outcome.success
+
+    # The run succeeded but its message came back before it was deleted (a crash of the
+    # daemon in between, or a slow run-status sensor): this delivery ends it.
+    redeliver(private, request.tags)
+    result = tick(instance, private.queue)
+    assert isinstance(result, SensorResult) and result.run_requests == []
+    assert depth(private.queue) == (0, 0)
+    # The run-status sensor comes late: its stale handle is logged, nothing fails.
+    report_done(instance, private, outcome.dagster_run.run_id)
+    succeeded = instance.get_runs(
+        RunsFilter(tags={UPLOAD_TAG: request.run_key}, statuses=[DagsterRunStatus.SUCCESS])
+    )
+    assert len(succeeded) == 1

@@ -2,8 +2,13 @@
 
 Password auth by default; with `DB_IAM_AUTH=true` the password is ignored and an RDS IAM token is
 used instead (what dev requires: its database user has `rds_iam`). Tokens live 15 minutes, so one
-is cached per host/port/user/region and replaced after 10 minutes. No `statement_timeout` is set:
-a frame COPY of a long episode may legitimately run for minutes.
+is cached per host/port/user/region and replaced after 10 minutes.
+
+Every session is bounded (`DatabaseSettings`, docs/faults.md): a connect timeout, and
+`statement_timeout`, `lock_timeout` and `idle_in_transaction_session_timeout` sent as startup
+options, so a stuck statement, a lock held by a stuck run or a worker that stopped inside a
+transaction ends in a named error (and a rollback) instead of blocking for days. The statement
+deadline is long enough for the frames COPY of a long episode.
 """
 
 from __future__ import annotations
@@ -18,7 +23,6 @@ from psycopg.conninfo import make_conninfo
 
 from episode_pipeline.settings import DatabaseSettings
 
-CONNECT_TIMEOUT_SECONDS = 10
 APPLICATION_NAME = "episode_pipeline"
 TOKEN_LIFETIME_SECONDS = 15 * 60
 TOKEN_REFRESH_AFTER_SECONDS = 10 * 60  # well before expiry: a connect may retry after a slow start
@@ -76,6 +80,17 @@ class IamTokenCache:
 _default_tokens = IamTokenCache()
 
 
+def session_options(db: DatabaseSettings) -> str:
+    """libpq `options`: the server-side deadlines of every session."""
+    return " ".join(
+        [
+            f"-c statement_timeout={db.statement_timeout_seconds}s",
+            f"-c lock_timeout={db.lock_timeout_seconds}s",
+            f"-c idle_in_transaction_session_timeout={db.idle_in_transaction_timeout_seconds}s",
+        ]
+    )
+
+
 def conninfo(db: DatabaseSettings, *, tokens: IamTokenCache | None = None) -> str:
     """A libpq connection string for `db` (with an IAM token as password when iam_auth)."""
     if db.iam_auth:
@@ -87,8 +102,9 @@ def conninfo(db: DatabaseSettings, *, tokens: IamTokenCache | None = None) -> st
         "port": db.port,
         "dbname": db.name,
         "user": db.user,
-        "connect_timeout": CONNECT_TIMEOUT_SECONDS,
+        "connect_timeout": db.connect_timeout_seconds,
         "application_name": APPLICATION_NAME,
+        "options": session_options(db),
     }
     if password:
         params["password"] = password

@@ -23,7 +23,11 @@ from episode_pipeline.defs.partitions import EPISODES_PARTITION_NAME, episode_pa
 from episode_pipeline.keys import EpisodeRef, InvalidEpisodeKey, parse_partition_key
 
 ORG_TAG = "org"  # the run queue's per-org concurrency limit reads it (dagster.yaml)
+EPISODE_TAG = "episode"  # for filtering runs in the UI; the partition tag holds ORG/EP
 PARTITION_TAG = PARTITION_NAME_TAG  # "dagster/partition"
+# Which upload a run was started for: `ORG/EP@<object version>`. Every run the sensors start
+# carries it, so "has this object version been handled?" is one tag lookup.
+UPLOAD_TAG = "episode_pipeline/upload"
 HOST_TAG = "episode_pipeline/host"
 PID_TAG = "episode_pipeline/pid"
 RECONCILED_TAG = "episode_pipeline/reconciled"
@@ -44,7 +48,8 @@ IN_FLIGHT_STATUSES = [
 
 def episode_tags(partition_key: str) -> dict[str, str]:
     """Tags on every run of an episode, however it was launched (sensor, backfill, Launchpad)."""
-    return {ORG_TAG: parse_partition_key(partition_key).org_id}
+    ref = parse_partition_key(partition_key)
+    return {ORG_TAG: ref.org_id, EPISODE_TAG: ref.episode_id}
 
 
 def in_process_tags() -> dict[str, str]:
@@ -66,23 +71,39 @@ def episode_of_run(run: DagsterRun) -> EpisodeRef | None:
 # -- run keys -----------------------------------------------------------------------------------
 
 
-def upload_run_key(partition_key: str, object_version: str, receive_count: int = 1) -> str:
-    """`ORG/EP@<object version>#receive<n>`: new for a re-upload and for a redelivery.
+def upload_id(partition_key: str, object_version: str) -> str:
+    """`ORG/EP@<object version>`: one upload of an episode, whatever announced it and how often."""
+    return f"{partition_key}@{object_version}"
 
-    Dagster never forgets a run key, so a re-upload (new version) must get a new one, and so must
-    a message left on the queue by a failed run (it comes back with a higher receive count).
+
+def upload_run_key(upload: str) -> str:
+    """The run key of an upload's first run: the upload itself, never the receive count.
+
+    A redelivered message of the same object version must find the run already made for it
+    (and join it, or see it succeeded), not start another: exactly one successful run per
+    object version (docs/contract.md#upload-queue).
     """
-    return f"{partition_key}@{object_version}#receive{receive_count}"
+    return upload
 
 
-def retry_run_key(run_key: str, failed_run_id: str) -> str:
-    """A run key for another attempt at an upload whose run under `run_key` failed."""
-    return f"{run_key}#after-{failed_run_id[:8]}"
+def retry_run_key(upload: str, failed_run_id: str) -> str:
+    """The run key of one more attempt after the upload's latest run `failed_run_id` failed.
+
+    Derived from that run, so every tick that sees the same failure asks for the same retry and
+    Dagster's run-key deduplication starts it once.
+    """
+    return f"{upload}#after-{failed_run_id[:8]}"
 
 
-def reconciled_run_key(partition_key: str, object_version: str) -> str:
+def reconciled_run_key(upload: str) -> str:
     """The run key of an upload found by reconciliation rather than by its S3 event."""
-    return f"{partition_key}@{object_version}#reconciled"
+    return f"{upload}#reconciled"
+
+
+def latest_run_of_upload(instance: DagsterInstance, upload: str) -> DagsterRun | None:
+    """The newest run started for this upload (by any sensor), or None."""
+    runs = instance.get_runs(RunsFilter(tags={UPLOAD_TAG: upload}), limit=1)
+    return runs[0] if runs else None
 
 
 # -- runs in flight -----------------------------------------------------------------------------
@@ -95,6 +116,12 @@ def has_run_in_flight(instance: DagsterInstance, ref: EpisodeRef) -> bool:
         limit=1,
     )
     return bool(runs)
+
+
+def latest_run_of_episode(instance: DagsterInstance, ref: EpisodeRef) -> DagsterRun | None:
+    """The newest run of the episode's partition, however it was launched."""
+    runs = instance.get_runs(RunsFilter(tags={PARTITION_TAG: ref.partition_key}), limit=1)
+    return runs[0] if runs else None
 
 
 def runs_in_flight(instance: DagsterInstance, job_name: str) -> list[DagsterRun]:

@@ -19,6 +19,7 @@ from episode_pipeline.defs.partitions import (
     episode_asset,
     episode_partitions,
 )
+from episode_pipeline.defs.resources.archive_limits import ArchiveLimitsResource
 from episode_pipeline.defs.resources.database import PostgresResource
 from episode_pipeline.defs.resources.s3 import S3BucketResource
 from episode_pipeline.extracted_files import ExtractedFiles
@@ -49,7 +50,10 @@ def raw_archive(context, s3: S3BucketResource) -> DataVersionsByPartition | Obse
     "(`ExtractedFiles`), stored as JSON beside them.",
 )
 def extracted_files(
-    context: AssetExecutionContext, s3: S3BucketResource, postgres: PostgresResource
+    context: AssetExecutionContext,
+    s3: S3BucketResource,
+    postgres: PostgresResource,
+    archive_limits: ArchiveLimitsResource,
 ) -> Output[ExtractedFiles]:
     ref = parse_partition_key(context.partition_key)
     bucket = s3.get_client()
@@ -71,7 +75,9 @@ def extracted_files(
     )
     with postgres.transaction() as conn:
         mark_processing(conn, postgres.database_schema(), ref)
-    extracted = extract_archive(bucket, ref, archive, log=context.log)
+    extracted = extract_archive(
+        bucket, ref, archive, log=context.log, limits=archive_limits.get_limits()
+    )
     return Output(
         extracted,
         data_version=DataVersion(archive.version),

@@ -22,7 +22,11 @@ class UploadQueueResource(AwsResource):
 
     @classmethod
     def from_settings(cls, settings: Settings) -> UploadQueueResource:
-        return cls(queue_url=settings.sqs_queue_url, **aws_fields(settings.aws))
+        return cls(
+            queue_url=settings.sqs_queue_url,
+            visibility_timeout_seconds=settings.queue.visibility_timeout_seconds,
+            **aws_fields(settings.aws),
+        )
 
     def get_client(self) -> UploadQueue:
         return self._cached(

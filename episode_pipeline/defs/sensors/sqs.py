@@ -1,16 +1,28 @@
 """The upload queue drives processing (docs/contract.md#upload-queue), in three small sensors.
 
-- `episode_uploads` receives a bounded batch per tick: an `s3:TestEvent` (or an event
-  that asks for no work) is deleted; a malformed body is logged and left, so after 3 receives
-  SQS moves it to the dead-letter queue; each uploaded archive becomes a run request for its
-  episode partition (added when new). Upload messages are *not* deleted here: the receipt
-  handle travels with the run as a tag.
-- `episode_upload_done` deletes the message when its run succeeds (the message is deleted only
-  after a successful run). A failed run deletes nothing; the
-  run-failure sensor marks the episode failed and the message comes back after its visibility
-  timeout with a higher receive count, hence a new run key and a retry.
+Every upload is handled exactly once: one successful run per object version, however often its
+message is delivered and whatever crashes in between. The run key is the upload itself
+(`ORG/EP@<object version>`, `defs.runs.upload_run_key`), never the receive count, and each
+delivery is decided by the upload's latest run:
+
+| Latest run of the upload | What the delivery does                                        |
+| ------------------------ | ------------------------------------------------------------- |
+| none                     | requests the run (key = the upload)                           |
+| queued or running        | joins it: the message is added to the run's `sqs` tag         |
+| succeeded                | deletes the message, starts nothing                           |
+| failed or canceled       | requests one retry (key derived from the failed run's id)     |
+
+- `episode_uploads` receives a bounded batch per tick: an `s3:TestEvent` (or an event that asks
+  for no work) is deleted; a malformed body is logged and left, so after 3 receives SQS moves it
+  to the dead-letter queue; each upload is decided as above. Messages are *not* deleted when a
+  run is requested: they travel with the run in one compact tag (`episode_pipeline/sqs`).
+- `episode_upload_done` deletes a run's messages when it succeeds. A failed run deletes
+  nothing: the message comes back after its visibility timeout and gets one retry.
 - `episode_upload_heartbeat` renews the visibility of messages whose runs are queued or
-  running, so a slow or queued run is not redelivered mid-flight.
+  running, so a slow or queued run is not delivered again mid-flight (if it is, it joins).
+
+Each tick logs which uploads it saw, what it decided for each (run key requested, run joined,
+message deleted) and which messages it skipped and why.
 """
 
 from __future__ import annotations
@@ -18,6 +30,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from enum import Enum
 from typing import Any
 
 from dagster import (
@@ -26,24 +39,27 @@ from dagster import (
     DagsterRunStatus,
     DefaultSensorStatus,
     RunRequest,
-    RunsFilter,
     RunStatusSensorContext,
+    SensorDefinition,
     SensorEvaluationContext,
     SensorResult,
     SkipReason,
     run_status_sensor,
     sensor,
 )
-from dagster._core.storage.tags import RUN_KEY_TAG, SENSOR_NAME_TAG
 
 from episode_pipeline.defs.jobs import EPISODE_JOB_NAME
 from episode_pipeline.defs.resources.sqs import UploadQueueResource
 from episode_pipeline.defs.runs import (
     IN_FLIGHT_STATUSES,
-    ORG_TAG,
+    UPLOAD_TAG,
+    episode_tags,
+    latest_run_of_episode,
+    latest_run_of_upload,
     new_partitions_request,
     retry_run_key,
     runs_in_flight,
+    upload_id,
     upload_run_key,
 )
 from episode_pipeline.events import (
@@ -55,70 +71,162 @@ from episode_pipeline.events import (
     handoffs,
     parse_message,
 )
+from episode_pipeline.injection_points import reach
+from episode_pipeline.keys import parse_partition_key
+from episode_pipeline.settings import QueueSettings
 from episode_pipeline.upload_queue import UploadQueue
 
 UPLOADS_SENSOR_NAME = "episode_uploads"
+UPLOAD_DONE_SENSOR_NAME = "episode_upload_done"
+HEARTBEAT_SENSOR_NAME = "episode_upload_heartbeat"
 
-RECEIPT_HANDLE_TAG = "episode_pipeline/sqs_receipt_handle"
-EXTRA_RECEIPT_HANDLES_TAG = "episode_pipeline/sqs_extra_receipt_handles"  # JSON list
-MESSAGE_ID_TAG = "episode_pipeline/sqs_message_id"
-RECEIVE_COUNT_TAG = "episode_pipeline/receive_count"
-ARCHIVE_KEY_TAG = "episode_pipeline/archive_key"
-ARCHIVE_VERSION_TAG = "episode_pipeline/archive_version"
+# The queue messages a run holds, as one JSON tag: the run's only SQS bookkeeping.
+SQS_TAG = "episode_pipeline/sqs"
 
 # A tick stays far below the 60 s gRPC limit: ≤ 5 receives of ≤ 10 messages, 1 s long poll.
 RECEIVE_CALLS_PER_TICK = 5
 RECEIVE_WAIT_SECONDS = 1
+UPLOADS_INTERVAL_SECONDS = 10
 NOT_CONFIGURED = "the upload queue is not configured (SQS_QUEUE_URL is unset)"
 
-
-# -- pure helpers -------------------------------------------------------------------------------
-
-
-def run_tags(handoff: Handoff) -> dict[str, str]:
-    """What a run needs to find its messages again (delete on success, heartbeat meanwhile)."""
-    tags = {
-        ORG_TAG: handoff.upload.ref.org_id,
-        RECEIPT_HANDLE_TAG: handoff.receipt_handles[0],
-        MESSAGE_ID_TAG: handoff.message_id,
-        RECEIVE_COUNT_TAG: str(handoff.receive_count),
-        ARCHIVE_KEY_TAG: handoff.upload.key,
-        ARCHIVE_VERSION_TAG: handoff.upload.object_version,
-    }
-    if len(handoff.receipt_handles) > 1:
-        tags[EXTRA_RECEIPT_HANDLES_TAG] = json.dumps(list(handoff.receipt_handles[1:]))
-    return tags
+# Injection points (episode_pipeline.injection_points): where the crash tests stop the daemon.
+AFTER_RECEIVE = "uploads.after_receive"
+BEFORE_DELETE_DONE = "upload_done.before_delete"
+BEFORE_HEARTBEAT = "heartbeat.before_renew"
 
 
-def run_key_of(handoff: Handoff) -> str:
-    upload = handoff.upload
-    return upload_run_key(upload.partition_key, upload.object_version, handoff.receive_count)
+# -- the messages a run holds (pure) ------------------------------------------------------------
 
 
-def run_request_for(handoff: Handoff, run_key: str | None = None) -> RunRequest:
-    return RunRequest(
-        run_key=run_key or run_key_of(handoff),
-        partition_key=handoff.upload.partition_key,
-        tags=run_tags(handoff),
-    )
+@dataclass(frozen=True)
+class HeldMessage:
+    """One queue message a run holds: deleted when the run succeeds, renewed while it works.
+
+    `other_episodes` are the partitions the same message also announced (S3 sends one record per
+    message, but the format allows more): it is deleted only once their runs succeeded too.
+    """
+
+    message_id: str
+    receipt_handle: str
+    receive_count: int
+    other_episodes: tuple[str, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        item: dict[str, Any] = {
+            "id": self.message_id,
+            "receipt": self.receipt_handle,
+            "receives": self.receive_count,
+        }
+        if self.other_episodes:
+            item["also"] = list(self.other_episodes)
+        return item
 
 
-def receipt_handles_of(tags: Mapping[str, str]) -> list[str]:
-    """Every receipt handle a run holds (its own and duplicates merged into it)."""
-    handles = [tags[RECEIPT_HANDLE_TAG]] if tags.get(RECEIPT_HANDLE_TAG) else []
+def held_messages(tags: Mapping[str, str]) -> list[HeldMessage]:
+    """The messages in a run's `sqs` tag ([] for a run that holds none or an unreadable tag)."""
     try:
-        extra = json.loads(tags.get(EXTRA_RECEIPT_HANDLES_TAG) or "[]")
+        items = json.loads(tags.get(SQS_TAG) or "[]")
     except ValueError:
-        extra = []
-    handles.extend(str(handle) for handle in extra if handle)
-    return list(dict.fromkeys(handles))
+        return []
+    held = []
+    for item in items if isinstance(items, list) else []:
+        if isinstance(item, dict) and item.get("receipt"):
+            held.append(
+                HeldMessage(
+                    message_id=str(item.get("id", "")),
+                    receipt_handle=str(item["receipt"]),
+                    receive_count=int(item.get("receives") or 1),
+                    other_episodes=tuple(str(p) for p in item.get("also") or ()),
+                )
+            )
+    return held
 
 
-def with_extra_handles(tags: Mapping[str, str], handles: Iterable[str]) -> dict[str, str]:
-    """The tag update that adds `handles` to a run's extra receipt handles."""
-    known = receipt_handles_of(tags)
-    extra = [h for h in dict.fromkeys([*known[1:], *handles]) if h not in known[:1]]
-    return {EXTRA_RECEIPT_HANDLES_TAG: json.dumps(extra)}
+def sqs_tag(messages: Iterable[HeldMessage]) -> dict[str, str]:
+    return {SQS_TAG: json.dumps([m.to_json() for m in messages], separators=(",", ":"))}
+
+
+def merge_held(held: Iterable[HeldMessage], delivered: Iterable[HeldMessage]) -> list[HeldMessage]:
+    """One entry per message id; a later delivery's receipt handle replaces the stale one."""
+    by_id: dict[str, HeldMessage] = {}
+    for message in [*held, *delivered]:
+        known = by_id.get(message.message_id)
+        if known is None or message.receive_count >= known.receive_count:
+            by_id[message.message_id] = message
+    return list(by_id.values())
+
+
+def held_by(handoff: Handoff, batch: Sequence[QueueMessage]) -> list[HeldMessage]:
+    """The messages of this batch that announced the handoff's upload."""
+    own = handoff.upload.partition_key
+    held = []
+    for message in batch:
+        if message.receipt_handle not in handoff.receipt_handles:
+            continue
+        announced = message.body.uploads if isinstance(message.body, Uploads) else ()
+        others = sorted({u.partition_key for u in announced} - {own})
+        held.append(
+            HeldMessage(
+                message.message_id, message.receipt_handle, message.receive_count, tuple(others)
+            )
+        )
+    return held
+
+
+def upload_of(handoff: Handoff) -> str:
+    return upload_id(handoff.upload.partition_key, handoff.upload.object_version)
+
+
+def run_tags(handoff: Handoff, held: Iterable[HeldMessage]) -> dict[str, str]:
+    """Tags of a run started for an upload: the episode, the upload, the messages it holds."""
+    return {
+        **episode_tags(handoff.upload.partition_key),
+        UPLOAD_TAG: upload_of(handoff),
+        **sqs_tag(held),
+    }
+
+
+# -- what one delivery does (pure) --------------------------------------------------------------
+
+
+class Outcome(Enum):
+    START = "start"
+    JOIN = "join"
+    DONE = "done"
+    RETRY = "retry"
+
+
+@dataclass(frozen=True)
+class Decision:
+    outcome: Outcome
+    upload: str
+    run_key: str | None = None  # START and RETRY
+    run_id: str | None = None  # the latest run, when there is one
+
+    def describe(self) -> str:
+        if self.outcome is Outcome.START:
+            return f"{self.upload}: no run yet: requested run key {self.run_key}"
+        if self.outcome is Outcome.JOIN:
+            return f"{self.upload}: joined in-flight run {self.run_id}"
+        if self.outcome is Outcome.DONE:
+            return f"{self.upload}: run {self.run_id} already succeeded: message deleted"
+        return f"{self.upload}: run {self.run_id} did not succeed: requested retry {self.run_key}"
+
+
+def decide(upload: str, latest: DagsterRun | None) -> Decision:
+    """The table in the module docstring."""
+    if latest is None:
+        return Decision(Outcome.START, upload, run_key=upload_run_key(upload))
+    if latest.status == DagsterRunStatus.SUCCESS:
+        return Decision(Outcome.DONE, upload, run_id=latest.run_id)
+    if latest.status in IN_FLIGHT_STATUSES:
+        return Decision(Outcome.JOIN, upload, run_id=latest.run_id)
+    return Decision(
+        Outcome.RETRY,
+        upload,
+        run_key=retry_run_key(upload, latest.run_id),
+        run_id=latest.run_id,
+    )
 
 
 @dataclass
@@ -169,13 +277,6 @@ def receive_batch(
     return list(seen.values())
 
 
-def _existing_run(instance: DagsterInstance, run_key: str) -> DagsterRun | None:
-    runs = instance.get_runs(
-        RunsFilter(tags={RUN_KEY_TAG: run_key, SENSOR_NAME_TAG: UPLOADS_SENSOR_NAME}), limit=1
-    )
-    return runs[0] if runs else None
-
-
 def evaluate_uploads(
     context: SensorEvaluationContext, queue: UploadQueue
 ) -> SensorResult | SkipReason:
@@ -183,46 +284,55 @@ def evaluate_uploads(
     if not queue.configured:
         return SkipReason(NOT_CONFIGURED)
     messages = receive_batch(queue)
+    reach(AFTER_RECEIVE)
     if not messages:
         return SkipReason("no messages on the upload queue")
+    log = context.log
+    log.info(
+        f"received {len(messages)} message(s): "
+        + ", ".join(f"{m.message_id} (receive {m.receive_count})" for m in messages)
+    )
     plan = plan_batch(messages)
     for receipt_handle, reason in zip(plan.delete, plan.deleted_reasons, strict=True):
         queue.delete(receipt_handle)
-        context.log.info(f"deleted message {reason}")
+        log.info(f"skipped and deleted message {reason}")
     for message_id, reason in plan.malformed:
-        context.log.warning(
-            f"upload queue message {message_id} left on the queue (it reaches the dead-letter "
+        log.warning(
+            f"skipped message {message_id}, left on the queue (it reaches the dead-letter "
             f"queue after 3 receives): {reason}"
         )
 
     instance = context.instance
     run_requests: list[RunRequest] = []
     for handoff in plan.handoffs:
-        run_key = run_key_of(handoff)
-        existing = _existing_run(instance, run_key)
-        if existing is None:
-            run_requests.append(run_request_for(handoff))
-        elif existing.status == DagsterRunStatus.SUCCESS:
-            # A second event for an object version already processed (moto multipart, S3's
-            # at-least-once delivery): the work is done, so the message can go.
-            for handle in handoff.receipt_handles:
-                queue.delete(handle)
-            context.log.info(f"{run_key}: run {existing.run_id} already succeeded")
-        elif existing.status in IN_FLIGHT_STATUSES:
-            instance.add_run_tags(
-                existing.run_id, with_extra_handles(existing.tags, handoff.receipt_handles)
+        upload = upload_of(handoff)
+        held = held_by(handoff, messages)
+        log.info(
+            f"saw upload {upload} (s3 key {handoff.upload.key}) in message(s) "
+            + ", ".join(f"{m.message_id} (receive {m.receive_count})" for m in held)
+        )
+        latest = latest_run_of_upload(instance, upload)
+        decision = decide(upload, latest)
+        if decision.outcome in (Outcome.START, Outcome.RETRY):
+            run_requests.append(
+                RunRequest(
+                    run_key=decision.run_key,
+                    partition_key=handoff.upload.partition_key,
+                    tags=run_tags(handoff, held),
+                )
             )
-            context.log.info(f"{run_key}: handed to in-flight run {existing.run_id}")
+        elif decision.outcome is Outcome.DONE:
+            for message in held:
+                if not _not_yet_succeeded(instance, message):
+                    queue.delete(message.receipt_handle)
         else:
-            # Failed or canceled, and this is a fresh event for the same object version (the
-            # robot uploaded the same bytes again, or a late duplicate): a new attempt now.
-            retry_key = retry_run_key(run_key, existing.run_id)
-            run_requests.append(run_request_for(handoff, retry_key))
-            context.log.info(
-                f"{run_key}: run {existing.run_id} is {existing.status.value}; "
-                f"requesting {retry_key}"
-            )
+            assert latest is not None
+            merged = merge_held(held_messages(latest.tags), held)
+            instance.add_run_tags(latest.run_id, sqs_tag(merged))
+        log.info(decision.describe())
 
+    requested = [r.run_key for r in run_requests]
+    log.info(f"tick done: requested {len(requested)} run(s): {', '.join(map(str, requested))}")
     return SensorResult(
         run_requests=run_requests,
         dynamic_partitions_requests=new_partitions_request(
@@ -231,67 +341,58 @@ def evaluate_uploads(
     )
 
 
-def _message_runs_all_succeeded(instance: DagsterInstance, run: DagsterRun) -> bool:
-    """A message announcing several archives is done only when every one of its runs is."""
-    message_id = run.tags.get(MESSAGE_ID_TAG)
-    if not message_id:
-        return run.status == DagsterRunStatus.SUCCESS
-    siblings = instance.get_runs(
-        RunsFilter(
-            job_name=run.job_name,
-            tags={
-                MESSAGE_ID_TAG: message_id,
-                RECEIVE_COUNT_TAG: run.tags.get(RECEIVE_COUNT_TAG, ""),
-            },
-        )
-    )
-    return all(
-        sibling.status == DagsterRunStatus.SUCCESS
-        for sibling in siblings
-        if sibling.run_id != run.run_id
-    )
+def _not_yet_succeeded(instance: DagsterInstance, message: HeldMessage) -> list[str]:
+    """The other episodes of a message whose latest run has not succeeded (yet)."""
+    pending = []
+    for partition_key in message.other_episodes:
+        latest = latest_run_of_episode(instance, parse_partition_key(partition_key))
+        if latest is None or latest.status != DagsterRunStatus.SUCCESS:
+            pending.append(partition_key)
+    return pending
 
 
 def delete_messages_of_run(
     instance: DagsterInstance, run: DagsterRun, queue: UploadQueue, log: Any
 ) -> int:
-    """Delete the messages a succeeded run was handed; returns how many were deleted.
+    """Delete the messages a succeeded run holds; returns how many were deleted.
 
     A stale receipt handle (expired or superseded by a redelivery) is logged and ignored: the
-    next delivery finds the episode processed and re-runs it idempotently.
+    redelivered message finds this run succeeded and is deleted then.
     """
-    handles = receipt_handles_of(run.tags)
-    if not handles or not queue.configured:
-        return 0
-    if not _message_runs_all_succeeded(instance, run):
-        log.info(f"run {run.run_id}: other runs for its message are not done; message kept")
-        return 0
     deleted = 0
-    for handle in handles:
-        if queue.delete(handle):
+    for message in held_messages(run.tags):
+        pending = _not_yet_succeeded(instance, message)
+        if pending:
+            log.info(
+                f"run {run.run_id}: message {message.message_id} kept until the runs of "
+                f"{', '.join(pending)} succeed"
+            )
+            continue
+        reach(BEFORE_DELETE_DONE)
+        if queue.delete(message.receipt_handle):
             deleted += 1
         else:
             log.info(
-                f"run {run.run_id}: receipt handle expired or superseded, message not deleted "
-                "(a redelivery will re-run the episode idempotently)"
+                f"run {run.run_id}: message {message.message_id}: receipt handle expired or "
+                "superseded; its next delivery finds this run succeeded and is deleted then"
             )
     return deleted
 
 
 def keep_in_flight(instance: DagsterInstance, queue: UploadQueue, log: Any) -> int:
     """Renew the visibility of every message whose run is queued or running; returns how many."""
-    runs = runs_in_flight(instance, EPISODE_JOB_NAME)
     owner: dict[str, str] = {}
-    for run in runs:
-        for handle in receipt_handles_of(run.tags):
-            owner[handle] = run.run_id
+    for run in runs_in_flight(instance, EPISODE_JOB_NAME):
+        for message in held_messages(run.tags):
+            owner[message.receipt_handle] = run.run_id
     if not owner:
         return 0
+    reach(BEFORE_HEARTBEAT)
     failed = queue.extend_visibility_many(list(owner))
     for handle, error in failed.items():
         log.warning(
-            f"run {owner[handle]}: could not keep its upload message in flight ({error}); it "
-            "may be delivered again while the run works"
+            f"run {owner[handle]}: could not keep its upload message in flight ({error}); if it "
+            "is delivered again it joins the run"
         )
     return len(owner) - len(failed)
 
@@ -299,47 +400,59 @@ def keep_in_flight(instance: DagsterInstance, queue: UploadQueue, log: Any) -> i
 # -- sensors ------------------------------------------------------------------------------------
 
 
-@sensor(
-    job_name=EPISODE_JOB_NAME,
-    default_status=DefaultSensorStatus.RUNNING,
-    minimum_interval_seconds=10,
-    description="Receives upload notifications from SQS and requests one run per uploaded "
-    "archive (adding its episode partition). Messages are deleted when their run succeeds.",
-)
-def episode_uploads(context: SensorEvaluationContext, upload_queue: UploadQueueResource):
-    return evaluate_uploads(context, upload_queue.get_client())
+def upload_queue_sensors(queue_settings: QueueSettings | None = None) -> list[SensorDefinition]:
+    """The three upload-queue sensors; the heartbeat ticks at `QueueSettings.heartbeat_seconds`."""
+    queue_settings = queue_settings or QueueSettings()
+
+    @sensor(
+        name=UPLOADS_SENSOR_NAME,
+        job_name=EPISODE_JOB_NAME,
+        default_status=DefaultSensorStatus.RUNNING,
+        minimum_interval_seconds=UPLOADS_INTERVAL_SECONDS,
+        description="Receives upload notifications from SQS: one successful run per uploaded "
+        "object version (a redelivery joins the run, or is deleted once it succeeded). "
+        "Messages are deleted when their run succeeds.",
+    )
+    def episode_uploads(context: SensorEvaluationContext, upload_queue: UploadQueueResource):
+        return evaluate_uploads(context, upload_queue.get_client())
+
+    @run_status_sensor(
+        name=UPLOAD_DONE_SENSOR_NAME,
+        run_status=DagsterRunStatus.SUCCESS,
+        default_status=DefaultSensorStatus.RUNNING,
+        minimum_interval_seconds=10,
+        description="Deletes a run's upload messages from SQS once the run succeeded.",
+    )
+    def episode_upload_done(context: RunStatusSensorContext, upload_queue: UploadQueueResource):
+        run = context.dagster_run
+        queue = upload_queue.get_client()
+        if run.job_name != EPISODE_JOB_NAME or not held_messages(run.tags):
+            return SkipReason(f"run {run.run_id} holds no upload message")
+        if not queue.configured:
+            return SkipReason(NOT_CONFIGURED)
+        deleted = delete_messages_of_run(context.instance, run, queue, context.log)
+        context.log.info(f"run {run.run_id} succeeded: deleted {deleted} upload message(s)")
+        return None
+
+    @sensor(
+        name=HEARTBEAT_SENSOR_NAME,
+        default_status=DefaultSensorStatus.RUNNING,
+        minimum_interval_seconds=queue_settings.heartbeat_seconds,
+        description="Renews the SQS visibility of upload messages whose runs are queued or "
+        f"running (back to {queue_settings.visibility_timeout_seconds} s, every "
+        f"{queue_settings.heartbeat_seconds} s), so they are not delivered again mid-run.",
+    )
+    def episode_upload_heartbeat(
+        context: SensorEvaluationContext, upload_queue: UploadQueueResource
+    ):
+        queue = upload_queue.get_client()
+        if not queue.configured:
+            return SkipReason(NOT_CONFIGURED)
+        renewed = keep_in_flight(context.instance, queue, context.log)
+        return SkipReason(f"renewed the visibility of {renewed} in-flight upload message(s)")
+
+    return [episode_uploads, episode_upload_done, episode_upload_heartbeat]
 
 
-@run_status_sensor(
-    run_status=DagsterRunStatus.SUCCESS,
-    default_status=DefaultSensorStatus.RUNNING,
-    minimum_interval_seconds=10,
-    description="Deletes a run's upload message from SQS once the run succeeded.",
-)
-def episode_upload_done(context: RunStatusSensorContext, upload_queue: UploadQueueResource):
-    run = context.dagster_run
-    queue = upload_queue.get_client()
-    if run.job_name != EPISODE_JOB_NAME or not receipt_handles_of(run.tags):
-        return SkipReason(f"run {run.run_id} holds no upload message")
-    if not queue.configured:
-        return SkipReason(NOT_CONFIGURED)
-    deleted = delete_messages_of_run(context.instance, run, queue, context.log)
-    context.log.info(f"run {run.run_id} succeeded: deleted {deleted} upload message(s)")
-    return None
-
-
-@sensor(
-    default_status=DefaultSensorStatus.RUNNING,
-    minimum_interval_seconds=240,
-    description="Renews the SQS visibility of upload messages whose runs are queued or running, "
-    "so they are not delivered again mid-run (15-minute visibility, renewed every 4 minutes).",
-)
-def episode_upload_heartbeat(context: SensorEvaluationContext, upload_queue: UploadQueueResource):
-    queue = upload_queue.get_client()
-    if not queue.configured:
-        return SkipReason(NOT_CONFIGURED)
-    renewed = keep_in_flight(context.instance, queue, context.log)
-    return SkipReason(f"renewed the visibility of {renewed} in-flight upload message(s)")
-
-
-UPLOAD_QUEUE_SENSORS = [episode_uploads, episode_upload_done, episode_upload_heartbeat]
+UPLOAD_QUEUE_SENSORS = upload_queue_sensors()
+episode_uploads, episode_upload_done, episode_upload_heartbeat = UPLOAD_QUEUE_SENSORS
