@@ -381,5 +381,6 @@ def test_dagster_asset_materialize_reprocesses_one_episode(tmp_path, stack, db_c
     dagster = Path(sys.executable).parent / "dagster"
     command = [str(dagster), "asset", "materialize", "-m", "episode_pipeline.definitions"]
     command += ["--select", "*", "--partition", ref.partition_key]
-    subprocess.run(command, cwd=tmp_path, env=env, check=True, capture_output=True)
+    done = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-3000:]
     assert state_of(db_conn, s3_client, stack.bucket, ref) == before
