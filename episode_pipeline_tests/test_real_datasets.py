@@ -8,42 +8,35 @@ real-world difference (docs/lerobot-archives.md), uploads it and runs the whole 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable
+from collections.abc import Sequence
 from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
-from dagster import AssetCheckKey, AssetKey, AssetRecordsFilter, DagsterInstance
+from dagster import AssetCheckKey, AssetKey, DagsterInstance
 from dagster._core.event_api import PartitionKeyFilter
 
 from episode_pipeline.keys import EpisodeRef
 from episode_pipeline.lerobot.features import STATE_RULE
 from episode_pipeline.lerobot.sample import SampleSpec, pack_archive, write_dataset
 from episode_pipeline.local.upload import upload_episode
-from episode_pipeline.report import episode_reports
 from episode_pipeline.runner import ProcessOutcome, process_episode
+from episode_pipeline_tests.test_episode_graph import latest_metadata, report_for
 
 pytestmark = pytest.mark.integration
 
 
 def process(
-    tmp_path: Path, spec: SampleSpec, edit: Callable[[Path], None] | None = None
+    tmp_path: Path, spec: SampleSpec, extra_members: Sequence[tuple[str | bytes, bytes]] = ()
 ) -> tuple[EpisodeRef, dict, ProcessOutcome, Path]:
-    """Write the dataset, let `edit` change it, archive, upload and process it in-process."""
+    """Write the dataset (plus `extra_members`), archive, upload and process it in-process."""
     folder = tmp_path / "dataset"
     summary = write_dataset(folder, spec)
-    if edit:
-        edit(folder)
     archive = tmp_path / "take.tar.zst"
-    pack_archive(folder, archive, root_folder=spec.root_folder)
+    pack_archive(folder, archive, root_folder=spec.root_folder, extra_members=extra_members)
     ref = EpisodeRef("field-org", f"ep-{uuid.uuid4().hex[:10]}")
     upload_episode(archive, ref)
     return ref, summary, process_episode(ref), folder
-
-
-def report_for(ref: EpisodeRef) -> dict:
-    (report,) = episode_reports(ref)
-    return report
 
 
 def frame_rows(db_conn, ref: EpisodeRef) -> list[tuple]:
@@ -61,19 +54,6 @@ def check_evaluation(ref: EpisodeRef, asset: str, name: str):
         [key], partition_filter=PartitionKeyFilter(key=ref.partition_key)
     )
     return latest[key].event.dagster_event.event_specific_data
-
-
-def latest_metadata(ref: EpisodeRef, asset: str) -> dict:
-    """The metadata of the asset's newest materialization for the episode."""
-    records = (
-        DagsterInstance.get()
-        .fetch_materializations(
-            AssetRecordsFilter(asset_key=AssetKey(asset), asset_partitions=[ref.partition_key]),
-            limit=1,
-        )
-        .records
-    )
-    return {k: v.value for k, v in records[0].asset_materialization.metadata.items()}
 
 
 @pytest.mark.parametrize(

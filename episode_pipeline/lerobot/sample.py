@@ -10,13 +10,14 @@ totals, fewer videos than data episodes).
 
 from __future__ import annotations
 
+import io
 import json
 import math
 import shutil
 import subprocess
 import tarfile
 import tempfile
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -427,10 +428,14 @@ def pack_archive(
     root_folder: str | None,
     order: Callable[[str], tuple] = default_member_order,
     level: int = 3,
+    extra_members: Sequence[tuple[str | bytes, bytes]] = (),
 ) -> list[str]:
     """Tar ``folder`` (under ``root_folder`` or flat) into a zstd-compressed ``out``.
 
     Returns the member paths in archive order. ``order`` lets tests put info.json last.
+    ``extra_members`` (path relative to the root folder, content) are appended after the
+    folder's files, as hostile archives have them: a path already written makes a duplicate
+    member, a ``bytes`` path is written byte for byte (it need not be valid UTF-8).
     """
     files = sorted(
         (p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file()), key=order
@@ -450,6 +455,15 @@ def pack_archive(
                 info.uname = info.gname = "robot"
                 with (folder / relative).open("rb") as handle:
                     tar.addfile(info, handle)
+                names.append(name)
+            for path, data in extra_members:
+                if isinstance(path, bytes):  # tarfile writes surrogate escapes back as the bytes
+                    path = path.decode("utf-8", "surrogateescape")
+                name = f"{root_folder}/{path}" if root_folder else path
+                info = tarfile.TarInfo(name)
+                info.size = len(data)
+                info.uname = info.gname = "robot"
+                tar.addfile(info, io.BytesIO(data))
                 names.append(name)
     return names
 
