@@ -25,7 +25,7 @@ from episode_pipeline.defs.resources.database import PostgresResource
 from episode_pipeline.defs.resources.s3 import S3BucketResource
 from episode_pipeline.defs.resources.sqs import UploadQueueResource
 from episode_pipeline.defs.resources.transcoder import HlsTranscoder
-from episode_pipeline.defs.sensors.reconcile import orphaned_runs, waiting_uploads
+from episode_pipeline.defs.sensors.reconcile import orphaned_runs, reconciliation_sensors
 from episode_pipeline.defs.sensors.run_failure import episode_failed_on_run_failure
 from episode_pipeline.defs.sensors.sqs import upload_queue_sensors
 from episode_pipeline.settings import Settings, load_settings
@@ -57,7 +57,7 @@ def build_definitions(settings: Settings) -> Definitions:
             *upload_queue_sensors(settings.queue),
             episode_failed_on_run_failure,
             orphaned_runs,
-            waiting_uploads,
+            *reconciliation_sensors(settings.reconcile),
         ],
         resources=build_resources(settings),
         # One episode is a handful of steps: in-process saves ~3.5 s of process start-up per

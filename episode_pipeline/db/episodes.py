@@ -269,3 +269,64 @@ def waiting_uploads(
 def episode_refs(conn: psycopg.Connection) -> list[EpisodeRef]:
     rows = conn.execute("SELECT org_id, id FROM episodes ORDER BY created_at, id").fetchall()
     return [EpisodeRef(org_id, episode_id) for org_id, episode_id in rows]
+
+
+# -- reconciliation (defs/sensors/reconcile.py) --------------------------------------------------
+
+
+def episodes_after(
+    conn: psycopg.Connection, schema: DatabaseSchema, after_id: str, limit: int
+) -> list[EpisodeRef]:
+    """Up to `limit` episodes whose id sorts after `after_id`, in id order: one page of a walk
+    over every episode that no kind of row can stall (keyset paging, not oldest-first).
+
+    Needs `episodes.org_id` (the upload's prefix): without it nothing can be reconciled.
+    """
+    if not schema.has("episodes", "org_id"):
+        return []
+    rows = conn.execute(
+        "SELECT org_id, id FROM episodes WHERE id > %s ORDER BY id LIMIT %s", (after_id, limit)
+    ).fetchall()
+    return [EpisodeRef(org_id, episode_id) for org_id, episode_id in rows]
+
+
+def stale_processing(
+    conn: psycopg.Connection, schema: DatabaseSchema, older_than_seconds: int
+) -> list[tuple[EpisodeRef, datetime | None]]:
+    """Episodes `processing` with no change for `older_than_seconds` (every one when the table
+    keeps no `updated_at`), with the `updated_at` seen, for `fail_if_still_processing`."""
+    if not schema.has("episodes", "org_id"):
+        return []
+    if not schema.has("episodes", "updated_at"):
+        rows = conn.execute(
+            "SELECT org_id, id, NULL FROM episodes WHERE status = %s", (PROCESSING,)
+        ).fetchall()
+    else:
+        rows = conn.execute(
+            """
+            SELECT org_id, id, updated_at FROM episodes
+             WHERE status = %s AND updated_at < now() - make_interval(secs => %s)
+            """,
+            (PROCESSING, older_than_seconds),
+        ).fetchall()
+    return [(EpisodeRef(org_id, episode_id), seen) for org_id, episode_id, seen in rows]
+
+
+def fail_if_still_processing(
+    conn: psycopg.Connection, schema: DatabaseSchema, ref: EpisodeRef, seen: datetime | None
+) -> bool:
+    """`failed`, only if the row is still `processing` as last seen: a run that started (or
+    finished) since then changed `updated_at` and keeps its own outcome. Returns whether it
+    changed."""
+    where, params = _episode_is(schema, ref)
+    unchanged = sql.SQL("")
+    extra: tuple[Any, ...] = ()
+    if schema.has("episodes", "updated_at"):
+        unchanged, extra = sql.SQL(" AND updated_at IS NOT DISTINCT FROM %s"), (seen,)
+    cursor = conn.execute(
+        sql.SQL("UPDATE episodes SET status = %s{} WHERE {} AND status = %s{}").format(
+            _touched(schema, "episodes"), where, unchanged
+        ),
+        (FAILED, *params, PROCESSING, *extra),
+    )
+    return cursor.rowcount > 0
