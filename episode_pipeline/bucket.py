@@ -142,7 +142,7 @@ class Bucket:
         self._client = LazyClient(
             "s3",
             aws,
-            retries={"mode": "standard", "max_attempts": self.deadlines.max_attempts},
+            retries={"mode": "standard", "total_max_attempts": self.deadlines.max_attempts},
             connect_timeout=self.deadlines.connect_timeout_seconds,
             read_timeout=self.deadlines.read_timeout_seconds,
             max_pool_connections=MAX_POOL_CONNECTIONS,

@@ -16,16 +16,27 @@ import yaml
 
 MAX_CONCURRENT_RUNS = 2  # a laptop has few cores; FFmpeg runs fill them
 DEFAULT_POOL_LIMIT = 2
+# The whole run's deadline, as in production's dagster.yaml: past it run monitoring terminates
+# the run and fails it. Locally it is also what ends a run whose worker died (the default run
+# launcher cannot tell), checked every poll.
+RUN_MAX_RUNTIME_SECONDS = 2 * 3600
+MONITORING_POLL_SECONDS = 30
 
 
 def storage_url(password: str, port: int, database: str = "dagster") -> str:
     return f"postgresql+psycopg2://postgres:{password}@127.0.0.1:{port}/{database}"
 
 
-def instance_config(password: str, port: int) -> dict[str, Any]:
+def instance_config(
+    password: str,
+    port: int,
+    *,
+    database: str = "dagster",
+    max_runtime_seconds: int = RUN_MAX_RUNTIME_SECONDS,
+) -> dict[str, Any]:
     """dagster.yaml for the local instance (pure: the tests read it back)."""
     return {
-        "storage": {"postgres": {"postgres_url": storage_url(password, port)}},
+        "storage": {"postgres": {"postgres_url": storage_url(password, port, database)}},
         "run_coordinator": {
             "module": "dagster._core.run_coordinator",
             "class": "QueuedRunCoordinator",
@@ -41,7 +52,11 @@ def instance_config(password: str, port: int) -> dict[str, Any]:
             },
             "pools": {"default_limit": DEFAULT_POOL_LIMIT},
         },
-        "run_monitoring": {"enabled": True},
+        "run_monitoring": {
+            "enabled": True,
+            "max_runtime_seconds": max_runtime_seconds,
+            "poll_interval_seconds": MONITORING_POLL_SECONDS,
+        },
         "telemetry": {"enabled": False},
     }
 
