@@ -150,3 +150,25 @@ def test_stale_totals_and_more_data_episodes_than_videos(tmp_path, stack):
     per_camera = latest_metadata(ref, "hls_renditions")["per_camera"]
     assert per_camera["observation.images.front"]["sources"] == 1
     assert per_camera["observation.images.front"]["failed"] == 0
+
+
+@pytest.mark.parametrize(
+    ("member", "named"),
+    [
+        (  # a second copy of the data file: which one is the dataset's?
+            ("data/chunk-000/file-000.parquet", b"PAR1 another take PAR1"),
+            "member 'lerobot_episode/data/chunk-000/file-000.parquet' appears more than once",
+        ),
+        ((b"videos/caf\xe9.mp4", b""), r"member name b'lerobot_episode/videos/caf\xe9.mp4'"),
+    ],
+    ids=["duplicate", "not-utf-8"],
+)
+def test_hostile_member_names_are_refused_naming_the_member(tmp_path, stack, member, named):
+    spec = SampleSpec("v3.0", cameras=0, seconds=1.0)
+    ref, _, outcome, _ = process(tmp_path, spec, extra_members=[member])
+
+    assert not outcome
+    assert any(e.startswith("extracted_files:") and named in e for e in outcome.errors), (
+        outcome.errors
+    )
+    assert report_for(ref)["status"] == "failed"
