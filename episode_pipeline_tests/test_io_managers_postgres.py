@@ -18,7 +18,11 @@ from dagster import (
     materialize,
 )
 
-from episode_pipeline.defs.io_managers.postgres_tables import PostgresPolarsIOManager, TableMismatch
+from episode_pipeline.defs.io_managers.postgres_tables import (
+    PostgresPolarsIOManager,
+    RowBatches,
+    TableMismatch,
+)
 from episode_pipeline.defs.resources.database import PostgresResource
 from episode_pipeline.keys import EpisodeRef
 from episode_pipeline.settings import Settings
@@ -161,22 +165,85 @@ def test_nulls_round_trip_as_null(
     assert loaded.get_column("action").to_list()[0] is None
 
 
+def _not_null_in_last_row() -> tuple[pl.DataFrame, type[Exception]]:
+    bad = frames_frame(6, seed=2.0)
+    observations = bad.get_column("observation").to_list()
+    observations[-1] = None  # NOT NULL violation in the last row
+    return bad.with_columns(pl.Series("observation", observations)), psycopg.errors.NotNullViolation
+
+
+def _second_batch_fails() -> tuple[RowBatches, type[Exception]]:
+    def batches():
+        yield frames_frame(3, seed=2.0)
+        raise OSError("the second data file could not be read")
+
+    return RowBatches(batches(), frames_frame(0).schema), OSError
+
+
+@pytest.mark.parametrize("bad_rows", [_not_null_in_last_row, _second_batch_fails])
 def test_failed_copy_leaves_the_old_rows(
     manager: PostgresPolarsIOManager,
     db_conn: psycopg.Connection,
     new_episode: Callable[[], EpisodeRef],
+    bad_rows: Callable[[], tuple[pl.DataFrame | RowBatches, type[Exception]]],
 ) -> None:
     ref = new_episode()
     manager.replace("frames", frames_frame(3, seed=1.0), "episode_id", ref.episode_id)
     before = db_rows(db_conn, ref)
 
-    bad = frames_frame(6, seed=2.0)
-    observations = bad.get_column("observation").to_list()
-    observations[-1] = None  # NOT NULL violation in the last row
-    bad = bad.with_columns(pl.Series("observation", observations))
-    with pytest.raises(psycopg.errors.NotNullViolation):
-        manager.replace("frames", bad, "episode_id", ref.episode_id)
+    rows, error = bad_rows()
+    with pytest.raises(error):
+        manager.replace("frames", rows, "episode_id", ref.episode_id)
     assert db_rows(db_conn, ref) == before
+
+
+def test_row_batches_are_copied_one_after_another_with_their_metadata(
+    manager: PostgresPolarsIOManager,
+    instance: DagsterInstance,
+    db_conn: psycopg.Connection,
+    new_episode: Callable[[], EpisodeRef],
+) -> None:
+    ref = new_episode()
+    produced: list[int] = []
+
+    def batches():
+        for start in (0, 4, 8):
+            produced.append(start)
+            yield frames_frame(4, start=start).with_columns(pl.col("frame_order") + start)
+
+    @asset(name="frames", partitions_def=EPISODES, metadata=FRAMES_METADATA, io_manager_key="pg")
+    def streamed() -> RowBatches:
+        stream = batches()
+        return RowBatches(stream, frames_frame(0).schema, lambda: {"batches_made": len(produced)})
+
+    result = materialize(
+        [streamed], partition_key=ref.partition_key, instance=instance, resources={"pg": manager}
+    )
+    assert result.success
+    metadata = result.asset_materializations_for_node("frames")[0].metadata
+    assert metadata["rows_written"].value == 12
+    # Known only after the last batch was made: the producer's metadata comes after the COPY.
+    assert metadata["batches_made"].value == 3
+    assert [row[0] for row in db_rows(db_conn, ref)] == list(range(12))
+
+
+def test_text_with_backslashes_tabs_and_newlines_round_trips(
+    manager: PostgresPolarsIOManager, db_conn: psycopg.Connection
+) -> None:
+    table = f"pgio_text_{uuid.uuid4().hex[:8]}"
+    db_conn.execute(f"CREATE TABLE {table} (part text NOT NULL, n integer, label text, doc jsonb)")
+    labels = ["back\\slash", "tab\there", "two\nlines", "cr\rhere", "", None, r"\N"]
+    docs = [{"k": "line\nbreak"}, {"k": "a\\b"}, None, {"k": "\t"}, {}, {"k": ""}, {"k": "N"}]
+    try:
+        frame = pl.DataFrame(
+            {"n": list(range(len(labels))), "label": labels, "doc": [json.dumps(d) for d in docs]}
+        ).with_columns(pl.when(pl.col("n") == 2).then(None).otherwise(pl.col("doc")).alias("doc"))
+        assert manager.replace(table, frame, "part", "p1") == len(labels)
+        rows = db_conn.execute(f"SELECT label, doc FROM {table} ORDER BY n").fetchall()
+        assert [row[0] for row in rows] == labels
+        assert [row[1] for row in rows] == [None if i == 2 else d for i, d in enumerate(docs)]
+    finally:
+        db_conn.execute(f"DROP TABLE {table}")
 
 
 def test_empty_frame_deletes_the_partition(

@@ -1,10 +1,8 @@
-"""IO manager logic that needs no services: keys, encodings, the CSV that COPY reads."""
+"""IO manager logic that needs no services: keys, encodings, the text that COPY reads."""
 
 from __future__ import annotations
 
-import csv
 import dataclasses
-import io
 import json
 from datetime import UTC, datetime
 from pathlib import PurePosixPath
@@ -15,8 +13,8 @@ from dagster import AssetKey
 
 from episode_pipeline.defs.io_managers.postgres_tables import (
     PostgresPolarsIOManager,
-    csv_chunks,
-    csv_ready,
+    copy_chunks,
+    text_ready,
 )
 from episode_pipeline.defs.io_managers.s3_outputs import encode, object_key, to_jsonable
 from episode_pipeline.defs.resources.database import PostgresResource
@@ -70,25 +68,46 @@ def test_encode_writes_json_and_refuses_what_json_cannot_hold() -> None:
         encode(pl.DataFrame({"a": [1, 2]}))
 
 
-def _parse_csv(chunks: list[bytes]) -> list[list[str]]:
-    return list(csv.reader(io.StringIO(b"".join(chunks).decode())))
+def _copy_rows(chunks: list[bytes]) -> list[list[str | None]]:
+    """Parse COPY's text format the way the server does: tab fields, \\N NULL, backslash escapes."""
+    escapes = {"\\": "\\", "t": "\t", "n": "\n", "r": "\r"}
+    rows: list[list[str | None]] = []
+    for line in b"".join(chunks).decode().split("\n")[:-1]:
+        row: list[str | None] = []
+        for field in line.split("\t"):
+            if field == "\\N":
+                row.append(None)
+                continue
+            out, chars = [], iter(field)
+            for char in chars:
+                out.append(escapes[next(chars)] if char == "\\" else char)
+            row.append("".join(out))
+        rows.append(row)
+    return rows
 
 
-def test_csv_distinguishes_null_from_empty_string() -> None:
-    """PostgreSQL CSV: unquoted empty = NULL, quoted "" = empty string."""
-    frame = pl.DataFrame({"id": [1, 2, 3], "s": ["", None, "a,b"]})
-    text = b"".join(csv_chunks(frame)).decode()
-    assert text.splitlines() == ['1,""', "2,", '3,"a,b"']
+def test_copy_text_distinguishes_null_from_empty_string() -> None:
+    frame = pl.DataFrame({"id": [1, 2, 3], "s": ["", None, 'a,"b"']})
+    text = b"".join(copy_chunks(frame)).decode()
+    assert text.splitlines() == ["1\t", "2\t\\N", '3\ta,"b"']
 
 
-def test_csv_ready_turns_nested_columns_into_json_text_and_keeps_nulls() -> None:
+def test_copy_text_escapes_what_the_format_would_misread() -> None:
+    hostile = ["back\\slash", "tab\there", "two\nlines", "cr\rhere", '{"k": "\\n"}', "plain"]
+    frame = pl.DataFrame({"s": hostile, "other": ["x"] * len(hostile)})
+    assert [row[0] for row in _copy_rows(list(copy_chunks(frame)))] == hostile
+    # A column without special characters is written as it is.
+    assert text_ready(frame).get_column("other").to_list() == ["x"] * len(hostile)
+
+
+def test_text_ready_turns_nested_columns_into_json_text_and_keeps_nulls() -> None:
     frame = pl.DataFrame(
         {
             "observation": [{"state": [1.0, 2.5]}, {"state": []}, None],
             "action": [[0.5, -1.0], None, []],
         }
     )
-    ready = csv_ready(frame)
+    ready = text_ready(frame)
     assert ready.schema == {"observation": pl.String, "action": pl.String}
     assert ready.get_column("observation").to_list() == [
         '{"state":[1.0,2.5]}',
@@ -99,16 +118,16 @@ def test_csv_ready_turns_nested_columns_into_json_text_and_keeps_nulls() -> None
     assert [json.loads(v) for v in ready.get_column("action").drop_nulls()] == [[0.5, -1.0], []]
 
 
-def test_csv_ready_handles_fixed_size_arrays() -> None:
+def test_text_ready_handles_fixed_size_arrays() -> None:
     frame = pl.DataFrame({"a": [[1.0, 2.0]]}, schema={"a": pl.Array(pl.Float32, 2)})
-    assert csv_ready(frame).get_column("a").to_list() == ["[1.0,2.0]"]
+    assert text_ready(frame).get_column("a").to_list() == ["[1.0,2.0]"]
 
 
-def test_csv_chunks_slices_without_headers() -> None:
+def test_copy_chunks_slice_without_headers() -> None:
     frame = pl.DataFrame({"n": list(range(10))})
-    chunks = list(csv_chunks(frame, slice_rows=4))
+    chunks = list(copy_chunks(frame, slice_rows=4))
     assert len(chunks) == 3
-    assert [int(row[0]) for row in _parse_csv(chunks)] == list(range(10))
+    assert [int(row[0] or "") for row in _copy_rows(chunks)] == list(range(10))
 
 
 def _manager() -> PostgresPolarsIOManager:

@@ -40,7 +40,8 @@ FRAMES_SCHEMA = pl.Schema(
         "action": pl.String,
     }
 )
-BATCH_ROWS = 65_536
+# Rows converted at a time: memory stays at a few MB per batch however long the episode.
+BATCH_ROWS = 8_192
 
 
 class FrameDataError(ValueError):

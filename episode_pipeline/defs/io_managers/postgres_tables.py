@@ -11,10 +11,14 @@ Dagster ships none (dagster#14080, #32700), so this one stands on its own:
 - Optional columns: definition metadata `"optional_columns"` names frame columns written only
   when the table has them (an application's table may lack what the pipeline can fill).
 - Write: in ONE transaction, take an advisory lock on (table, partition), DELETE the partition's
-  rows, then COPY the frame as CSV written column-wise by polars, streamed in slices. A failure
-  anywhere (a NOT NULL violation in the last row included) rolls back to the old rows.
-- CSV NULLs: polars writes a null as an empty unquoted field and an empty string as `""`, which
-  is exactly PostgreSQL's CSV convention, so NULL and '' survive the trip distinctly.
+  rows, then COPY the rows in COPY's text format written column-wise by polars, slice by slice.
+  A failure anywhere (a NOT NULL violation in the last row included) rolls back to the old rows.
+- Streaming: an asset may return `RowBatches` (DataFrames made one after another) instead of one
+  DataFrame; each batch is copied as it comes, so memory stays flat however long the episode.
+- Text format, not CSV: JSON is full of commas and quotes that CSV would quote and double, which
+  costs more than the COPY itself on the client; tab-separated text needs escaping only for a
+  backslash, tab, newline or carriage return, which float vectors never contain. NULL is `\\N`
+  and an empty string an empty field, so NULL and '' survive the trip distinctly.
 - Nested columns (struct, list, array) are sent as JSON text (for jsonb/json columns).
 - Load: the partition's rows (ordered by metadata `"order_by"`, a column name or a list of them),
   typed from the result's column types. json/jsonb columns come back as **text** (JSON strings,
@@ -24,7 +28,8 @@ Dagster ships none (dagster#14080, #32700), so this one stands on its own:
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import polars as pl
@@ -37,8 +42,13 @@ from pydantic import Field
 from episode_pipeline.defs.resources.database import PostgresResource
 from episode_pipeline.keys import parse_partition_key
 
-COPY_SLICE_ROWS = 50_000
+# Rows per COPY write: a few MB of text at most, so the client's memory stays flat.
+COPY_SLICE_ROWS = 10_000
 _JSON_TAG = "__v"
+_NULL = "\\N"
+# COPY text format's escapes; the backslash first, so the others' backslashes stay single.
+_TEXT_ESCAPES = (("\\", "\\\\"), ("\t", "\\t"), ("\n", "\\n"), ("\r", "\\r"))
+_TEXT_SPECIAL = "[\\\\\t\n\r]"
 
 # PostgreSQL type name (pg_type.typname) → polars dtype for loaded frames. Others are inferred.
 _PG_TO_POLARS: dict[str, pl.DataType] = {
@@ -64,37 +74,65 @@ class TableMismatch(ValueError):
     """The frame's columns do not fit the table (or the table does not exist)."""
 
 
-def csv_ready(df: pl.DataFrame) -> pl.DataFrame:
-    """The frame with nested columns as JSON text, so `write_csv` can write every column.
+@dataclass(frozen=True)
+class RowBatches:
+    """A partition's rows as DataFrames made one after another: an asset's streamed output.
 
-    A null stays null (SQL NULL), not the JSON literal `null`.
+    The IO manager copies each batch as it comes, so a long episode is never held in memory
+    whole. `schema` names the columns (and stands for an empty stream); `metadata`, called
+    after the last batch, is what the producer learned while producing (rows read, files
+    skipped), added to the output's metadata.
+    """
+
+    batches: Iterable[pl.DataFrame]
+    schema: Mapping[str, pl.DataType]
+    metadata: Callable[[], Mapping[str, Any]] | None = None
+
+
+def text_ready(df: pl.DataFrame) -> pl.DataFrame:
+    """The frame as COPY's text format wants it: nested columns as JSON text, strings escaped.
+
+    A null stays null (SQL NULL), not the JSON literal `null`. Only string columns that hold a
+    backslash, tab, newline or carriage return are rewritten (one vectorised scan finds them).
     """
     nested = [
         name
         for name, dtype in df.schema.items()
         if isinstance(dtype, pl.Struct | pl.List | pl.Array)
     ]
-    if not nested:
-        return df
-    return df.with_columns(
-        pl.when(pl.col(name).is_null())
-        .then(None)
-        .otherwise(
-            pl.struct(pl.col(name).alias(_JSON_TAG))
-            .struct.json_encode()
-            .str.strip_prefix(f'{{"{_JSON_TAG}":')
-            .str.strip_suffix("}")
+    if nested:
+        df = df.with_columns(
+            pl.when(pl.col(name).is_null())
+            .then(None)
+            .otherwise(
+                pl.struct(pl.col(name).alias(_JSON_TAG))
+                .struct.json_encode()
+                .str.strip_prefix(f'{{"{_JSON_TAG}":')
+                .str.strip_suffix("}")
+            )
+            .alias(name)
+            for name in nested
         )
-        .alias(name)
-        for name in nested
-    )
+    strings = [name for name, dtype in df.schema.items() if dtype == pl.String]
+    if not strings or df.height == 0:
+        return df
+    needs = df.select(pl.col(name).str.contains(_TEXT_SPECIAL).any() for name in strings).row(0)
+    escape = [name for name, flag in zip(strings, needs, strict=True) if flag]
+    if not escape:
+        return df
+    escaped = [pl.col(name) for name in escape]
+    for raw, text in _TEXT_ESCAPES:
+        escaped = [e.str.replace_all(raw, text, literal=True) for e in escaped]
+    return df.with_columns(e.alias(name) for e, name in zip(escaped, escape, strict=True))
 
 
-def csv_chunks(df: pl.DataFrame, slice_rows: int = COPY_SLICE_ROWS):
-    """CSV bytes of `df` (no header), `slice_rows` rows at a time: bounded memory for COPY."""
-    ready = csv_ready(df)
-    for frame in ready.iter_slices(slice_rows):
-        yield frame.write_csv(None, include_header=False).encode("utf-8")
+def copy_chunks(df: pl.DataFrame, slice_rows: int = COPY_SLICE_ROWS) -> Iterator[bytes]:
+    """COPY text-format bytes of `df`, `slice_rows` rows at a time: bounded memory."""
+    for frame in df.iter_slices(slice_rows):
+        text = text_ready(frame).write_csv(
+            None, include_header=False, separator="\t", quote_style="never", null_value=_NULL
+        )
+        yield text.encode("utf-8")
 
 
 class PostgresPolarsIOManager(ConfigurableIOManager):
@@ -111,13 +149,13 @@ class PostgresPolarsIOManager(ConfigurableIOManager):
 
     # -- write ---------------------------------------------------------------------------------
 
-    def handle_output(self, context: OutputContext, obj: pl.DataFrame | None) -> None:
+    def handle_output(self, context: OutputContext, obj: pl.DataFrame | RowBatches | None) -> None:
         table = self._table(context.definition_metadata, context.asset_key.path[-1])
-        if not isinstance(obj, pl.DataFrame):
+        if not isinstance(obj, pl.DataFrame | RowBatches):
             raise TypeError(
                 f"asset {context.asset_key.to_user_string()!r} returned a "
-                f"{type(obj).__name__}; the PostgreSQL IO manager stores polars DataFrames in "
-                f"{self._qualified_name(table)}"
+                f"{type(obj).__name__}; the PostgreSQL IO manager stores polars DataFrames "
+                f"(or RowBatches of them) in {self._qualified_name(table)}"
             )
         column, values = self._scope(context, context.definition_metadata)
         if len(values) > 1:
@@ -130,8 +168,10 @@ class PostgresPolarsIOManager(ConfigurableIOManager):
         optional = tuple(context.definition_metadata.get("optional_columns") or ())
         rows = self.replace(table, obj, column, value, optional_columns=optional)
         seconds = time.perf_counter() - started
+        produced = obj.metadata() if isinstance(obj, RowBatches) and obj.metadata else {}
         context.add_output_metadata(
             {
+                **produced,
                 "table": self._qualified_name(table),
                 "rows_written": rows,
                 "seconds": round(seconds, 3),
@@ -143,30 +183,34 @@ class PostgresPolarsIOManager(ConfigurableIOManager):
     def replace(
         self,
         table: str,
-        frame: pl.DataFrame,
+        rows: pl.DataFrame | RowBatches,
         partition_column: str,
         partition_value: Any,
         optional_columns: Sequence[str] = (),
     ) -> int:
-        """Make `frame` the rows of one partition.
+        """Make `rows` (one DataFrame, or batches of them) the rows of one partition.
 
-        One transaction: DELETE the partition's rows, COPY the frame (its partition column added
-        when missing). Returns the rows copied. Any error leaves the previous rows in place.
+        One transaction: DELETE the partition's rows, COPY the rows batch by batch (the
+        partition column added when missing). Returns the rows copied. Any error, in any batch,
+        leaves the previous rows in place.
         """
-        frame = self._with_partition_column(frame, partition_column, partition_value, table)
+        if isinstance(rows, pl.DataFrame):
+            rows = RowBatches([rows], rows.schema)
         target = sql.Identifier(self.schema_, table)
         with self.postgres.transaction() as conn:
             table_columns = self._table_columns(conn, table)
-            frame = frame.drop(
-                [c for c in optional_columns if c not in table_columns], strict=False
-            )
-            extra = [name for name in frame.columns if name not in table_columns]
+            columns = [name for name in rows.schema if name != partition_column]
+            columns = [
+                name for name in columns if name in table_columns or name not in optional_columns
+            ]
+            extra = [name for name in columns if name not in table_columns]
             if extra:
                 raise TableMismatch(
                     f"{self._qualified_name(table)} has no column(s) {', '.join(extra)} "
-                    f"(frame columns: {', '.join(frame.columns)}; "
+                    f"(frame columns: {', '.join(rows.schema)}; "
                     f"table columns: {', '.join(table_columns)})"
                 )
+            columns.append(partition_column)
             # Two runs replacing the same partition would interleave DELETE and COPY: serialize.
             conn.execute(
                 "SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))",
@@ -178,15 +222,21 @@ class PostgresPolarsIOManager(ConfigurableIOManager):
                 ),
                 (partition_value,),
             )
-            if frame.height == 0:
-                return 0
-            copy_sql = sql.SQL("COPY {} ({}) FROM STDIN (FORMAT csv)").format(
-                target, sql.SQL(", ").join(sql.Identifier(name) for name in frame.columns)
+            copy_sql = sql.SQL("COPY {} ({}) FROM STDIN").format(
+                target, sql.SQL(", ").join(sql.Identifier(name) for name in columns)
             )
+            written = 0
             with conn.cursor() as cur, cur.copy(copy_sql) as copy:
-                for chunk in csv_chunks(frame):
-                    copy.write(chunk)
-        return frame.height
+                for batch in rows.batches:
+                    if batch.height == 0:
+                        continue
+                    batch = self._with_partition_column(
+                        batch, partition_column, partition_value, table
+                    ).select(columns)
+                    for chunk in copy_chunks(batch):
+                        copy.write(chunk)
+                    written += batch.height
+        return written
 
     # -- read ----------------------------------------------------------------------------------
 
