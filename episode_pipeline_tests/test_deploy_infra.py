@@ -1,9 +1,14 @@
-"""infra/ Terraform: the seed's numbers, least-privilege IAM, and the offline validators.
+"""infra/ Terraform: its own tests, the offline validators, and what only the text can tell.
 
-No AWS account is reachable here, so nothing is planned or applied. What can be checked is:
-the parsed configuration (python-hcl2) against the seed's contract, `terraform fmt -check` and
-`terraform validate` with the AWS provider from the machine image's filesystem mirror (no
-registry), and checkov with every suppression justified inline.
+No AWS account is reachable here. What gets created (queue numbers, the upload route of an adopted
+or a created data bucket, IAM scopes, task sizes, log retention, ...) is asserted by Terraform
+itself: `terraform test` runs infra/tests/*.tftest.hcl, real plans and applies against a mocked
+AWS provider. This module runs them, with `terraform fmt -check` and `terraform validate` (the
+AWS provider from the machine image's filesystem mirror, no registry), and checkov with every
+suppression justified inline. It keeps the checks that need the configuration's text or other
+parts of the project: suppressions say why, variables and outputs are documented, the tasks get
+every variable the code and dagster.yaml read, the EventBridge route hands the sensor a body its
+parser reads, and the deploy workflow rolls the services Terraform names.
 
 Missing tools: outside CI a test that needs terraform, the provider mirror or the checkov venv is
 skipped with the reason; in CI (`CI=true`) it fails, so a green CI always means "validated".
@@ -20,9 +25,10 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-import hcl2
 import pytest
+import yaml
 
+from episode_pipeline.events import Uploads, parse_body
 from episode_pipeline_tests.test_deploy_dagster_config import PRODUCTION_ENV
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -35,17 +41,7 @@ TOOLS_VENV = Path(
     / "venv-checkov"
 )
 VALIDATE_SCRIPT = ROOT / "scripts" / "validate-infra.sh"
-
-# The seed ("When it fails", "Deploy"): visibility 15 min, retention 4 days / 14 days,
-# 3 receives before the dead-letter queue, 3 images kept, logs 7 days.
-SEED = {
-    "visibility_timeout_seconds": 15 * 60,
-    "message_retention_seconds": 4 * 24 * 3600,
-    "dlq_message_retention_seconds": 14 * 24 * 3600,
-    "max_receive_count": 3,
-    "images_kept": 3,
-    "log_retention_days": 7,
-}
+UPLOAD_RECORD = INFRA / "templates" / "upload-event-record.yaml"
 
 # Variables the pipeline code reads (settings.py and the issue's list); local-only ones excluded.
 CODE_ENV = {
@@ -74,324 +70,182 @@ def unavailable(reason: str) -> None:
     pytest.skip(reason)
 
 
-# --- Parsed configuration ------------------------------------------------------------------------
+def _run(cmd: list[str], **kwargs: Any) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=600, check=False, **kwargs)
 
 
-def _one(value: Any) -> Any:
-    """python-hcl2 wraps each attribute value (and a lone block) in a one-element list."""
-    if isinstance(value, list) and len(value) == 1:
-        return value[0]
-    return value
+# --- The configuration's text --------------------------------------------------------------------
 
 
 @cache
-def parsed() -> dict[str, Any]:
-    """All of infra/*.tf: resources and data sources by type and name, locals, variables..."""
-    result: dict[str, Any] = {
-        "resource": {},
-        "data": {},
-        "locals": {},
-        "variable": {},
-        "output": {},
-        "text": {},
-        "source": {},
-    }
-    for path in sorted(INFRA.glob("*.tf")):
-        text = path.read_text()
-        result["text"][path.name] = text
-        try:
-            tree = hcl2.loads(text)
-        except Exception as error:  # pragma: no cover - the message is the point
-            pytest.fail(f"{path}: python-hcl2 cannot parse it: {error}")
-        for kind in ("resource", "data"):
-            for block in tree.get(kind, []):
-                for rtype, by_name in block.items():
-                    for name, body in by_name.items():
-                        result[kind].setdefault(rtype, {})[name] = body
-                        lines = text.splitlines()[body["__start_line__"] - 1 : body["__end_line__"]]
-                        result["source"][f"{kind}.{rtype}.{name}"] = "\n".join(lines)
-        for block in tree.get("locals", []):
-            result["locals"].update({k: _one(v) for k, v in block.items()})
-        for kind in ("variable", "output"):
-            for block in tree.get(kind, []):
-                result[kind].update(block)
-    return result
-
-
-def resource(rtype: str, name: str) -> dict[str, Any]:
-    try:
-        return parsed()["resource"][rtype][name]
-    except KeyError:
-        pytest.fail(f"infra/: resource {rtype}.{name} is missing")
-
-
-def attr(body: dict[str, Any], name: str) -> Any:
-    """An attribute's value with `${local.x}` references resolved."""
-    assert name in body, f"attribute {name!r} missing (have {sorted(body)})"
-    value = _one(body[name])
-    match = re.fullmatch(r"\$\{local\.(\w+)\}", value) if isinstance(value, str) else None
-    if match:
-        return parsed()["locals"][match.group(1)]
-    return value
-
-
-def source(rtype: str, name: str) -> str:
-    """The HCL text of a resource block, for expressions python-hcl2 renders poorly."""
-    resource(rtype, name)
-    return parsed()["source"][f"resource.{rtype}.{name}"]
-
-
-def local_value(name: str) -> Any:
-    return parsed()["locals"][name]
-
-
-def test_queue_matches_the_seed() -> None:
-    queue = resource("aws_sqs_queue", "uploads")
-    assert attr(queue, "visibility_timeout_seconds") == SEED["visibility_timeout_seconds"]
-    assert attr(queue, "message_retention_seconds") == SEED["message_retention_seconds"]
-    assert attr(queue, "receive_wait_time_seconds") == 20
-    assert attr(queue, "sqs_managed_sse_enabled") is True
-
-    text = source("aws_sqs_queue", "uploads")
-    assert re.search(r"deadLetterTargetArn\s*=\s*aws_sqs_queue\.dlq\.arn", text), text
-    count = re.search(r"maxReceiveCount\s*=\s*(?:local\.(\w+)|(\d+))", text)
-    assert count, f"infra/queue.tf: no maxReceiveCount in the redrive policy:\n{text}"
-    value = local_value(count.group(1)) if count.group(1) else int(count.group(2))
-    assert value == SEED["max_receive_count"]
-
-
-def test_dead_letter_queue_matches_the_seed() -> None:
-    dlq = resource("aws_sqs_queue", "dlq")
-    assert attr(dlq, "message_retention_seconds") == SEED["dlq_message_retention_seconds"]
-    assert attr(dlq, "sqs_managed_sse_enabled") is True
-    allow = source("aws_sqs_queue_redrive_allow_policy", "dlq")
-    assert '"byQueue"' in allow and "[aws_sqs_queue.uploads.arn]" in allow
-
-
-def test_bucket_notification_sends_zst_archives_under_orgs_to_the_queue() -> None:
-    notification = resource("aws_s3_bucket_notification", "data")
-    assert attr(notification, "bucket") == "${aws_s3_bucket.data.id}"
-    queue = _one(notification["queue"])
-    assert attr(queue, "queue_arn") == "${aws_sqs_queue.uploads.arn}"
-    assert attr(queue, "events") == ["s3:ObjectCreated:*"]
-    assert attr(queue, "filter_prefix") == "orgs/"
-    assert attr(queue, "filter_suffix") == ".zst"
-    # S3 may only send from this bucket.
-    policy = parsed()["data"]["aws_iam_policy_document"]["uploads_queue"]
-    statement = _one(policy["statement"])
-    assert attr(statement, "actions") == ["sqs:SendMessage"]
-    conditions = {attr(c, "variable"): attr(c, "values") for c in statement["condition"]}
-    assert conditions["aws:SourceArn"] == ["${aws_s3_bucket.data.arn}"]
-
-
-def test_alarm_emails_when_the_dead_letter_queue_is_not_empty() -> None:
-    alarm = resource("aws_cloudwatch_metric_alarm", "dlq_not_empty")
-    assert attr(alarm, "namespace") == "AWS/SQS"
-    assert attr(alarm, "metric_name") == "ApproximateNumberOfMessagesVisible"
-    assert attr(alarm, "dimensions") == {"QueueName": "${aws_sqs_queue.dlq.name}"}
-    assert attr(alarm, "comparison_operator") == "GreaterThanThreshold"
-    assert attr(alarm, "threshold") == 0
-    assert attr(alarm, "alarm_actions") == ["${aws_sns_topic.alerts.arn}"]
-    subscription = resource("aws_sns_topic_subscription", "alert_email")
-    assert attr(subscription, "protocol") == "email"
-    assert attr(subscription, "topic_arn") == "${aws_sns_topic.alerts.arn}"
-    assert "alert_emails" in parsed()["variable"]
-
-
-def test_data_bucket_is_versioned_encrypted_and_private() -> None:
-    versioning = resource("aws_s3_bucket_versioning", "data")
-    assert attr(_one(versioning["versioning_configuration"]), "status") == "Enabled"
-    sse = resource("aws_s3_bucket_server_side_encryption_configuration", "data")
-    default = _one(_one(sse["rule"])["apply_server_side_encryption_by_default"])
-    assert attr(default, "sse_algorithm") in {"AES256", "aws:kms"}
-    block = resource("aws_s3_bucket_public_access_block", "data")
-    for flag in (
-        "block_public_acls",
-        "block_public_policy",
-        "ignore_public_acls",
-        "restrict_public_buckets",
-    ):
-        assert attr(block, flag) is True, flag
-
-
-def test_ecr_keeps_the_three_most_recent_images() -> None:
-    policy = source("aws_ecr_lifecycle_policy", "app")
-    assert re.search(r'countType\s*=\s*"imageCountMoreThan"', policy), policy
-    kept = re.findall(r"countNumber\s*=\s*(\d+)", policy)
-    assert [int(n) for n in kept] == [SEED["images_kept"]]
-    assert re.search(r'tagStatus\s*=\s*"any"', policy)
-    assert re.search(r'type\s*=\s*"expire"', policy)
-
-
-def test_log_groups_keep_seven_days() -> None:
-    assert _one(parsed()["variable"]["log_retention_days"]["default"]) == SEED["log_retention_days"]
-    groups = resource("aws_cloudwatch_log_group", "ecs")
-    assert attr(groups, "retention_in_days") == "${var.log_retention_days}"
-    assert set(local_value("log_groups")) == {
-        "webserver",
-        "daemon",
-        "code-server",
-        "run",
-        "transcode",
+def tf_files() -> dict[str, str]:
+    """Every .tf file of infra/ (modules included) by its path below infra/."""
+    return {
+        str(path.relative_to(INFRA)): path.read_text()
+        for path in sorted(INFRA.rglob("*.tf"))
+        if ".terraform" not in path.parts
     }
 
 
-@pytest.mark.parametrize("name", ["code_server", "webserver", "daemon", "run", "transcode"])
-def test_every_task_logs_with_awslogs_and_a_stream_prefix(name: str) -> None:
-    """PipesECSClient reads the transcode task's messages from its awslogs stream."""
-    text = source("aws_ecs_task_definition", name)
-    assert re.search(r'logDriver\s*=\s*"awslogs"', text), text
-    assert re.search(r'awslogs-stream-prefix\s*=\s*"[a-z-]+"', text), text
-    assert "merge(local.container_base," in text  # image, env, secrets, non-root user
-    assert attr(resource("aws_ecs_task_definition", name), "requires_compatibilities") == [
-        "FARGATE"
+def top_level_blocks(kind: str) -> dict[str, str]:
+    """`kind "label" ... { ... }` blocks of every file, by file and labels (terraform fmt closes
+    a top-level block with `}` in column 0)."""
+    pattern = re.compile(rf'^{kind}((?: "[^"]+")+) \{{\n(.*?)^\}}', re.M | re.S)
+    return {
+        f"{path}:{match.group(1)}": match.group(2)
+        for path, text in tf_files().items()
+        for match in pattern.finditer(text)
+    }
+
+
+def test_every_checkov_suppression_says_why() -> None:
+    skips = [
+        (name, line.strip())
+        for name, text in tf_files().items()
+        for line in text.splitlines()
+        if "checkov:skip" in line
     ]
+    assert skips, "expected the documented suppressions"
+    for name, line in skips:
+        match = re.fullmatch(r"#checkov:skip=(CKV2?_AWS_\d+):(.+)", line)
+        assert match, f"infra/{name}: malformed suppression {line!r}"
+        assert len(match.group(2).split()) >= 6, f"infra/{name}: reason too short in {line!r}"
 
 
-def test_services_run_webserver_daemon_and_code_server() -> None:
-    services = parsed()["resource"]["aws_ecs_service"]
-    assert set(services) == {"webserver", "daemon", "code_server"}
-    daemon = services["daemon"]
-    # Never two daemons at once.
-    assert attr(daemon, "desired_count") == 1
-    assert attr(daemon, "deployment_maximum_percent") == 100
-    assert "service_registries" in services["code_server"]
-
-
-def test_transcode_task_runs_the_transcode_module() -> None:
-    text = source("aws_ecs_task_definition", "transcode")
-    assert 'command = ["python", "-m", "episode_pipeline.transcode"]' in text
+def test_variables_and_outputs_are_documented() -> None:
+    for kind in ("variable", "output"):
+        blocks = top_level_blocks(kind)
+        assert blocks, f"no {kind} blocks found in infra/"
+        for name, body in blocks.items():
+            description = re.search(r'^  description\s*=\s*"(.*)"$', body, re.M)
+            assert description and len(description.group(1)) >= 15, f"{kind} {name}"
 
 
 def _task_environment_names() -> set[str]:
-    text = parsed()["text"]["ecs.tf"]
+    text = tf_files()["ecs.tf"]
     block = re.search(r"environment = \[\s*for name, value in \{(.*?)\} : \{", text, re.S)
     assert block, "infra/ecs.tf: locals.environment map not found"
     return set(re.findall(r"^\s*([A-Z][A-Z0-9_]+)\s*=", block.group(1), re.M))
 
 
 def test_tasks_get_every_variable_the_code_and_dagster_read() -> None:
+    """The names here, their values in infra/tests/queue_and_tasks.tftest.hcl."""
     names = _task_environment_names()
     missing = (CODE_ENV | set(PRODUCTION_ENV)) - names
     assert not missing, f"infra/ecs.tf locals.environment lacks {sorted(missing)}"
     assert "DB_PASSWORD" not in names  # a secret, never plain text
-    assert "'DB_PASSWORD'" in str(local_value("secrets"))
     assert "AWS_ENDPOINT_URL" not in names  # local stack only
 
 
-# --- IAM -----------------------------------------------------------------------------------------
-
-
-def _statements(document: str) -> list[dict[str, Any]]:
-    body = parsed()["data"]["aws_iam_policy_document"][document]
-    return [s for s in body.get("statement", []) if isinstance(s, dict)]
-
-
-def _by_sid(document: str) -> dict[str, dict[str, Any]]:
-    return {attr(s, "sid"): s for s in _statements(document) if "sid" in s}
-
-
-def test_runs_read_orgs_and_write_only_processed() -> None:
-    assert local_value("raw_objects_arn") == "${aws_s3_bucket.data.arn}/orgs/*"
-    assert (
-        local_value("processed_objects_arn")
-        == "${aws_s3_bucket.data.arn}/orgs/*/episodes/*/processed/*"
+def test_deploy_workflow_pushes_latest_and_sha_on_project_changes() -> None:
+    workflow = yaml.safe_load((ROOT / ".github" / "workflows" / "deploy.yml").read_text())
+    push = workflow[True]["push"]  # YAML 1.1 reads the key `on` as True
+    assert {"episode_pipeline/**", "pyproject.toml", "Dockerfile"} <= set(push["paths"])
+    script = "\n".join(
+        step.get("run", "") for job in workflow["jobs"].values() for step in job["steps"]
     )
-    for document in ("episode_objects", "run", "transcode"):
-        if document not in parsed()["data"]["aws_iam_policy_document"]:
-            continue
-        for statement in _statements(document):
-            actions = attr(statement, "actions")
-            writes = [a for a in actions if re.match(r"s3:(Put|Delete|Abort)", a)]
-            if writes and "${local.compute_logs_arn}" not in attr(statement, "resources"):
-                assert attr(statement, "resources") == ["${local.processed_objects_arn}"], statement
-    statements = _by_sid("episode_objects")
-    assert attr(statements["ReadEpisodeObjects"], "resources") == ["${local.raw_objects_arn}"]
-    run = parsed()["data"]["aws_iam_policy_document"]["run"]
-    assert attr(run, "source_policy_documents") == [
-        "${data.aws_iam_policy_document.episode_objects.json}"
-    ]
+    assert 'docker push "$image:$GITHUB_SHA"' in script
+    assert 'docker push "$image:latest"' in script
+    # The services infra/ecs.tf runs, named <prefix>-<key> on the cluster <prefix> (the names
+    # are asserted by infra/tests/queue_and_tasks.tftest.hcl).
+    services = re.search(r"^  services = \{\n(.*?)^  \}", tf_files()["ecs.tf"], re.M | re.S)
+    assert services, "infra/ecs.tf: locals.services not found"
+    keys = set(re.findall(r'^    "?([a-z-]+)"?\s*=\s*\{', services.group(1), re.M))
+    assert keys == {"code-server", "webserver", "daemon"}
+    for service in keys:
+        assert service in script
 
 
-def test_ecs_run_task_only_for_the_launched_families() -> None:
-    daemon = _by_sid("daemon")
-    assert attr(daemon["LaunchRunTasks"], "actions") == ["ecs:RunTask"]
-    assert attr(daemon["LaunchRunTasks"], "resources") == ["${local.run_task_definition_arns}"]
-    run = _by_sid("run")
-    assert attr(run["LaunchTranscodeTasks"], "resources") == [
-        "${local.transcode_task_definition_arns}"
-    ]
-    for document, sid in (("daemon", "PassRunRoles"), ("run", "PassTranscodeRoles")):
-        statement = _by_sid(document)[sid]
-        condition = _one(statement["condition"])
-        assert attr(condition, "variable") == "iam:PassedToService"
-        assert attr(condition, "values") == ["ecs-tasks.amazonaws.com"]
-    assert local_value("run_task_definition_arns").endswith(
-        ":task-definition/${local.run_family}:*"
-    )
-    # Nobody else may start tasks.
-    for document in ("webserver", "code_server", "episode_objects"):
-        for statement in _statements(document):
-            assert "ecs:RunTask" not in attr(statement, "actions"), document
+# --- The EventBridge route of an adopted bucket --------------------------------------------------
 
 
-def test_the_sensor_process_consumes_the_queue() -> None:
-    consume = _by_sid("code_server")["ConsumeUploadQueue"]
-    assert {"sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:ChangeMessageVisibility"} <= set(
-        attr(consume, "actions")
-    )
-    assert attr(consume, "resources") == ["${aws_sqs_queue.uploads.arn}"]
+def _event_value(event: dict[str, Any], path: str) -> Any:
+    node: Any = event
+    for part in path.removeprefix("$.").split("."):
+        node = node.get(part) if isinstance(node, dict) else None
+    return node
 
 
-def test_database_access_uses_rds_iam_connect() -> None:
-    assert "dbuser:${var.db_cluster_resource_id}/${var.db_user}" in local_value("rds_db_user_arn")
-    for document in ("webserver", "daemon", "code_server", "run"):
-        actions = [a for s in _statements(document) for a in attr(s, "actions")]
-        assert "rds-db:connect" in actions, document
+def transform(event: dict[str, Any], transformer: dict[str, Any]) -> str:
+    """What EventBridge's input transformer makes of `event`: each <name> of the template is the
+    value at its input path, inserted as it is inside a JSON string of the template (not
+    escaped), as a JSON value outside one; a path the event lacks leaves nothing."""
+    values = {name: _event_value(event, path) for name, path in transformer["input_paths"].items()}
+    template: str = transformer["input_template"]
+
+    def fill(match: re.Match[str]) -> str:
+        value = values.get(match.group(1))
+        # Inside a JSON string of the template when an odd number of quotes precede it.
+        in_string = len(re.findall(r'(?<!\\)"', template[: match.start()])) % 2 == 1
+        if value is None:
+            return ""
+        if in_string:
+            return str(value)
+        return json.dumps(value)
+
+    return re.sub(r"<([A-Za-z0-9_.-]+)>", fill, template)
 
 
-# Actions AWS offers no resource-level permissions for; "*" is the only possible resource.
-UNSCOPABLE = {
-    "ecr:GetAuthorizationToken",
-    "ecs:DescribeTaskDefinition",
-    "ec2:DescribeNetworkInterfaces",
-}
+def _object_created(key: str, *, version_id: str | None) -> dict[str, Any]:
+    """An S3 "Object Created" event as EventBridge delivers it (S3 User Guide, EventBridge event
+    message structure)."""
+    obj: dict[str, Any] = {
+        "key": key,
+        "size": 734003,
+        "etag": "b1946ac92492d2347c6235b4d2611184",
+        "sequencer": "617f08299329d189",
+    }
+    if version_id is not None:
+        obj["version-id"] = version_id
+    return {
+        "version": "0",
+        "id": "17793124-05d4-b198-2fde-7ededc63b103",
+        "detail-type": "Object Created",
+        "source": "aws.s3",
+        "account": "123456789012",
+        "time": "2021-11-12T00:00:00Z",
+        "region": "us-west-2",
+        "resources": ["arn:aws:s3:::toborverse-dev-data"],
+        "detail": {
+            "version": "0",
+            "bucket": {"name": "toborverse-dev-data"},
+            "object": obj,
+            "request-id": "N4N7GDK58NMKJ12R",
+            "requester": "123456789012",
+            "source-ip-address": "1.2.3.4",
+            "reason": "PutObject",
+        },
+    }
 
 
-def test_no_allow_statement_uses_wildcards_beyond_unscopable_actions() -> None:
-    wildcard_statements = 0
-    for document in parsed()["data"]["aws_iam_policy_document"]:
-        if document == "kms":  # key policies must say "*" (= this key)
-            continue
-        for statement in _statements(document):
-            if "effect" in statement and attr(statement, "effect") == "Deny":
-                continue
-            actions = attr(statement, "actions")
-            assert not any(a.endswith(":*") or a == "*" for a in actions), (document, actions)
-            if "resources" in statement and attr(statement, "resources") == ["*"]:
-                wildcard_statements += 1
-                assert set(actions) <= UNSCOPABLE, (document, actions)
-    assert wildcard_statements > 0, "the walker saw no Resource '*' at all: parsing changed?"
+@pytest.mark.parametrize("version_id", ["IYV3p45BT0ac8hjHg1houSdS1a.Mro8e", None])
+def test_eventbridge_uploads_reach_the_sensor_as_s3_notifications(version_id: str | None) -> None:
+    """infra/templates/upload-event-record.yaml reshapes an EventBridge event into the S3
+    notification body episode_pipeline/events.py parses, versioned bucket or not."""
+    transformer = yaml.safe_load(UPLOAD_RECORD.read_text())
+    key = "orgs/acme/episodes/ep-0001/ep-0001.tar.zst"
+    body = transform(_object_created(key, version_id=version_id), transformer)
+    record = json.loads(body)["Records"][0]
+    assert record["eventSource"] == "aws.s3"  # says the record came through EventBridge
+    parsed = parse_body(body)
+    assert isinstance(parsed, Uploads), parsed
+    assert not parsed.skipped
+    (upload,) = parsed.uploads
+    assert upload.partition_key == "acme/ep-0001"
+    assert (upload.bucket, upload.key) == ("toborverse-dev-data", key)
+    assert upload.etag == "b1946ac92492d2347c6235b4d2611184"
+    assert upload.version_id == version_id
+    assert upload.sequencer == "617f08299329d189"
+    assert upload.size == 734003
+    assert upload.event_time == "2021-11-12T00:00:00Z"
 
 
-def test_secrets_come_from_secrets_manager() -> None:
-    assert "secretsmanager:GetSecretValue" in parsed()["text"]["iam.tf"]
-    assert "valueFrom" in parsed()["text"]["ecs.tf"]
-
-
-def test_variables_and_outputs_are_documented() -> None:
-    for kind in ("variable", "output"):
-        for name, body in parsed()[kind].items():
-            description = _one(body.get("description", ""))
-            assert isinstance(description, str) and len(description) >= 15, f"{kind} {name}"
-
-
-# --- Validators ----------------------------------------------------------------------------------
+# --- Terraform -----------------------------------------------------------------------------------
 
 
 @cache
 def provider_mirror() -> Path | None:
-    """The directory holding registry.terraform.io/ (platform-notes), or TF_PROVIDER_MIRROR."""
+    """The directory holding registry.terraform.io/ (the machine image's), or TF_PROVIDER_MIRROR."""
     if os.environ.get("TF_PROVIDER_MIRROR"):
         return Path(os.environ["TF_PROVIDER_MIRROR"])
     for pattern in ("*/registry.terraform.io", "*/*/registry.terraform.io"):
@@ -404,7 +258,7 @@ def provider_mirror() -> Path | None:
 def pinned_provider_version() -> str:
     match = re.search(
         r'source\s*=\s*"hashicorp/aws"\s*\n\s*(?:#.*\n\s*)*version\s*=\s*"([^"]+)"',
-        parsed()["text"]["versions.tf"],
+        tf_files()["versions.tf"],
     )
     assert match, "infra/versions.tf: hashicorp/aws version pin not found"
     return match.group(1)
@@ -437,8 +291,19 @@ def terraform_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     }
 
 
-def _run(cmd: list[str], **kwargs: Any) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=300, check=False, **kwargs)
+@pytest.fixture(scope="module")
+def terraform_dir(terraform_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """infra/ copied and initialised (offline mirror), so init's .terraform/ and lock file never
+    land in the repository."""
+    work = tmp_path_factory.mktemp("infra") / "infra"
+    shutil.copytree(INFRA, work, ignore=shutil.ignore_patterns(".terraform", ".terraform.lock.hcl"))
+    init = _run(
+        ["terraform", "init", "-backend=false", "-input=false", "-no-color"],
+        cwd=work,
+        env=terraform_env,
+    )
+    assert init.returncode == 0, f"terraform init (offline mirror) failed:\n{init.stderr}"
+    return work
 
 
 def test_terraform_fmt_check(terraform_env: dict[str, str]) -> None:
@@ -448,18 +313,9 @@ def test_terraform_fmt_check(terraform_env: dict[str, str]) -> None:
     assert result.returncode == 0, f"terraform fmt would change:\n{result.stdout}{result.stderr}"
 
 
-def test_terraform_validate_offline(terraform_env: dict[str, str], tmp_path: Path) -> None:
-    # A copy, so init's .terraform/ and lock file never land in the repository.
-    for tf in INFRA.glob("*.tf"):
-        shutil.copy(tf, tmp_path / tf.name)
-    init = _run(
-        ["terraform", "init", "-backend=false", "-input=false", "-no-color"],
-        cwd=tmp_path,
-        env=terraform_env,
-    )
-    assert init.returncode == 0, f"terraform init (offline mirror) failed:\n{init.stderr}"
+def test_terraform_validate_offline(terraform_env: dict[str, str], terraform_dir: Path) -> None:
     validate = _run(
-        ["terraform", "validate", "-json", "-no-color"], cwd=tmp_path, env=terraform_env
+        ["terraform", "validate", "-json", "-no-color"], cwd=terraform_dir, env=terraform_env
     )
     report = json.loads(validate.stdout)
     problems = [
@@ -469,6 +325,26 @@ def test_terraform_validate_offline(terraform_env: dict[str, str], tmp_path: Pat
     ]
     assert report["valid"], "\n".join(problems)
     assert report["warning_count"] == 0, "\n".join(problems)
+
+
+def test_terraform_test_offline(terraform_env: dict[str, str], terraform_dir: Path) -> None:
+    """infra/tests/*.tftest.hcl: plans and applies against the mocked AWS provider."""
+    result = _run(["terraform", "test", "-no-color"], cwd=terraform_dir, env=terraform_env)
+    output = f"{result.stdout}\n{result.stderr}"
+    assert result.returncode == 0, f"terraform test failed:\n{output}"
+    summary = re.search(r"Success! (\d+) passed, 0 failed\.", result.stdout)
+    assert summary, f"terraform test printed no success summary:\n{output}"
+    files = sorted(p.name for p in (INFRA / "tests").glob("*.tftest.hcl"))
+    assert files, "infra/tests/ has no .tftest.hcl files"
+    for name in files:
+        assert f"tests/{name}... pass" in result.stdout, f"{name} did not run:\n{output}"
+    runs = sum(
+        len(re.findall(r'^run "', (INFRA / "tests" / name).read_text(), re.M)) for name in files
+    )
+    assert int(summary.group(1)) == runs, f"expected {runs} runs to pass:\n{output}"
+
+
+# --- checkov -------------------------------------------------------------------------------------
 
 
 @pytest.fixture(scope="module")
@@ -491,6 +367,8 @@ def test_checkov_finds_nothing_unjustified(tools_venv: Path) -> None:
             "--compact",
             "--quiet",
             "--skip-download",
+            "--skip-path",
+            "infra/tests",  # terraform test files and mocks: nothing is deployed from them
             "-o",
             "json",
         ],
@@ -503,7 +381,7 @@ def test_checkov_finds_nothing_unjustified(tools_venv: Path) -> None:
     report = report[0] if isinstance(report, list) else report
     summary = report["summary"]
     # checkov exits 0 on files it cannot parse: make sure it saw the resources.
-    resources = sum(len(by_name) for by_name in parsed()["resource"].values())
+    resources = len(top_level_blocks("resource"))
     assert summary["parsing_errors"] == 0, summary
     assert summary["resource_count"] >= resources > 0, (summary, resources)
     failed = [
@@ -512,35 +390,3 @@ def test_checkov_finds_nothing_unjustified(tools_venv: Path) -> None:
     ]
     assert summary["failed"] == 0 and not failed, "\n".join(failed)
     assert result.returncode == 0, result.stderr[-2000:]
-
-
-def test_every_checkov_suppression_says_why() -> None:
-    skips = [
-        (name, line.strip())
-        for name, text in parsed()["text"].items()
-        for line in text.splitlines()
-        if "checkov:skip" in line
-    ]
-    assert skips, "expected the documented suppressions"
-    for name, line in skips:
-        match = re.fullmatch(r"#checkov:skip=(CKV2?_AWS_\d+):(.+)", line)
-        assert match, f"infra/{name}: malformed suppression {line!r}"
-        assert len(match.group(2).split()) >= 6, f"infra/{name}: reason too short in {line!r}"
-
-
-def test_deploy_workflow_pushes_latest_and_sha_on_project_changes() -> None:
-    import yaml
-
-    workflow = yaml.safe_load((ROOT / ".github" / "workflows" / "deploy.yml").read_text())
-    push = workflow[True]["push"]  # YAML 1.1 reads the key `on` as True
-    assert {"episode_pipeline/**", "pyproject.toml", "Dockerfile"} <= set(push["paths"])
-    script = "\n".join(
-        step.get("run", "") for job in workflow["jobs"].values() for step in job["steps"]
-    )
-    assert 'docker push "$image:$GITHUB_SHA"' in script
-    assert 'docker push "$image:latest"' in script
-    # Service names as infra/ecs.tf builds them: <cluster>-<service>.
-    for service in ("code-server", "webserver", "daemon"):
-        assert service in script
-        assert f'"${{local.prefix}}-{service}"' in parsed()["text"]["ecs.tf"]
-    assert attr(resource("aws_ecs_cluster", "main"), "name") == "${var.name_prefix}"

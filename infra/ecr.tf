@@ -1,8 +1,8 @@
 # The one image of the project (Dockerfile), pushed by .github/workflows/deploy.yml as :latest and
-# :<git sha>. Only the three most recent images are kept, as in the seed's deploy.
+# :<git sha>. Only the three most recent images are kept, as the replaced worker's deploy did.
 
 resource "aws_ecr_repository" "app" {
-  #checkov:skip=CKV_AWS_51:Tags must be mutable: each deploy moves :latest, which the task definitions use (seed contract); :<sha> tags are never reused.
+  #checkov:skip=CKV_AWS_51:Tags must be mutable: each deploy moves :latest, which the task definitions use (the replaced worker's contract); :<sha> tags are never reused.
   name                 = local.prefix
   image_tag_mutability = "MUTABLE"
 

@@ -24,7 +24,7 @@ locals {
     for name, value in {
       AWS_REGION                  = var.region
       AWS_DEFAULT_REGION          = var.region
-      DATA_BUCKET                 = aws_s3_bucket.data.bucket
+      DATA_BUCKET                 = local.data_bucket_id
       SQS_QUEUE_URL               = aws_sqs_queue.uploads.url
       SQS_DLQ_URL                 = aws_sqs_queue.dlq.url
       DB_HOST                     = var.db_host
@@ -39,7 +39,7 @@ locals {
       DAGSTER_PG_USER             = var.dagster_db_user
       DAGSTER_RUN_TASK_DEFINITION = local.run_family
       DAGSTER_RUN_CONTAINER_NAME  = "run"
-      DAGSTER_COMPUTE_LOG_BUCKET  = aws_s3_bucket.dagster.bucket
+      DAGSTER_COMPUTE_LOG_BUCKET  = module.bucket["dagster"].name
       DAGSTER_CODE_SERVER_HOST    = local.code_server_host
       DAGSTER_CODE_SERVER_PORT    = tostring(local.code_server_port)
       ECS_CLUSTER                 = aws_ecs_cluster.main.name
@@ -87,7 +87,7 @@ resource "aws_ecs_cluster_capacity_providers" "main" {
 }
 
 resource "aws_cloudwatch_log_group" "ecs" {
-  #checkov:skip=CKV_AWS_338:The seed keeps task logs 7 days; run history and step logs live in Dagster's storage and the compute-log bucket.
+  #checkov:skip=CKV_AWS_338:The replaced worker kept its task logs 7 days; run history and step logs live in Dagster's storage and the compute-log bucket.
   for_each = local.log_groups
 
   name              = each.value
@@ -103,60 +103,46 @@ resource "aws_security_group" "tasks" {
   vpc_id      = var.vpc_id
 }
 
-resource "aws_vpc_security_group_egress_rule" "tasks_https" {
-  security_group_id = aws_security_group.tasks.id
-  description       = "AWS APIs (S3, SQS, ECS, ECR, Logs, STS, RDS auth) over HTTPS"
-  ip_protocol       = "tcp"
-  from_port         = 443
-  to_port           = 443
-  cidr_ipv4         = "0.0.0.0/0"
+locals {
+  # What the tasks may reach (egress from their security group) and who may reach what (ingress,
+  # on the tasks' group or on the database's): a port and either a CIDR or a security group.
+  task_egress = {
+    https       = { port = 443, cidr = "0.0.0.0/0", group = null, description = "AWS APIs (S3, SQS, ECS, ECR, Logs, STS, RDS auth) over HTTPS" }
+    postgres    = { port = var.db_port, cidr = null, group = var.db_security_group_id, description = "Aurora PostgreSQL" }
+    code_server = { port = local.code_server_port, cidr = null, group = aws_security_group.tasks.id, description = "Dagster code server gRPC" }
+  }
+  task_ingress = merge(
+    {
+      code_server = { on = aws_security_group.tasks.id, port = local.code_server_port, cidr = null, description = "Dagster code server gRPC from the webserver, daemon and run workers" }
+      database    = { on = var.db_security_group_id, port = var.db_port, cidr = null, description = "PostgreSQL from the episode pipeline tasks" }
+    },
+    { for cidr in var.webserver_ingress_cidrs : "webserver ${cidr}" => { on = aws_security_group.tasks.id, port = local.webserver_port, cidr = cidr, description = "Dagster UI from ${cidr}" } },
+  )
 }
 
-resource "aws_vpc_security_group_egress_rule" "tasks_postgres" {
+resource "aws_vpc_security_group_egress_rule" "tasks" {
+  for_each = local.task_egress
+
   security_group_id            = aws_security_group.tasks.id
-  description                  = "Aurora PostgreSQL"
+  description                  = each.value.description
   ip_protocol                  = "tcp"
-  from_port                    = var.db_port
-  to_port                      = var.db_port
-  referenced_security_group_id = var.db_security_group_id
+  from_port                    = each.value.port
+  to_port                      = each.value.port
+  cidr_ipv4                    = each.value.cidr
+  referenced_security_group_id = each.value.group
 }
 
-resource "aws_vpc_security_group_egress_rule" "tasks_code_server" {
-  security_group_id            = aws_security_group.tasks.id
-  description                  = "Dagster code server gRPC"
+# From a CIDR, or else from the tasks' own security group.
+resource "aws_vpc_security_group_ingress_rule" "tasks" {
+  for_each = local.task_ingress
+
+  security_group_id            = each.value.on
+  description                  = each.value.description
   ip_protocol                  = "tcp"
-  from_port                    = local.code_server_port
-  to_port                      = local.code_server_port
-  referenced_security_group_id = aws_security_group.tasks.id
-}
-
-resource "aws_vpc_security_group_ingress_rule" "tasks_code_server" {
-  security_group_id            = aws_security_group.tasks.id
-  description                  = "Dagster code server gRPC from the webserver, daemon and run workers"
-  ip_protocol                  = "tcp"
-  from_port                    = local.code_server_port
-  to_port                      = local.code_server_port
-  referenced_security_group_id = aws_security_group.tasks.id
-}
-
-resource "aws_vpc_security_group_ingress_rule" "webserver" {
-  for_each = toset(var.webserver_ingress_cidrs)
-
-  security_group_id = aws_security_group.tasks.id
-  description       = "Dagster UI from ${each.value}"
-  ip_protocol       = "tcp"
-  from_port         = local.webserver_port
-  to_port           = local.webserver_port
-  cidr_ipv4         = each.value
-}
-
-resource "aws_vpc_security_group_ingress_rule" "database" {
-  security_group_id            = var.db_security_group_id
-  description                  = "PostgreSQL from the episode pipeline tasks"
-  ip_protocol                  = "tcp"
-  from_port                    = var.db_port
-  to_port                      = var.db_port
-  referenced_security_group_id = aws_security_group.tasks.id
+  from_port                    = each.value.port
+  to_port                      = each.value.port
+  cidr_ipv4                    = each.value.cidr
+  referenced_security_group_id = each.value.cidr == null ? aws_security_group.tasks.id : null
 }
 
 # The webserver and daemon find the code server by name.
@@ -186,165 +172,85 @@ resource "aws_service_discovery_service" "code_server" {
 
 # --- Task definitions ----------------------------------------------------------------------------
 
-resource "aws_ecs_task_definition" "code_server" {
-  #checkov:skip=CKV_AWS_336:Dagster writes instance state under DAGSTER_HOME and scratch files under /tmp; the container runs as a non-root user instead.
-  family                   = "${local.prefix}-code-server"
-  requires_compatibilities = ["FARGATE"]
-  network_mode             = "awsvpc"
-  cpu                      = var.code_server_cpu
-  memory                   = var.code_server_memory
-  execution_role_arn       = aws_iam_role.execution.arn
-  task_role_arn            = aws_iam_role.code_server.arn
-
-  runtime_platform {
-    operating_system_family = "LINUX"
-    cpu_architecture        = "X86_64"
-  }
-
-  container_definitions = jsonencode([
-    merge(local.container_base, {
-      name = "code-server"
-      # The image's default CMD serves the code location; spelled out so the task is explicit.
-      command = [
-        "dagster", "code-server", "start", "-h", "0.0.0.0", "-p", tostring(local.code_server_port),
-        "-m", "episode_pipeline.definitions", "--location-name", "episode_pipeline",
-      ]
-      portMappings = [{ containerPort = local.code_server_port, protocol = "tcp" }]
-      healthCheck = {
-        command     = ["CMD", "dagster", "api", "grpc-health-check", "-p", tostring(local.code_server_port)]
-        interval    = 30
-        timeout     = 10
-        retries     = 3
-        startPeriod = 120
-      }
-      logConfiguration = {
-        logDriver = "awslogs"
-        options = {
-          awslogs-group         = aws_cloudwatch_log_group.ecs["code-server"].name
-          awslogs-region        = var.region
-          awslogs-stream-prefix = "code-server"
+locals {
+  # The five task definitions, family <prefix>-<key>, each running one container named <key> as
+  # the task role of the same key: its size, its scratch disk (null: Fargate's default 20 GiB) and
+  # what its container adds to container_base (the awslogs configuration is added for all).
+  tasks = {
+    "code-server" = {
+      cpu     = var.code_server_cpu
+      memory  = var.code_server_memory
+      storage = null
+      container = {
+        # The image's default CMD serves the code location; spelled out so the task is explicit.
+        command = [
+          "dagster", "code-server", "start", "-h", "0.0.0.0", "-p", tostring(local.code_server_port),
+          "-m", "episode_pipeline.definitions", "--location-name", "episode_pipeline",
+        ]
+        portMappings = [{ containerPort = local.code_server_port, protocol = "tcp" }]
+        healthCheck = {
+          command     = ["CMD", "dagster", "api", "grpc-health-check", "-p", tostring(local.code_server_port)]
+          interval    = 30
+          timeout     = 10
+          retries     = 3
+          startPeriod = 120
         }
       }
-    })
-  ])
-}
-
-resource "aws_ecs_task_definition" "webserver" {
-  #checkov:skip=CKV_AWS_336:Dagster writes instance state under DAGSTER_HOME and scratch files under /tmp; the container runs as a non-root user instead.
-  family                   = "${local.prefix}-webserver"
-  requires_compatibilities = ["FARGATE"]
-  network_mode             = "awsvpc"
-  cpu                      = var.webserver_cpu
-  memory                   = var.webserver_memory
-  execution_role_arn       = aws_iam_role.execution.arn
-  task_role_arn            = aws_iam_role.webserver.arn
-
-  runtime_platform {
-    operating_system_family = "LINUX"
-    cpu_architecture        = "X86_64"
-  }
-
-  container_definitions = jsonencode([
-    merge(local.container_base, {
-      name = "webserver"
-      command = [
-        "dagster-webserver", "-h", "0.0.0.0", "-p", tostring(local.webserver_port),
-        "-w", "/opt/dagster/dagster_home/workspace.yaml",
-      ]
-      portMappings = [{ containerPort = local.webserver_port, protocol = "tcp" }]
-      logConfiguration = {
-        logDriver = "awslogs"
-        options = {
-          awslogs-group         = aws_cloudwatch_log_group.ecs["webserver"].name
-          awslogs-region        = var.region
-          awslogs-stream-prefix = "webserver"
-        }
+    }
+    webserver = {
+      cpu     = var.webserver_cpu
+      memory  = var.webserver_memory
+      storage = null
+      container = {
+        command = [
+          "dagster-webserver", "-h", "0.0.0.0", "-p", tostring(local.webserver_port),
+          "-w", "/opt/dagster/dagster_home/workspace.yaml",
+        ]
+        portMappings = [{ containerPort = local.webserver_port, protocol = "tcp" }]
       }
-    })
-  ])
+    }
+    daemon = {
+      cpu       = var.daemon_cpu
+      memory    = var.daemon_memory
+      storage   = null
+      container = { command = ["dagster-daemon", "run", "-w", "/opt/dagster/dagster_home/workspace.yaml"] }
+    }
+    # Run workers: EcsRunLauncher starts this family (DAGSTER_RUN_TASK_DEFINITION) with the run's
+    # command; `ecs/cpu` and `ecs/memory` run tags override the size per run.
+    run = {
+      cpu       = var.run_cpu
+      memory    = var.run_memory
+      storage   = var.task_ephemeral_storage_gib
+      container = {}
+    }
+    # Transcode: started by a run through PipesECSClient, which reads the task's Pipes messages
+    # from CloudWatch Logs, hence the awslogs driver with a stream prefix.
+    transcode = {
+      cpu       = var.transcode_cpu
+      memory    = var.transcode_memory
+      storage   = var.task_ephemeral_storage_gib
+      container = { command = ["python", "-m", "episode_pipeline.transcode"] }
+    }
+  }
 }
 
-resource "aws_ecs_task_definition" "daemon" {
-  #checkov:skip=CKV_AWS_336:Dagster writes instance state under DAGSTER_HOME and scratch files under /tmp; the container runs as a non-root user instead.
-  family                   = "${local.prefix}-daemon"
+resource "aws_ecs_task_definition" "task" {
+  #checkov:skip=CKV_AWS_336:Dagster writes instance state under DAGSTER_HOME, runs stream archive members through /tmp and FFmpeg writes HLS segments there; every container runs as a non-root user instead.
+  for_each = local.tasks
+
+  family                   = "${local.prefix}-${each.key}"
   requires_compatibilities = ["FARGATE"]
   network_mode             = "awsvpc"
-  cpu                      = var.daemon_cpu
-  memory                   = var.daemon_memory
-  execution_role_arn       = aws_iam_role.execution.arn
-  task_role_arn            = aws_iam_role.daemon.arn
+  cpu                      = each.value.cpu
+  memory                   = each.value.memory
+  execution_role_arn       = aws_iam_role.task["execution"].arn
+  task_role_arn            = aws_iam_role.task[each.key].arn
 
-  runtime_platform {
-    operating_system_family = "LINUX"
-    cpu_architecture        = "X86_64"
-  }
-
-  container_definitions = jsonencode([
-    merge(local.container_base, {
-      name    = "daemon"
-      command = ["dagster-daemon", "run", "-w", "/opt/dagster/dagster_home/workspace.yaml"]
-      logConfiguration = {
-        logDriver = "awslogs"
-        options = {
-          awslogs-group         = aws_cloudwatch_log_group.ecs["daemon"].name
-          awslogs-region        = var.region
-          awslogs-stream-prefix = "daemon"
-        }
-      }
-    })
-  ])
-}
-
-# Run workers: EcsRunLauncher starts this family (DAGSTER_RUN_TASK_DEFINITION) with the run's
-# command; `ecs/cpu` and `ecs/memory` run tags override the size per run.
-resource "aws_ecs_task_definition" "run" {
-  #checkov:skip=CKV_AWS_336:Runs stream archive members and HLS segments through /tmp; the container runs as a non-root user instead.
-  family                   = local.run_family
-  requires_compatibilities = ["FARGATE"]
-  network_mode             = "awsvpc"
-  cpu                      = var.run_cpu
-  memory                   = var.run_memory
-  execution_role_arn       = aws_iam_role.execution.arn
-  task_role_arn            = aws_iam_role.run.arn
-
-  ephemeral_storage {
-    size_in_gib = var.task_ephemeral_storage_gib
-  }
-
-  runtime_platform {
-    operating_system_family = "LINUX"
-    cpu_architecture        = "X86_64"
-  }
-
-  container_definitions = jsonencode([
-    merge(local.container_base, {
-      name = "run"
-      logConfiguration = {
-        logDriver = "awslogs"
-        options = {
-          awslogs-group         = aws_cloudwatch_log_group.ecs["run"].name
-          awslogs-region        = var.region
-          awslogs-stream-prefix = "run"
-        }
-      }
-    })
-  ])
-}
-
-# Transcode: started by a run through PipesECSClient, which reads the task's Pipes messages from
-# CloudWatch Logs, hence the awslogs driver with a stream prefix.
-resource "aws_ecs_task_definition" "transcode" {
-  #checkov:skip=CKV_AWS_336:FFmpeg writes HLS segments to /tmp before upload; the container runs as a non-root user instead.
-  family                   = local.transcode_family
-  requires_compatibilities = ["FARGATE"]
-  network_mode             = "awsvpc"
-  cpu                      = var.transcode_cpu
-  memory                   = var.transcode_memory
-  execution_role_arn       = aws_iam_role.execution.arn
-  task_role_arn            = aws_iam_role.transcode.arn
-
-  ephemeral_storage {
-    size_in_gib = var.task_ephemeral_storage_gib
+  dynamic "ephemeral_storage" {
+    for_each = each.value.storage[*]
+    content {
+      size_in_gib = ephemeral_storage.value
+    }
   }
 
   runtime_platform {
@@ -353,15 +259,14 @@ resource "aws_ecs_task_definition" "transcode" {
   }
 
   container_definitions = jsonencode([
-    merge(local.container_base, {
-      name    = "transcode"
-      command = ["python", "-m", "episode_pipeline.transcode"]
+    merge(local.container_base, each.value.container, {
+      name = each.key
       logConfiguration = {
         logDriver = "awslogs"
         options = {
-          awslogs-group         = aws_cloudwatch_log_group.ecs["transcode"].name
+          awslogs-group         = aws_cloudwatch_log_group.ecs[each.key].name
           awslogs-region        = var.region
-          awslogs-stream-prefix = "transcode"
+          awslogs-stream-prefix = each.key
         }
       }
     })
@@ -370,62 +275,28 @@ resource "aws_ecs_task_definition" "transcode" {
 
 # --- Services ------------------------------------------------------------------------------------
 
-resource "aws_ecs_service" "code_server" {
-  name            = "${local.prefix}-code-server"
-  cluster         = aws_ecs_cluster.main.id
-  task_definition = aws_ecs_task_definition.code_server.arn
-  desired_count   = 1
-  launch_type     = "FARGATE"
-  propagate_tags  = "SERVICE"
-
-  network_configuration {
-    subnets          = var.private_subnet_ids
-    security_groups  = [aws_security_group.tasks.id]
-    assign_public_ip = false
-  }
-
-  service_registries {
-    registry_arn = aws_service_discovery_service.code_server.arn
-  }
-
-  deployment_circuit_breaker {
-    enable   = true
-    rollback = true
+locals {
+  # The long-running services, <prefix>-<key>, each from the task definition of the same key. The
+  # webserver and the daemon find the code server through its service discovery name.
+  services = {
+    "code-server" = { registries = [aws_service_discovery_service.code_server.arn], min_healthy_percent = null, max_percent = null }
+    webserver     = { registries = [], min_healthy_percent = null, max_percent = null }
+    # Exactly one daemon may run: stop the old task before starting the new one on deploys.
+    daemon = { registries = [], min_healthy_percent = 0, max_percent = 100 }
   }
 }
 
-resource "aws_ecs_service" "webserver" {
-  name            = "${local.prefix}-webserver"
-  cluster         = aws_ecs_cluster.main.id
-  task_definition = aws_ecs_task_definition.webserver.arn
-  desired_count   = 1
-  launch_type     = "FARGATE"
-  propagate_tags  = "SERVICE"
+resource "aws_ecs_service" "service" {
+  for_each = local.services
 
-  network_configuration {
-    subnets          = var.private_subnet_ids
-    security_groups  = [aws_security_group.tasks.id]
-    assign_public_ip = false
-  }
-
-  deployment_circuit_breaker {
-    enable   = true
-    rollback = true
-  }
-
-  depends_on = [aws_ecs_service.code_server]
-}
-
-# Exactly one daemon may run: stop the old task before starting the new one on deploys.
-resource "aws_ecs_service" "daemon" {
-  name                               = "${local.prefix}-daemon"
+  name                               = "${local.prefix}-${each.key}"
   cluster                            = aws_ecs_cluster.main.id
-  task_definition                    = aws_ecs_task_definition.daemon.arn
+  task_definition                    = aws_ecs_task_definition.task[each.key].arn
   desired_count                      = 1
   launch_type                        = "FARGATE"
   propagate_tags                     = "SERVICE"
-  deployment_minimum_healthy_percent = 0
-  deployment_maximum_percent         = 100
+  deployment_minimum_healthy_percent = each.value.min_healthy_percent
+  deployment_maximum_percent         = each.value.max_percent
 
   network_configuration {
     subnets          = var.private_subnet_ids
@@ -433,10 +304,15 @@ resource "aws_ecs_service" "daemon" {
     assign_public_ip = false
   }
 
+  dynamic "service_registries" {
+    for_each = each.value.registries
+    content {
+      registry_arn = service_registries.value
+    }
+  }
+
   deployment_circuit_breaker {
     enable   = true
     rollback = true
   }
-
-  depends_on = [aws_ecs_service.code_server]
 }

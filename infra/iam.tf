@@ -7,421 +7,198 @@
 #   run worker   reads orgs/*, writes only orgs/*/episodes/*/processed/*, writes the episode rows,
 #                launches the transcode task family only
 #   transcode    reads orgs/*, writes only orgs/*/episodes/*/processed/*
+#
+# Every policy of the stack but the KMS key's is a list of statements in the tables below, all
+# rendered by one policy document (data.aws_iam_policy_document.policy[<name>]). A statement has
+# actions, and optionally a sid, resources, conditions ({test, variable, values}), and a service
+# principal. A statement for a service principal is always limited to this account
+# (aws:SourceAccount) and, given sources, to those source ARNs (aws:SourceArn).
+# infra/tests/iam.tftest.hcl checks the tables: "*" only for actions without resource-level
+# permissions, writes only below processed/, which families each role may start.
 
 locals {
   run_family       = "${local.prefix}-run"
   transcode_family = "${local.prefix}-transcode"
 
-  run_task_definition_arns       = "arn:${local.partition}:ecs:${var.region}:${local.account_id}:task-definition/${local.run_family}:*"
-  transcode_task_definition_arns = "arn:${local.partition}:ecs:${var.region}:${local.account_id}:task-definition/${local.transcode_family}:*"
-  cluster_tasks_arn              = "arn:${local.partition}:ecs:${var.region}:${local.account_id}:task/${local.prefix}/*"
+  cluster_tasks_arn = "arn:${local.partition}:ecs:${var.region}:${local.account_id}:task/${local.prefix}/*"
 
   rds_db_user_arn      = "arn:${local.partition}:rds-db:${var.region}:${local.account_id}:dbuser:${var.db_cluster_resource_id}/${var.db_user}"
   rds_dagster_user_arn = "arn:${local.partition}:rds-db:${var.region}:${local.account_id}:dbuser:${var.db_cluster_resource_id}/${var.dagster_db_user}"
 
-  raw_objects_arn       = "${aws_s3_bucket.data.arn}/orgs/*"
-  processed_objects_arn = "${aws_s3_bucket.data.arn}/orgs/*/episodes/*/processed/*"
-  compute_logs_arn      = "${aws_s3_bucket.dagster.arn}/${local.compute_log_prefix}/*"
-}
+  raw_objects_arn       = "${local.data_bucket_arn}/orgs/*"
+  processed_objects_arn = "${local.data_bucket_arn}/orgs/*/episodes/*/processed/*"
+  compute_logs_arn      = "${module.bucket["dagster"].arn}/${local.compute_log_prefix}/*"
 
-data "aws_iam_policy_document" "ecs_tasks_assume" {
-  statement {
-    actions = ["sts:AssumeRole"]
-
-    principals {
-      type        = "Service"
-      identifiers = ["ecs-tasks.amazonaws.com"]
-    }
-
-    condition {
-      test     = "StringEquals"
-      variable = "aws:SourceAccount"
-      values   = [local.account_id]
-    }
-  }
-}
-
-# --- Execution role (ECS agent) ------------------------------------------------------------------
-
-resource "aws_iam_role" "execution" {
-  name               = "${local.prefix}-execution"
-  assume_role_policy = data.aws_iam_policy_document.ecs_tasks_assume.json
-}
-
-resource "aws_iam_role_policy" "execution" {
-  name   = "pull-image-write-logs-read-secret"
-  role   = aws_iam_role.execution.id
-  policy = data.aws_iam_policy_document.execution.json
-}
-
-data "aws_iam_policy_document" "execution" {
-  statement {
-    sid       = "EcrAuth"
-    actions   = ["ecr:GetAuthorizationToken"]
-    resources = ["*"] # GetAuthorizationToken has no resource-level permissions.
+  # The roles, <prefix>-<key>, each with one inline policy: its name, and its statements below.
+  # Policies name a role by its ARN, built from the name (referring to aws_iam_role.task would
+  # make the roles depend on the policies that mention them).
+  task_role_arns = { for key, policy in local.task_roles : key => "arn:${local.partition}:iam::${local.account_id}:role/${local.prefix}-${key}" }
+  task_roles = {
+    execution     = "pull-image-write-logs-read-secret"
+    webserver     = "webserver"
+    daemon        = "daemon"
+    "code-server" = "code-server"
+    run           = "run"
+    transcode     = "transcode"
   }
 
-  statement {
-    sid = "EcrPull"
-    actions = [
-      "ecr:BatchCheckLayerAvailability",
-      "ecr:BatchGetImage",
-      "ecr:GetDownloadUrlForLayer",
+  # Who starts which task family through the ECS API: only that family, only on this cluster,
+  # passing only that task's role and the execution role.
+  task_launchers = {
+    daemon = { tasks = "Run", family = local.run_family, role = local.task_role_arns.run }
+    run    = { tasks = "Transcode", family = local.transcode_family, role = local.task_role_arns.transcode }
+  }
+  launch_tasks = { for launcher, launch in local.task_launchers : launcher => [
+    {
+      sid        = "Launch${launch.tasks}Tasks", actions = ["ecs:RunTask"]
+      resources  = ["arn:${local.partition}:ecs:${var.region}:${local.account_id}:task-definition/${launch.family}:*"]
+      conditions = [{ test = "ArnEquals", variable = "ecs:cluster", values = [aws_ecs_cluster.main.arn] }]
+    },
+    {
+      sid        = "Tag${launch.tasks}Tasks", actions = ["ecs:TagResource"], resources = [local.cluster_tasks_arn]
+      conditions = [{ test = "StringEquals", variable = "ecs:CreateAction", values = ["RunTask"] }]
+    },
+    { sid = "Monitor${launch.tasks}Tasks", actions = ["ecs:DescribeTasks", "ecs:StopTask"], resources = [local.cluster_tasks_arn] },
+    {
+      sid        = "Pass${launch.tasks}Roles", actions = ["iam:PassRole"], resources = [launch.role, local.task_role_arns.execution]
+      conditions = [{ test = "StringEquals", variable = "iam:PassedToService", values = ["ecs-tasks.amazonaws.com"] }]
+    },
+  ] }
+
+  # The run worker and the transcode task: read anything under orgs/, write only below an
+  # episode's processed/ prefix.
+  episode_objects = [
+    { sid = "ReadEpisodeObjects", actions = ["s3:GetObject", "s3:GetObjectVersion"], resources = [local.raw_objects_arn] },
+    {
+      sid        = "ListEpisodeObjects", actions = ["s3:ListBucket"], resources = [local.data_bucket_arn]
+      conditions = [{ test = "StringLike", variable = "s3:prefix", values = ["orgs/*"] }]
+    },
+    { sid = "WriteProcessedObjects", actions = ["s3:PutObject", "s3:DeleteObject", "s3:AbortMultipartUpload"], resources = [local.processed_objects_arn] },
+  ]
+
+  # "*": ecr:GetAuthorizationToken, ecs:DescribeTaskDefinition and ec2:DescribeNetworkInterfaces
+  # have no resource-level permissions.
+  task_permissions = {
+    execution = concat(
+      [
+        { sid = "EcrAuth", actions = ["ecr:GetAuthorizationToken"], resources = ["*"] },
+        { sid = "EcrPull", actions = ["ecr:BatchCheckLayerAvailability", "ecr:BatchGetImage", "ecr:GetDownloadUrlForLayer"], resources = [aws_ecr_repository.app.arn] },
+        { sid = "WriteTaskLogs", actions = ["logs:CreateLogStream", "logs:PutLogEvents"], resources = [for group in aws_cloudwatch_log_group.ecs : "${group.arn}:*"] },
+      ],
+      [for secret in compact([var.db_password_secret_arn]) : { sid = "ReadDatabaseSecret", actions = ["secretsmanager:GetSecretValue"], resources = [secret] }],
+      [for key in compact([var.db_secret_kms_key_arn]) : { sid = "DecryptDatabaseSecret", actions = ["kms:Decrypt"], resources = [key] }],
+    )
+    webserver = [
+      { sid = "DagsterStorage", actions = ["rds-db:connect"], resources = [local.rds_dagster_user_arn] },
+      { sid = "DescribeRunTaskDefinition", actions = ["ecs:DescribeTaskDefinition"], resources = ["*"] },
+      { sid = "TerminateRuns", actions = ["ecs:DescribeTasks", "ecs:StopTask"], resources = [local.cluster_tasks_arn] },
+      { sid = "ReadComputeLogs", actions = ["s3:GetObject"], resources = [local.compute_logs_arn] },
+      {
+        sid        = "ListComputeLogs", actions = ["s3:ListBucket"], resources = [module.bucket["dagster"].arn]
+        conditions = [{ test = "StringLike", variable = "s3:prefix", values = ["${local.compute_log_prefix}/*"] }]
+      },
     ]
-    resources = [aws_ecr_repository.app.arn]
+    daemon = concat(local.launch_tasks.daemon, [
+      { sid = "DagsterStorage", actions = ["rds-db:connect"], resources = [local.rds_dagster_user_arn] },
+      # EcsRunLauncher copies subnets and security groups from the daemon's own task (ENI lookup).
+      { sid = "DescribeTaskDefinitionsAndNetwork", actions = ["ecs:DescribeTaskDefinition", "ec2:DescribeNetworkInterfaces"], resources = ["*"] },
+      { sid = "ReadRunLogsOnFailure", actions = ["logs:GetLogEvents"], resources = ["${aws_cloudwatch_log_group.ecs["run"].arn}:*"] },
+    ])
+    # Sensor code runs in the code server process (the daemon only asks it over gRPC), so the
+    # queue permissions belong here.
+    "code-server" = [
+      {
+        sid     = "ConsumeUploadQueue", resources = [aws_sqs_queue.uploads.arn]
+        actions = ["sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:ChangeMessageVisibility", "sqs:GetQueueAttributes", "sqs:GetQueueUrl"]
+      },
+      { sid = "WatchDeadLetterQueue", actions = ["sqs:GetQueueAttributes", "sqs:GetQueueUrl"], resources = [aws_sqs_queue.dlq.arn] },
+      { sid = "ReadRawArchives", actions = ["s3:GetObject", "s3:GetObjectVersion"], resources = [local.raw_objects_arn] },
+      {
+        sid        = "ListEpisodes", actions = ["s3:ListBucket", "s3:ListBucketVersions"], resources = [local.data_bucket_arn]
+        conditions = [{ test = "StringLike", variable = "s3:prefix", values = ["orgs/*"] }]
+      },
+      { sid = "Databases", actions = ["rds-db:connect"], resources = [local.rds_db_user_arn, local.rds_dagster_user_arn] },
+      { sid = "DescribeRunTaskDefinition", actions = ["ecs:DescribeTaskDefinition"], resources = ["*"] },
+    ]
+    run = concat(local.episode_objects, local.launch_tasks.run, [
+      { sid = "Databases", actions = ["rds-db:connect"], resources = [local.rds_db_user_arn, local.rds_dagster_user_arn] },
+      { sid = "WriteComputeLogs", actions = ["s3:PutObject", "s3:GetObject"], resources = [local.compute_logs_arn] },
+      # The replaced worker's contract: the message is deleted only after a successful run, and
+      # a failed run leaves it for SQS to redeliver.
+      { sid = "FinishUploadMessage", actions = ["sqs:DeleteMessage", "sqs:ChangeMessageVisibility"], resources = [aws_sqs_queue.uploads.arn] },
+      { sid = "DescribeTaskDefinitions", actions = ["ecs:DescribeTaskDefinition"], resources = ["*"] },
+      # PipesECSClient reads the transcode task's Pipes messages from its CloudWatch log stream.
+      {
+        sid       = "ReadTranscodeLogs", actions = ["logs:GetLogEvents", "logs:FilterLogEvents", "logs:DescribeLogStreams"]
+        resources = [aws_cloudwatch_log_group.ecs["transcode"].arn, "${aws_cloudwatch_log_group.ecs["transcode"].arn}:*"]
+      },
+    ])
+    transcode = local.episode_objects
   }
 
-  statement {
-    sid       = "WriteTaskLogs"
-    actions   = ["logs:CreateLogStream", "logs:PutLogEvents"]
-    resources = [for group in aws_cloudwatch_log_group.ecs : "${group.arn}:*"]
+  # Resource policies that let an AWS service act on this stack's resources.
+  service_grants = {
+    ecs_tasks_assume = [{ service = "ecs-tasks.amazonaws.com", actions = ["sts:AssumeRole"] }]
+    alerts_topic     = [{ sid = "CloudWatchAlarms", service = "cloudwatch.amazonaws.com", actions = ["sns:Publish"], resources = [aws_sns_topic.alerts.arn] }]
+    # S3 for a created data bucket, or the EventBridge rule of an adopted one (notifications.tf).
+    uploads_queue = [{
+      sid       = local.upload_sender.sid, service = local.upload_sender.service, actions = ["sqs:SendMessage"]
+      resources = [aws_sqs_queue.uploads.arn], sources = [local.upload_sender.source_arn]
+    }]
+    access_log_delivery = [{
+      sid       = "S3ServerAccessLogDelivery", service = "logging.s3.amazonaws.com", actions = ["s3:PutObject"]
+      resources = ["arn:${local.partition}:s3:::${local.logs_bucket_name}/*"], sources = local.logged_bucket_arns
+    }]
   }
+}
+
+data "aws_iam_policy_document" "policy" {
+  for_each = merge(local.task_permissions, local.service_grants)
 
   dynamic "statement" {
-    for_each = var.db_password_secret_arn == null ? [] : [var.db_password_secret_arn]
+    for_each = each.value
+
     content {
-      sid       = "ReadDatabaseSecret"
-      actions   = ["secretsmanager:GetSecretValue"]
-      resources = [statement.value]
-    }
-  }
+      sid       = try(statement.value.sid, null)
+      effect    = "Allow"
+      actions   = statement.value.actions
+      resources = try(statement.value.resources, null)
 
-  dynamic "statement" {
-    for_each = var.db_secret_kms_key_arn == null ? [] : [var.db_secret_kms_key_arn]
-    content {
-      sid       = "DecryptDatabaseSecret"
-      actions   = ["kms:Decrypt"]
-      resources = [statement.value]
-    }
-  }
-}
+      dynamic "principals" {
+        for_each = try([statement.value.service], [])
+        content {
+          type        = "Service"
+          identifiers = [principals.value]
+        }
+      }
 
-# --- Webserver -----------------------------------------------------------------------------------
-
-resource "aws_iam_role" "webserver" {
-  name               = "${local.prefix}-webserver"
-  assume_role_policy = data.aws_iam_policy_document.ecs_tasks_assume.json
-}
-
-resource "aws_iam_role_policy" "webserver" {
-  name   = "webserver"
-  role   = aws_iam_role.webserver.id
-  policy = data.aws_iam_policy_document.webserver.json
-}
-
-data "aws_iam_policy_document" "webserver" {
-  statement {
-    sid       = "DagsterStorage"
-    actions   = ["rds-db:connect"]
-    resources = [local.rds_dagster_user_arn]
-  }
-
-  statement {
-    sid       = "DescribeRunTaskDefinition"
-    actions   = ["ecs:DescribeTaskDefinition"]
-    resources = ["*"] # DescribeTaskDefinition has no resource-level permissions.
-  }
-
-  statement {
-    sid       = "TerminateRuns"
-    actions   = ["ecs:DescribeTasks", "ecs:StopTask"]
-    resources = [local.cluster_tasks_arn]
-  }
-
-  statement {
-    sid       = "ReadComputeLogs"
-    actions   = ["s3:GetObject"]
-    resources = [local.compute_logs_arn]
-  }
-
-  statement {
-    sid       = "ListComputeLogs"
-    actions   = ["s3:ListBucket"]
-    resources = [aws_s3_bucket.dagster.arn]
-
-    condition {
-      test     = "StringLike"
-      variable = "s3:prefix"
-      values   = ["${local.compute_log_prefix}/*"]
+      dynamic "condition" {
+        for_each = concat(
+          try(statement.value.conditions, []),
+          [for service in try([statement.value.service], []) : { test = "StringEquals", variable = "aws:SourceAccount", values = [local.account_id] }],
+          [for sources in try([statement.value.sources], []) : { test = "ArnLike", variable = "aws:SourceArn", values = sources }],
+        )
+        content {
+          test     = condition.value.test
+          variable = condition.value.variable
+          values   = condition.value.values
+        }
+      }
     }
   }
 }
 
-# --- Daemon --------------------------------------------------------------------------------------
+resource "aws_iam_role" "task" {
+  for_each = local.task_roles
 
-resource "aws_iam_role" "daemon" {
-  name               = "${local.prefix}-daemon"
-  assume_role_policy = data.aws_iam_policy_document.ecs_tasks_assume.json
+  name               = "${local.prefix}-${each.key}"
+  assume_role_policy = data.aws_iam_policy_document.policy["ecs_tasks_assume"].json
 }
 
-resource "aws_iam_role_policy" "daemon" {
-  name   = "daemon"
-  role   = aws_iam_role.daemon.id
-  policy = data.aws_iam_policy_document.daemon.json
-}
+resource "aws_iam_role_policy" "task" {
+  for_each = local.task_roles
 
-data "aws_iam_policy_document" "daemon" {
-  statement {
-    sid       = "DagsterStorage"
-    actions   = ["rds-db:connect"]
-    resources = [local.rds_dagster_user_arn]
-  }
-
-  statement {
-    sid       = "LaunchRunTasks"
-    actions   = ["ecs:RunTask"]
-    resources = [local.run_task_definition_arns]
-
-    condition {
-      test     = "ArnEquals"
-      variable = "ecs:cluster"
-      values   = [aws_ecs_cluster.main.arn]
-    }
-  }
-
-  statement {
-    sid       = "TagRunTasks"
-    actions   = ["ecs:TagResource"]
-    resources = [local.cluster_tasks_arn]
-
-    condition {
-      test     = "StringEquals"
-      variable = "ecs:CreateAction"
-      values   = ["RunTask"]
-    }
-  }
-
-  statement {
-    sid       = "MonitorRunTasks"
-    actions   = ["ecs:DescribeTasks", "ecs:StopTask"]
-    resources = [local.cluster_tasks_arn]
-  }
-
-  statement {
-    sid = "DescribeTaskDefinitionsAndNetwork"
-    # EcsRunLauncher copies subnets and security groups from the daemon's own task (ENI lookup).
-    # Neither action supports resource-level permissions.
-    actions   = ["ecs:DescribeTaskDefinition", "ec2:DescribeNetworkInterfaces"]
-    resources = ["*"]
-  }
-
-  statement {
-    sid       = "PassRunRoles"
-    actions   = ["iam:PassRole"]
-    resources = [aws_iam_role.run.arn, aws_iam_role.execution.arn]
-
-    condition {
-      test     = "StringEquals"
-      variable = "iam:PassedToService"
-      values   = ["ecs-tasks.amazonaws.com"]
-    }
-  }
-
-  statement {
-    sid       = "ReadRunLogsOnFailure"
-    actions   = ["logs:GetLogEvents"]
-    resources = ["${aws_cloudwatch_log_group.ecs["run"].arn}:*"]
-  }
-}
-
-# --- Code server (sensors) -----------------------------------------------------------------------
-
-resource "aws_iam_role" "code_server" {
-  name               = "${local.prefix}-code-server"
-  assume_role_policy = data.aws_iam_policy_document.ecs_tasks_assume.json
-}
-
-resource "aws_iam_role_policy" "code_server" {
-  name   = "code-server"
-  role   = aws_iam_role.code_server.id
-  policy = data.aws_iam_policy_document.code_server.json
-}
-
-data "aws_iam_policy_document" "code_server" {
-  # Sensor code runs in the code server process (the daemon only asks it over gRPC), so the
-  # queue permissions belong here.
-  statement {
-    sid = "ConsumeUploadQueue"
-    actions = [
-      "sqs:ReceiveMessage",
-      "sqs:DeleteMessage",
-      "sqs:ChangeMessageVisibility",
-      "sqs:GetQueueAttributes",
-      "sqs:GetQueueUrl",
-    ]
-    resources = [aws_sqs_queue.uploads.arn]
-  }
-
-  statement {
-    sid       = "WatchDeadLetterQueue"
-    actions   = ["sqs:GetQueueAttributes", "sqs:GetQueueUrl"]
-    resources = [aws_sqs_queue.dlq.arn]
-  }
-
-  statement {
-    sid       = "ReadRawArchives"
-    actions   = ["s3:GetObject", "s3:GetObjectVersion"]
-    resources = [local.raw_objects_arn]
-  }
-
-  statement {
-    sid       = "ListEpisodes"
-    actions   = ["s3:ListBucket", "s3:ListBucketVersions"]
-    resources = [aws_s3_bucket.data.arn]
-
-    condition {
-      test     = "StringLike"
-      variable = "s3:prefix"
-      values   = ["orgs/*"]
-    }
-  }
-
-  statement {
-    sid       = "Databases"
-    actions   = ["rds-db:connect"]
-    resources = [local.rds_db_user_arn, local.rds_dagster_user_arn]
-  }
-
-  statement {
-    sid       = "DescribeRunTaskDefinition"
-    actions   = ["ecs:DescribeTaskDefinition"]
-    resources = ["*"] # no resource-level permissions
-  }
-}
-
-# --- Run worker ----------------------------------------------------------------------------------
-
-resource "aws_iam_role" "run" {
-  name               = "${local.prefix}-run"
-  assume_role_policy = data.aws_iam_policy_document.ecs_tasks_assume.json
-}
-
-resource "aws_iam_role_policy" "run" {
-  name   = "run"
-  role   = aws_iam_role.run.id
-  policy = data.aws_iam_policy_document.run.json
-}
-
-data "aws_iam_policy_document" "run" {
-  source_policy_documents = [data.aws_iam_policy_document.episode_objects.json]
-
-  statement {
-    sid       = "Databases"
-    actions   = ["rds-db:connect"]
-    resources = [local.rds_db_user_arn, local.rds_dagster_user_arn]
-  }
-
-  statement {
-    sid       = "WriteComputeLogs"
-    actions   = ["s3:PutObject", "s3:GetObject"]
-    resources = [local.compute_logs_arn]
-  }
-
-  statement {
-    # The seed's contract: the message is deleted only after a successful run, and a failed run
-    # leaves it for SQS to redeliver.
-    sid       = "FinishUploadMessage"
-    actions   = ["sqs:DeleteMessage", "sqs:ChangeMessageVisibility"]
-    resources = [aws_sqs_queue.uploads.arn]
-  }
-
-  statement {
-    sid       = "LaunchTranscodeTasks"
-    actions   = ["ecs:RunTask"]
-    resources = [local.transcode_task_definition_arns]
-
-    condition {
-      test     = "ArnEquals"
-      variable = "ecs:cluster"
-      values   = [aws_ecs_cluster.main.arn]
-    }
-  }
-
-  statement {
-    sid       = "TagTranscodeTasks"
-    actions   = ["ecs:TagResource"]
-    resources = [local.cluster_tasks_arn]
-
-    condition {
-      test     = "StringEquals"
-      variable = "ecs:CreateAction"
-      values   = ["RunTask"]
-    }
-  }
-
-  statement {
-    sid       = "WaitForTranscodeTasks"
-    actions   = ["ecs:DescribeTasks", "ecs:StopTask"]
-    resources = [local.cluster_tasks_arn]
-  }
-
-  statement {
-    sid       = "DescribeTaskDefinitions"
-    actions   = ["ecs:DescribeTaskDefinition"]
-    resources = ["*"] # no resource-level permissions
-  }
-
-  statement {
-    sid       = "PassTranscodeRoles"
-    actions   = ["iam:PassRole"]
-    resources = [aws_iam_role.transcode.arn, aws_iam_role.execution.arn]
-
-    condition {
-      test     = "StringEquals"
-      variable = "iam:PassedToService"
-      values   = ["ecs-tasks.amazonaws.com"]
-    }
-  }
-
-  statement {
-    # PipesECSClient reads the transcode task's Pipes messages from its CloudWatch log stream.
-    sid       = "ReadTranscodeLogs"
-    actions   = ["logs:GetLogEvents", "logs:FilterLogEvents", "logs:DescribeLogStreams"]
-    resources = [aws_cloudwatch_log_group.ecs["transcode"].arn, "${aws_cloudwatch_log_group.ecs["transcode"].arn}:*"]
-  }
-}
-
-# --- Transcode task ------------------------------------------------------------------------------
-
-resource "aws_iam_role" "transcode" {
-  name               = "${local.prefix}-transcode"
-  assume_role_policy = data.aws_iam_policy_document.ecs_tasks_assume.json
-}
-
-resource "aws_iam_role_policy" "transcode" {
-  name   = "transcode"
-  role   = aws_iam_role.transcode.id
-  policy = data.aws_iam_policy_document.episode_objects.json
-}
-
-# Shared by the run worker and the transcode task: read anything under orgs/, write only below an
-# episode's processed/ prefix.
-data "aws_iam_policy_document" "episode_objects" {
-  statement {
-    sid       = "ReadEpisodeObjects"
-    actions   = ["s3:GetObject", "s3:GetObjectVersion"]
-    resources = [local.raw_objects_arn]
-  }
-
-  statement {
-    sid       = "ListEpisodeObjects"
-    actions   = ["s3:ListBucket"]
-    resources = [aws_s3_bucket.data.arn]
-
-    condition {
-      test     = "StringLike"
-      variable = "s3:prefix"
-      values   = ["orgs/*"]
-    }
-  }
-
-  statement {
-    sid = "WriteProcessedObjects"
-    actions = [
-      "s3:PutObject",
-      "s3:DeleteObject",
-      "s3:AbortMultipartUpload",
-    ]
-    resources = [local.processed_objects_arn]
-  }
+  name   = each.value
+  role   = aws_iam_role.task[each.key].id
+  policy = data.aws_iam_policy_document.policy[each.key].json
 }

@@ -1,10 +1,8 @@
 # Upload queue, its dead-letter queue and the alarm on the dead-letter queue. The numbers are the
-# seed's contract (episode_pipeline_tests/test_deploy_infra.py checks them).
+# replaced worker's contract (infra/tests/queue.tftest.hcl checks them). What feeds the queue:
+# notifications.tf.
 
 locals {
-  notification_prefix = "orgs/"
-  notification_suffix = ".zst"
-
   queue_visibility_timeout_seconds = 900     # 15 minutes
   queue_retention_seconds          = 345600  # 4 days
   queue_receive_wait_seconds       = 20      # long polling
@@ -23,7 +21,7 @@ resource "aws_sqs_queue" "uploads" {
   visibility_timeout_seconds = local.queue_visibility_timeout_seconds
   message_retention_seconds  = local.queue_retention_seconds
   receive_wait_time_seconds  = local.queue_receive_wait_seconds
-  # SSE-SQS: S3 event notifications can be delivered to it without KMS key grants.
+  # SSE-SQS: S3 event notifications and EventBridge can deliver to it without KMS key grants.
   sqs_managed_sse_enabled = true
 
   redrive_policy = jsonencode({
@@ -44,33 +42,7 @@ resource "aws_sqs_queue_redrive_allow_policy" "dlq" {
 
 resource "aws_sqs_queue_policy" "uploads" {
   queue_url = aws_sqs_queue.uploads.id
-  policy    = data.aws_iam_policy_document.uploads_queue.json
-}
-
-data "aws_iam_policy_document" "uploads_queue" {
-  statement {
-    sid       = "DataBucketNotifications"
-    effect    = "Allow"
-    actions   = ["sqs:SendMessage"]
-    resources = [aws_sqs_queue.uploads.arn]
-
-    principals {
-      type        = "Service"
-      identifiers = ["s3.amazonaws.com"]
-    }
-
-    condition {
-      test     = "ArnEquals"
-      variable = "aws:SourceArn"
-      values   = [aws_s3_bucket.data.arn]
-    }
-
-    condition {
-      test     = "StringEquals"
-      variable = "aws:SourceAccount"
-      values   = [local.account_id]
-    }
-  }
+  policy    = data.aws_iam_policy_document.policy["uploads_queue"].json
 }
 
 # --- Alerts: a message in the dead-letter queue means an episode failed 3 times ------------------
@@ -82,27 +54,7 @@ resource "aws_sns_topic" "alerts" {
 
 resource "aws_sns_topic_policy" "alerts" {
   arn    = aws_sns_topic.alerts.arn
-  policy = data.aws_iam_policy_document.alerts_topic.json
-}
-
-data "aws_iam_policy_document" "alerts_topic" {
-  statement {
-    sid       = "CloudWatchAlarms"
-    effect    = "Allow"
-    actions   = ["sns:Publish"]
-    resources = [aws_sns_topic.alerts.arn]
-
-    principals {
-      type        = "Service"
-      identifiers = ["cloudwatch.amazonaws.com"]
-    }
-
-    condition {
-      test     = "StringEquals"
-      variable = "aws:SourceAccount"
-      values   = [local.account_id]
-    }
-  }
+  policy = data.aws_iam_policy_document.policy["alerts_topic"].json
 }
 
 resource "aws_sns_topic_subscription" "alert_email" {

@@ -1,5 +1,5 @@
 variable "region" {
-  description = "AWS region for every resource (the seed's deployment uses us-west-2)."
+  description = "AWS region for every resource (the replaced worker's deployment uses us-west-2). An adopted data bucket must be in this region."
   type        = string
   default     = "us-west-2"
 }
@@ -52,10 +52,26 @@ variable "webserver_ingress_cidrs" {
 
 # --- Data bucket, alerts -----------------------------------------------------------------------
 
+variable "create_data_bucket" {
+  description = "false (the default): adopt the application's existing data bucket `data_bucket_name` without changing its settings, and route its uploads to the queue through EventBridge. true: create a new data bucket owned by this stack, with an S3 event notification to the queue."
+  type        = bool
+  default     = false
+}
+
 variable "data_bucket_name" {
-  description = "Name of the data bucket robots upload to (orgs/<org_id>/episodes/<episode_id>/...). Default: <name_prefix>-data-<account id>."
+  description = "Name of the data bucket robots upload to (orgs/<org_id>/episodes/<episode_id>/...). Required when adopting the existing bucket (create_data_bucket = false); with create_data_bucket it defaults to <name_prefix>-data-<account id>."
   type        = string
   default     = null
+
+  validation {
+    condition     = var.create_data_bucket || var.data_bucket_name != null
+    error_message = "data_bucket_name is required unless create_data_bucket = true: name the application's existing bucket."
+  }
+
+  validation {
+    condition     = var.data_bucket_name == null || can(regex("^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$", var.data_bucket_name))
+    error_message = "data_bucket_name must be a valid S3 bucket name (3-63 lowercase letters, digits, dots and hyphens)."
+  }
 }
 
 variable "alert_emails" {
@@ -209,7 +225,7 @@ variable "task_ephemeral_storage_gib" {
 }
 
 variable "log_retention_days" {
-  description = "Retention of the ECS log groups, in days (the seed keeps worker logs 7 days)."
+  description = "Retention of the ECS log groups, in days (the replaced worker kept its logs 7 days)."
   type        = number
   default     = 7
 }

