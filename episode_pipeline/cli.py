@@ -96,6 +96,106 @@ def cmd_status(args: argparse.Namespace) -> int:
     return 0
 
 
+def _dead_letter_rows(letters: list, instance: object | None) -> list[dict[str, object]]:
+    """One row per (message, upload): what an operator needs to act, runs included if known."""
+    from episode_pipeline.defs.runs import upload_history, upload_id
+    from episode_pipeline.runner import step_errors
+
+    rows: list[dict[str, object]] = []
+    for letter in letters:
+        base = {
+            "message_id": letter.message_id,
+            "receive_count": letter.receive_count,
+            "uploaded_at": letter.sent_at,
+        }
+        if not letter.uploads:
+            rows.append({**base, "episode": None, "key": None, "problem": letter.problem})
+        for upload in letter.uploads:
+            row = {**base, "episode": upload.partition_key, "key": upload.key}
+            if instance is not None:
+                history = upload_history(
+                    instance, upload_id(upload.partition_key, upload.object_version)
+                )
+                errors = (
+                    step_errors(instance, history.last_failed_run_id)
+                    if history.last_failed_run_id
+                    else []
+                )
+                row.update(
+                    runs=history.runs,
+                    failures=history.failures,
+                    first_failure=history.first_failure,
+                    last_failure=history.last_failure,
+                    failed_run=history.last_failed_run_id,
+                    error="; ".join(errors) or None,
+                )
+            rows.append(row)
+    return rows
+
+
+def _format_dead_letters(rows: list[dict[str, object]]) -> str:
+    if not rows:
+        return "the dead-letter queue is empty"
+    lines = []
+    for row in rows:
+        lines.append(f"{row['episode'] or '(no episode)'}  {row['key'] or row.get('problem')}")
+        lines.append(
+            f"  message {row['message_id']}, received {row['receive_count']} time(s), "
+            f"uploaded {row['uploaded_at'] or '?'}"
+        )
+        if row.get("failures") is not None:
+            lines.append(
+                f"  {row['failures']} failed run(s) of {row['runs']}: first "
+                f"{row['first_failure'] or '-'}, last {row['last_failure'] or '-'}"
+            )
+            lines.append(
+                f"  run {row['failed_run'] or '-'}: {row['error'] or '(no error recorded)'}"
+            )
+    return "\n".join(lines)
+
+
+def cmd_dlq(args: argparse.Namespace) -> int:
+    from episode_pipeline import dead_letters
+    from episode_pipeline.settings import apply_local_stack_env, load_settings
+    from episode_pipeline.upload_queue import UploadQueue
+
+    if apply_local_stack_env():  # no production settings: the local stack, started if down
+        from episode_pipeline.local.stack import ensure_stack
+
+        ensure_stack()
+    settings = load_settings()
+    if not settings.dlq_url or not settings.sqs_queue_url:
+        raise ValueError("SQS_QUEUE_URL and SQS_DLQ_URL must both be set")
+    dlq = UploadQueue(settings.dlq_url, settings.aws)
+    letters = dead_letters.peek(dlq)
+    if args.action == "list":
+        rows = _dead_letter_rows(letters, _dagster_instance())
+        if args.json:
+            _print_json(rows)
+        else:
+            print(_format_dead_letters(rows))
+        return 0
+    if not args.all and args.episode is None:
+        raise ValueError("name an episode (ORG/EP) to redrive, or --all")
+    chosen = dead_letters.select(letters, None if args.all else args.episode.partition_key)
+    queue = UploadQueue(settings.sqs_queue_url, settings.aws)
+    moved = dead_letters.redrive(dlq, queue, chosen)
+    print(f"moved {len(moved)} message(s) back to the upload queue")
+    return 0
+
+
+def _dagster_instance() -> object | None:
+    """The Dagster instance (DAGSTER_HOME), or None: the list then shows no run history."""
+    import os
+
+    if not os.environ.get("DAGSTER_HOME"):
+        print("episode-pipeline: DAGSTER_HOME is unset: runs not shown", file=sys.stderr)
+        return None
+    from dagster import DagsterInstance
+
+    return DagsterInstance.get()
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from episode_pipeline.local.demo import run_demo
 
@@ -149,6 +249,19 @@ def build_parser() -> argparse.ArgumentParser:
     status.add_argument("episode", nargs="?", type=_episode_arg)
     status.add_argument("--json", action="store_true")
     status.set_defaults(handler=cmd_status)
+
+    dlq = commands.add_parser("dlq", help="list the dead-letter queue, or send messages back")
+    dlq_actions = dlq.add_subparsers(dest="action", required=True)
+    dlq_list = dlq_actions.add_parser(
+        "list", help="each message: episode, key, receives, failures, the failed run's error"
+    )
+    dlq_list.add_argument("--json", action="store_true")
+    dlq_redrive = dlq_actions.add_parser(
+        "redrive", help="move an episode's messages (or --all) back to the upload queue"
+    )
+    dlq_redrive.add_argument("episode", nargs="?", type=_episode_arg)
+    dlq_redrive.add_argument("--all", action="store_true", help="every message on the queue")
+    dlq.set_defaults(handler=cmd_dlq)
 
     demo = commands.add_parser("demo", help="the whole pipeline on sample episodes, locally")
     demo.set_defaults(handler=cmd_demo)

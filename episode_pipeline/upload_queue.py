@@ -78,17 +78,33 @@ class UploadQueue:
 
     # -- operations -----------------------------------------------------------------------------
 
-    def receive(self, max_messages: int = MAX_BATCH, wait_seconds: int = 0) -> list[dict[str, Any]]:
-        """Up to `max_messages` (≤ 10) messages with their receive count; [] when none came."""
+    def receive(
+        self,
+        max_messages: int = MAX_BATCH,
+        wait_seconds: int = 0,
+        *,
+        visibility_seconds: int | None = None,
+        attributes: Sequence[str] = (RECEIVE_COUNT_ATTRIBUTE,),
+    ) -> list[dict[str, Any]]:
+        """Up to `max_messages` (≤ 10) messages with `attributes`; [] when none came.
+
+        `visibility_seconds` overrides the queue's visibility timeout for these messages.
+        """
+        extra = {} if visibility_seconds is None else {"VisibilityTimeout": visibility_seconds}
         response = self.client.receive_message(
             QueueUrl=self._url(),
             MaxNumberOfMessages=max(1, min(MAX_BATCH, max_messages)),
             WaitTimeSeconds=max(0, min(20, wait_seconds)),
             # Both spellings: moto and older SQS read the first, current SQS the second.
-            AttributeNames=[RECEIVE_COUNT_ATTRIBUTE],
-            MessageSystemAttributeNames=[RECEIVE_COUNT_ATTRIBUTE],
+            AttributeNames=list(attributes),
+            MessageSystemAttributeNames=list(attributes),
+            **extra,
         )
         return list(response.get("Messages", []))
+
+    def send(self, body: str) -> str:
+        """Put a message on the queue; returns its new message id."""
+        return str(self.client.send_message(QueueUrl=self._url(), MessageBody=body)["MessageId"])
 
     def delete(self, receipt_handle: str) -> bool:
         """Delete one message; False when its handle is stale (expired or superseded)."""

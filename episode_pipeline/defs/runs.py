@@ -9,12 +9,15 @@ from __future__ import annotations
 import os
 import socket
 from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import UTC, datetime
 
 from dagster import (
     AddDynamicPartitionsRequest,
     DagsterInstance,
     DagsterRun,
     DagsterRunStatus,
+    RunRecord,
     RunsFilter,
 )
 from dagster._core.storage.tags import PARTITION_NAME_TAG
@@ -107,6 +110,39 @@ def latest_run_of_upload(instance: DagsterInstance, upload: str) -> DagsterRun |
 
 
 # -- runs in flight -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class UploadHistory:
+    """What the runs of one upload came to, for an operator (`episode-pipeline dlq list`)."""
+
+    runs: int
+    failures: int  # failed or canceled
+    first_failure: datetime | None
+    last_failure: datetime | None
+    last_failed_run_id: str | None
+
+
+def upload_history(instance: DagsterInstance, upload: str) -> UploadHistory:
+    records = instance.get_run_records(RunsFilter(tags={UPLOAD_TAG: upload}))
+    failed = [
+        record
+        for record in records
+        if record.dagster_run.status in (DagsterRunStatus.FAILURE, DagsterRunStatus.CANCELED)
+    ]
+
+    def when(record: RunRecord) -> datetime:
+        stamp = record.end_time or record.create_timestamp.timestamp()
+        return datetime.fromtimestamp(stamp, UTC)
+
+    ended = sorted(failed, key=when)
+    return UploadHistory(
+        runs=len(records),
+        failures=len(failed),
+        first_failure=when(ended[0]) if ended else None,
+        last_failure=when(ended[-1]) if ended else None,
+        last_failed_run_id=ended[-1].dagster_run.run_id if ended else None,
+    )
 
 
 def has_run_in_flight(instance: DagsterInstance, ref: EpisodeRef) -> bool:

@@ -1,0 +1,115 @@
+"""The dead-letter queue, for operators: see what failed three times, and send it back.
+
+An upload message whose runs failed on 3 receives is moved by SQS to the dead-letter queue
+(infra/queue.tf; the local stack does the same). `peek` lists those messages without consuming
+them; `redrive` puts chosen ones back on the upload queue, where the sensor picks them up and —
+their upload's latest run having failed — starts one retry (docs/contract.md#upload-queue).
+The same code runs against the local stack and, with the production settings, against AWS;
+`episode-pipeline dlq list|redrive` is the command.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from episode_pipeline.events import Malformed, TestEvent, Upload, Uploads, parse_body
+from episode_pipeline.upload_queue import MAX_BATCH, UploadQueue
+
+SENT_ATTRIBUTE = "SentTimestamp"
+FIRST_RECEIVE_ATTRIBUTE = "ApproximateFirstReceiveTimestamp"
+RECEIVE_COUNT = "ApproximateReceiveCount"
+# While listing, each message is hidden this long so the next receive returns the others; all
+# are made visible again at the end.
+PEEK_HIDE_SECONDS = 30
+MAX_PEEK = 10_000
+
+
+@dataclass(frozen=True)
+class DeadLetter:
+    """One message on the dead-letter queue and what it announced."""
+
+    message_id: str
+    receipt_handle: str
+    body: str
+    receive_count: int
+    sent_at: datetime | None  # when S3 sent the event, i.e. about when the upload finished
+    uploads: tuple[Upload, ...]
+    problem: str | None  # why the body announces no upload (malformed, a test event)
+
+    @property
+    def episodes(self) -> list[str]:
+        return list(dict.fromkeys(u.partition_key for u in self.uploads))
+
+
+def _when(milliseconds: str | None) -> datetime | None:
+    try:
+        return datetime.fromtimestamp(int(milliseconds or "") / 1000, UTC)
+    except ValueError:
+        return None
+
+
+def as_dead_letter(message: dict) -> DeadLetter:
+    """A received SQS message (with its attributes) → DeadLetter."""
+    attributes = message.get("Attributes") or {}
+    body = str(message.get("Body", ""))
+    parsed = parse_body(body)
+    uploads: tuple[Upload, ...] = ()
+    problem = None
+    if isinstance(parsed, Uploads):
+        uploads = parsed.uploads
+        if not uploads:
+            problem = "; ".join(parsed.skipped) or "no upload records"
+    elif isinstance(parsed, Malformed):
+        problem = parsed.reason
+    elif isinstance(parsed, TestEvent):
+        problem = "s3:TestEvent"
+    return DeadLetter(
+        message_id=str(message.get("MessageId", "")),
+        receipt_handle=str(message.get("ReceiptHandle", "")),
+        body=body,
+        receive_count=int(attributes.get(RECEIVE_COUNT) or 0),
+        sent_at=_when(attributes.get(SENT_ATTRIBUTE)),
+        uploads=uploads,
+        problem=problem,
+    )
+
+
+def peek(dlq: UploadQueue, limit: int = MAX_PEEK) -> list[DeadLetter]:
+    """Every message on the dead-letter queue (up to `limit`), left on it.
+
+    Each is received once, hidden for `PEEK_HIDE_SECONDS` so the next receive returns others,
+    then made visible again. Messages another reader holds are not seen.
+    """
+    seen: dict[str, DeadLetter] = {}
+    while len(seen) < limit:
+        batch = dlq.receive(
+            MAX_BATCH,
+            visibility_seconds=PEEK_HIDE_SECONDS,
+            attributes=(RECEIVE_COUNT, SENT_ATTRIBUTE, FIRST_RECEIVE_ATTRIBUTE),
+        )
+        fresh = [as_dead_letter(m) for m in batch if m.get("MessageId") not in seen]
+        if not fresh:
+            break
+        seen.update((letter.message_id, letter) for letter in fresh)
+    letters = list(seen.values())
+    if letters:
+        dlq.extend_visibility_many([letter.receipt_handle for letter in letters], 0)
+    return sorted(letters, key=lambda letter: letter.sent_at or datetime.min.replace(tzinfo=UTC))
+
+
+def select(letters: Iterable[DeadLetter], episode: str | None) -> list[DeadLetter]:
+    """The letters announcing `episode` (ORG/EP), or all of them when it is None."""
+    return [letter for letter in letters if episode is None or episode in letter.episodes]
+
+
+def redrive(dlq: UploadQueue, queue: UploadQueue, letters: Iterable[DeadLetter]) -> list[str]:
+    """Move `letters` back to the upload queue: sent first, then deleted from the dead-letter
+    queue, so a crash in between duplicates a message (harmless: the sensor decides by the
+    upload's runs) rather than losing one. Returns the new message ids."""
+    moved = []
+    for letter in letters:
+        moved.append(queue.send(letter.body))
+        dlq.delete(letter.receipt_handle)
+    return moved
