@@ -10,15 +10,7 @@ what the first runs wrote, not add to it.
 
 from __future__ import annotations
 
-import contextlib
-import json
-import os
-import signal
-import socket
-import subprocess
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Iterator
 from datetime import datetime
 from pathlib import Path
@@ -30,28 +22,18 @@ import pytest
 from episode_pipeline.defs.jobs import EPISODE_ASSETS, EPISODE_JOB_NAME
 from episode_pipeline.keys import EpisodeRef
 from episode_pipeline.lerobot.sample import SampleSpec, write_sample
-from episode_pipeline.local.dev import SHUTDOWN_GRACE_SECONDS, dagster_command, dev_environment
 from episode_pipeline.local.stack import StackInfo
 from episode_pipeline.local.upload import upload_episode
+from episode_pipeline_tests.dagster_ui import STARTUP_SECONDS, DagsterDev, running_dagster_dev
 
 pytestmark = pytest.mark.integration
 
-STARTUP_SECONDS = 90
 PROCESS_SECONDS = 180
 BACKFILL_SECONDS = 180
 BACKFILL_TAG = "dagster/backfill"
 PARTITION_TAG = "dagster/partition"
 DONE_STATUSES = {"COMPLETED", "COMPLETED_SUCCESS", "COMPLETED_FAILED", "FAILED", "CANCELED"}
 
-REPOSITORIES_QUERY = """
-query {
-  repositoriesOrError {
-    __typename
-    ... on RepositoryConnection { nodes { name location { name } jobs { name } } }
-    ... on PythonError { message }
-  }
-}
-"""
 # The UI's LAUNCH_PARTITION_BACKFILL_MUTATION (ui-core), minus its error fragment's stack.
 LAUNCH_BACKFILL_MUTATION = """
 mutation LaunchPartitionBackfill($backfillParams: LaunchBackfillParams!) {
@@ -77,91 +59,10 @@ query Backfill($backfillId: String!) {
 """
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-class DagsterDev:
-    """A running `dagster dev` and its GraphQL endpoint; its output goes to `log`."""
-
-    def __init__(self, process: subprocess.Popen[bytes], port: int, log: Path) -> None:
-        self.process = process
-        self.url = f"http://127.0.0.1:{port}"
-        self.log = log
-
-    def tail(self, lines: int = 60) -> str:
-        text = self.log.read_text(errors="replace") if self.log.exists() else ""
-        return "\n".join(text.splitlines()[-lines:])
-
-    def graphql(self, query: str, variables: dict[str, Any] | None = None) -> dict[str, Any]:
-        body = json.dumps({"query": query, "variables": variables or {}}).encode()
-        request = urllib.request.Request(
-            f"{self.url}/graphql", data=body, headers={"Content-Type": "application/json"}
-        )
-        with urllib.request.urlopen(request, timeout=30) as response:
-            result = json.load(response)
-        assert not result.get("errors"), result["errors"]
-        return result["data"]
-
-    def wait_until_up(self, timeout: float) -> None:
-        deadline = time.monotonic() + timeout
-        while True:
-            assert self.process.poll() is None, f"dagster dev exited:\n{self.tail()}"
-            with (
-                contextlib.suppress(urllib.error.URLError, ConnectionError, TimeoutError),
-                urllib.request.urlopen(f"{self.url}/server_info", timeout=5) as response,
-            ):
-                if response.status == 200:
-                    return
-            assert time.monotonic() < deadline, f"no {self.url}/server_info:\n{self.tail()}"
-            time.sleep(0.5)
-
-    def repository_of(self, job_name: str, timeout: float) -> dict[str, str]:
-        """The UI's repositorySelector for the repository holding `job_name` (once loaded)."""
-        deadline = time.monotonic() + timeout
-        while True:
-            found = self.graphql(REPOSITORIES_QUERY)["repositoriesOrError"]
-            for repo in found.get("nodes", []):
-                if any(job["name"] == job_name for job in repo["jobs"]):
-                    return {
-                        "repositoryName": repo["name"],
-                        "repositoryLocationName": repo["location"]["name"],
-                    }
-            assert time.monotonic() < deadline, f"no job {job_name}: {found}\n{self.tail()}"
-            time.sleep(1)
-
-
-def stop(process: subprocess.Popen[bytes]) -> None:
-    """As `episode-pipeline dev` stops it: SIGTERM, then kill the process group after a grace."""
-    process.terminate()
-    try:
-        process.wait(SHUTDOWN_GRACE_SECONDS)
-    except subprocess.TimeoutExpired:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGKILL)
-        process.wait()
-
-
 @pytest.fixture
 def dagster_dev(stack: StackInfo, tmp_path: Path) -> Iterator[DagsterDev]:
-    port = free_port()
-    log = tmp_path / "dagster-dev.log"
-    with log.open("wb") as output:
-        process = subprocess.Popen(
-            dagster_command(port),
-            env=dev_environment(stack.env),
-            cwd=tmp_path,
-            start_new_session=True,
-            stdin=subprocess.DEVNULL,
-            stdout=output,
-            stderr=subprocess.STDOUT,
-        )
-    try:
-        yield DagsterDev(process, port, log)
-    finally:
-        stop(process)
+    with running_dagster_dev(stack, tmp_path) as dev:
+        yield dev
 
 
 def episode_state(conn: psycopg.Connection, ref: EpisodeRef) -> tuple[str, datetime | None]:

@@ -31,3 +31,21 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
     >/dev/null 2>&1 || true
   touch "$stamp"
 fi
+
+# A real browser for the UI smoke test: Debian's chromium, driven by Playwright's Python package
+# (never `playwright install`, which downloads a browser). Under CI=true it must be installed;
+# elsewhere it is installed when apt can do it, and the test skips without it.
+if ! command -v chromium >/dev/null 2>&1; then
+  SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo -n"
+  if command -v apt-get >/dev/null 2>&1 && $SUDO true 2>/dev/null; then
+    echo "bootstrap: installing chromium with apt-get (for the browser smoke test)" >&2
+    if ! { $SUDO apt-get update -qq &&
+      $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; } >/dev/null; then
+      [ "${CI:-}" != "true" ] || { echo "bootstrap: chromium could not be installed" >&2; exit 1; }
+      echo "bootstrap: chromium not installed; the browser smoke test will skip" >&2
+    fi
+  elif [ "${CI:-}" = "true" ]; then
+    echo "bootstrap: CI=true needs chromium, and apt-get is not usable here" >&2
+    exit 1
+  fi
+fi

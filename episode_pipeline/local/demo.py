@@ -19,7 +19,7 @@ from episode_pipeline.db import episodes as episode_db
 from episode_pipeline.db.connection import connect
 from episode_pipeline.keys import EpisodeRef
 from episode_pipeline.lerobot.sample import SampleSpec, av1_encoder, write_sample
-from episode_pipeline.local.dev import SHUTDOWN_GRACE_SECONDS, dev_environment
+from episode_pipeline.local.dev import SHUTDOWN_GRACE_SECONDS, WORKSPACE_FILE, dev_environment
 from episode_pipeline.local.stack import start_stack
 from episode_pipeline.settings import DatabaseSettings, apply_local_stack_env, load_settings
 
@@ -42,7 +42,7 @@ def demo_samples() -> dict[str, SampleSpec]:
 
 def _daemon_command() -> list[str]:
     executable = Path(sys.executable).parent / "dagster-daemon"
-    return [str(executable), "run", "-m", "episode_pipeline.definitions"]
+    return [str(executable), "run", "-w", str(WORKSPACE_FILE)]
 
 
 def _wait_for(

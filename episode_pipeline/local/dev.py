@@ -22,10 +22,14 @@ DEFAULT_PORT = 3000
 SHUTDOWN_GRACE_SECONDS = 30
 
 
+# The code location `episode_pipeline`, as production's workspace.yaml names it.
+WORKSPACE_FILE = Path(__file__).with_name("workspace.yaml")
+
+
 def dagster_command(port: int = DEFAULT_PORT) -> list[str]:
     executable = Path(sys.executable).parent / "dagster"
     base = [str(executable)] if executable.exists() else [sys.executable, "-m", "dagster"]
-    return [*base, "dev", "-m", "episode_pipeline.definitions", "-h", "127.0.0.1", "-p", str(port)]
+    return [*base, "dev", "-w", str(WORKSPACE_FILE), "-h", "127.0.0.1", "-p", str(port)]
 
 
 def dev_environment(stack_env: dict[str, str]) -> dict[str, str]:

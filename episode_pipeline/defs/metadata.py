@@ -1,0 +1,32 @@
+"""Metadata a person reads in the Dagster UI: tables with a schema instead of JSON, one way.
+
+A list of dicts shown as `MetadataValue.json` hides behind "Show JSON"; a `MetadataValue.table`
+renders inline as a table whose columns are named and typed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+
+from dagster import MetadataValue, TableColumn, TableRecord, TableSchema
+
+Cell = str | int | float | bool | None
+
+
+def table_schema(columns: Sequence[tuple[str, str, str]]) -> TableSchema:
+    """A schema from (name, type, description) triples."""
+    return TableSchema(
+        columns=[TableColumn(name, type_, description) for name, type_, description in columns]
+    )
+
+
+def table(
+    columns: Sequence[tuple[str, str, str]], rows: Iterable[Mapping[str, Cell]]
+) -> MetadataValue:
+    """A table of `rows` (dicts keyed by column name; a missing cell is empty)."""
+    schema = table_schema(columns)
+    names = [column.name for column in schema.columns]
+    return MetadataValue.table(
+        records=[TableRecord({name: row.get(name) for name in names}) for row in rows],
+        schema=schema,
+    )
