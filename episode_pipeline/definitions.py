@@ -15,7 +15,7 @@ from episode_pipeline.defs.assets.archive import extracted_files, raw_archive
 from episode_pipeline.defs.assets.episode import episode
 from episode_pipeline.defs.assets.episode_metadata import episode_metadata
 from episode_pipeline.defs.assets.frames import frames
-from episode_pipeline.defs.assets.hls_renditions import hls_playlists_valid, hls_renditions
+from episode_pipeline.defs.assets.hls_renditions import HLS_CHECKS, hls_renditions
 from episode_pipeline.defs.checks import EPISODE_CHECKS
 from episode_pipeline.defs.io_managers.postgres_tables import PostgresPolarsIOManager
 from episode_pipeline.defs.io_managers.s3_outputs import S3IOManager
@@ -51,7 +51,7 @@ def build_resources(settings: Settings) -> dict[str, Any]:
 def build_definitions(settings: Settings) -> Definitions:
     return Definitions(
         assets=[raw_archive, extracted_files, hls_renditions, frames, episode_metadata, episode],
-        asset_checks=[*EPISODE_CHECKS, hls_playlists_valid],
+        asset_checks=[*EPISODE_CHECKS, *HLS_CHECKS],
         jobs=[episode_job],
         sensors=[
             *upload_queue_sensors(settings.queue),

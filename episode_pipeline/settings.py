@@ -14,15 +14,17 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 HOME_ENV = "EPISODE_PIPELINE_HOME"
 DEFAULT_HOME = ".episode_pipeline"
 STACK_STATE_FILE = "stack.json"
 DEFAULT_REGION = "us-west-2"  # the replaced worker's region
 DEFAULT_PRESET = "veryfast"  # x264 preset: timings in docs/platform-notes.md#ffmpeg
+# Rung heights of the adaptive ladder: its cost on a 640x480 camera is in benchmarks/README.md.
+DEFAULT_LADDER = ("source", "720", "480", "240")
 
 
 def pipeline_home() -> Path:
@@ -145,25 +147,120 @@ TranscodeMode = Literal["subprocess", "ecs"]
 
 
 @dataclass(frozen=True)
+class VideoSettings:
+    """What the transcode program makes of each camera, and how long FFmpeg may take for it.
+
+    Sent to the transcode process with its job (docs/contract.md#hls-renditions). Env:
+
+    - TRANSCODE_PRESET (`veryfast`): x264 preset of the baseline `playlist.m3u8`;
+    - TRANSCODE_LADDER (`source,720,480,240`): the adaptive ladder's rung heights, `source` for
+      the source's own; rungs above the source are dropped; empty or `none`: baseline only;
+    - TRANSCODE_LADDER_PRESET (`veryfast`): x264 preset of the ladder's rungs;
+    - TRANSCODE_FFMPEG: the FFmpeg binary (default: imageio-ffmpeg's bundled one);
+    - TRANSCODE_FFMPEG_DEADLINE_BASE_SECONDS (120) + TRANSCODE_FFMPEG_DEADLINE_PER_SOURCE_SECOND
+      (10) x the camera's source seconds: how long one FFmpeg invocation may run;
+    - TRANSCODE_PROBE_DEADLINE_SECONDS (60): how long probing one source may take;
+    - TRANSCODE_CAMERA_WORKERS: cameras transcoded at once (default: the process's CPUs).
+    """
+
+    preset: str = DEFAULT_PRESET
+    ladder: tuple[str, ...] = DEFAULT_LADDER
+    ladder_preset: str = DEFAULT_PRESET
+    ffmpeg: str | None = None
+    ffmpeg_deadline_base_seconds: float = 120.0
+    ffmpeg_deadline_per_source_second: float = 10.0
+    probe_deadline_seconds: float = 60.0
+    camera_workers: int | None = None
+
+    def ffmpeg_deadline(self, source_seconds: float) -> float:
+        """Seconds one FFmpeg invocation may run for `source_seconds` of a camera's video."""
+        return self.ffmpeg_deadline_base_seconds + (
+            self.ffmpeg_deadline_per_source_second * max(0.0, source_seconds)
+        )
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> VideoSettings:
+        from episode_pipeline.video.ladder import LadderError, parse_ladder
+
+        defaults = cls()
+        try:
+            ladder = parse_ladder(env.get("TRANSCODE_LADDER", ",".join(DEFAULT_LADDER)))
+        except LadderError as error:
+            raise RuntimeError(f"TRANSCODE_LADDER: {error}") from None
+        workers = env.get("TRANSCODE_CAMERA_WORKERS")
+        return cls(
+            preset=env.get("TRANSCODE_PRESET") or DEFAULT_PRESET,
+            ladder=ladder,
+            ladder_preset=env.get("TRANSCODE_LADDER_PRESET") or DEFAULT_PRESET,
+            ffmpeg=env.get("TRANSCODE_FFMPEG") or None,
+            ffmpeg_deadline_base_seconds=_number(
+                env,
+                "TRANSCODE_FFMPEG_DEADLINE_BASE_SECONDS",
+                defaults.ffmpeg_deadline_base_seconds,
+            ),
+            ffmpeg_deadline_per_source_second=_number(
+                env,
+                "TRANSCODE_FFMPEG_DEADLINE_PER_SOURCE_SECOND",
+                defaults.ffmpeg_deadline_per_source_second,
+            ),
+            probe_deadline_seconds=_number(
+                env, "TRANSCODE_PROBE_DEADLINE_SECONDS", defaults.probe_deadline_seconds
+            ),
+            camera_workers=_whole(env, "TRANSCODE_CAMERA_WORKERS", 1) if workers else None,
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-able, for the transcode job."""
+        return {**asdict(self), "ladder": list(self.ladder)}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> VideoSettings:
+        known = {f.name for f in fields(cls)}
+        values = {k: v for k, v in data.items() if k in known}
+        return cls(**{**values, "ladder": tuple(values.get("ladder", DEFAULT_LADDER))})
+
+
+@dataclass(frozen=True)
 class TranscodeSettings:
     """Where FFmpeg runs: a subprocess of the run (laptop, tests) or an ECS task (production).
 
     ECS mode is chosen by `TRANSCODE_TASK_DEFINITION` (infra/ecs.tf sets it on the run task).
+    All cameras of an episode go to one transcode process. Env:
+
+    - TRANSCODE_DEADLINE_SECONDS: how long the whole transcode (one subprocess or ECS task) may
+      run before it is killed (subprocess) or stopped (ECS); default: 600 s for the task to
+      start and move files, plus every camera's FFmpeg deadline one after another;
+    - TRANSCODE_MAX_VCPU (4): the largest ECS task an episode gets (1 vCPU per camera, a
+      Fargate size of 1, 2, 4, 8 or 16 vCPU with 2 GiB per vCPU).
     """
 
     mode: TranscodeMode = SUBPROCESS
-    preset: str = DEFAULT_PRESET
     ecs_cluster: str | None = None
     ecs_subnets: tuple[str, ...] = field(default_factory=tuple)
     ecs_security_groups: tuple[str, ...] = field(default_factory=tuple)
     task_definition: str | None = None
     container_name: str = "transcode"
+    video: VideoSettings = field(default_factory=VideoSettings)
+    deadline_seconds: float | None = None
+    max_vcpu: int = 4
+
+    @property
+    def preset(self) -> str:
+        return self.video.preset
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> TranscodeSettings:
-        preset = env.get("TRANSCODE_PRESET") or DEFAULT_PRESET
+        common: dict[str, Any] = {
+            "video": VideoSettings.from_env(env),
+            "deadline_seconds": (
+                _number(env, "TRANSCODE_DEADLINE_SECONDS", 1.0)
+                if env.get("TRANSCODE_DEADLINE_SECONDS")
+                else None
+            ),
+            "max_vcpu": _whole(env, "TRANSCODE_MAX_VCPU", 4),
+        }
         if not env.get("TRANSCODE_TASK_DEFINITION"):
-            return cls(mode=SUBPROCESS, preset=preset)
+            return cls(mode=SUBPROCESS, **common)
         _require(
             env,
             ("ECS_CLUSTER", "ECS_SUBNETS"),
@@ -171,12 +268,12 @@ class TranscodeSettings:
         )
         return cls(
             mode=ECS,
-            preset=preset,
             ecs_cluster=env["ECS_CLUSTER"],
             ecs_subnets=_list(env.get("ECS_SUBNETS")),
             ecs_security_groups=_list(env.get("ECS_SECURITY_GROUPS")),
             task_definition=env["TRANSCODE_TASK_DEFINITION"],
             container_name=env.get("TRANSCODE_CONTAINER_NAME") or "transcode",
+            **common,
         )
 
 

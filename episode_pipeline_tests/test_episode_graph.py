@@ -38,6 +38,9 @@ ALL_CHECKS = {
     "metadata_keys_present",
     "frame_count_matches_rows",
     "hls_playlists_valid",
+    "hls_sources_readable",
+    "hls_duration_matches_sources",
+    "hls_decodes_to_source_frames",
     "frames_state_present",
 }
 

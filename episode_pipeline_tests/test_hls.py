@@ -1,14 +1,18 @@
 """`hls_renditions` end to end on the real stack: moto S3, the bundled FFmpeg, Dagster Pipes.
 
 The transcode runs as a real `python -m episode_pipeline.transcode` process: a subprocess, or
-(last test) an "ECS task" whose only fake part is the container itself — a hand-written ECS
+(the ECS tests) an "ECS task" whose only fake part is the container itself — a hand-written ECS
 client that starts the task definition's command locally and ships its output to moto's
 CloudWatch Logs, where `PipesECSClient` reads the Pipes messages as it does in production.
+FFmpeg misbehaving (exiting non-zero, hanging) is played by a shell stand-in that the
+`ffmpeg` setting points at; every other FFmpeg run is the real one. Clips are 1-2 s long.
 """
 
 from __future__ import annotations
 
 import os
+import signal
+import stat
 import subprocess
 import sys
 import threading
@@ -16,15 +20,16 @@ import time
 import uuid
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import av
+import botocore.exceptions
 import pytest
 from dagster import DagsterInstance, materialize
 
 from episode_pipeline.definitions import build_resources
 from episode_pipeline.defs.assets.archive import extracted_files, raw_archive
-from episode_pipeline.defs.assets.hls_renditions import hls_playlists_valid, hls_renditions
+from episode_pipeline.defs.assets.hls_renditions import HLS_CHECKS, hls_renditions
 from episode_pipeline.defs.partitions import EPISODES_PARTITION_NAME
 from episode_pipeline.defs.resources.transcoder import HlsTranscoder
 from episode_pipeline.keys import EpisodeRef
@@ -32,11 +37,19 @@ from episode_pipeline.lerobot.sample import SampleSpec, pack_archive, write_data
 from episode_pipeline.local import aws_setup
 from episode_pipeline.local.upload import upload_episode
 from episode_pipeline.settings import TranscodeSettings
-from episode_pipeline.video.playlist import check_playlist, parse_playlist
+from episode_pipeline.transcode.job import task_size
+from episode_pipeline.video import ffmpeg_exe
+from episode_pipeline.video.playlist import (
+    check_master,
+    check_playlist,
+    parse_master,
+    parse_playlist,
+)
 
 pytestmark = pytest.mark.integration
 
 SEGMENT_LIMIT = 4.1  # seconds: 4 s segments cut on frame boundaries
+CHECK_NAMES = {check.check_key.name for check in HLS_CHECKS}
 
 
 def new_ref() -> EpisodeRef:
@@ -48,30 +61,55 @@ def instance(stack) -> DagsterInstance:
     return DagsterInstance.ephemeral()
 
 
-def resources(settings, transcoder: HlsTranscoder) -> dict[str, Any]:
-    return {**build_resources(settings), "transcoder": transcoder}
+class CountingTranscoder(HlsTranscoder):
+    """Counts how many transcode processes the asset starts."""
+
+    processes: ClassVar[int] = 0
+
+    def _run_subprocess(self, *args: Any, **kwargs: Any) -> Any:
+        CountingTranscoder.processes += 1
+        return super()._run_subprocess(*args, **kwargs)
 
 
-def run_hls(instance, settings, ref: EpisodeRef, transcoder: HlsTranscoder | None = None):
-    """Materialize extracted_files + hls_renditions (+ its check) for the episode's partition."""
+@dataclass
+class Run:
+    metadata: dict[str, Any]
+    checks: dict[str, Any]  # check name → evaluation
+
+    def table(self, name: str) -> list[dict[str, Any]]:
+        return [dict(record.data) for record in self.metadata[name].records]
+
+    def cameras(self) -> dict[str, dict[str, Any]]:
+        return {row["camera"]: row for row in self.table("per_camera")}
+
+    def check_rows(self, check: str) -> dict[str, dict[str, Any]]:
+        records = self.checks[check].metadata["per_camera"].value.records
+        return {r.data["camera"]: dict(r.data) for r in records}
+
+
+def run_hls(instance, settings, ref: EpisodeRef, transcoder: HlsTranscoder | None = None) -> Run:
+    """Materialize extracted_files + hls_renditions (+ its checks) for the episode's partition."""
     if not instance.has_dynamic_partition(EPISODES_PARTITION_NAME, ref.partition_key):
         instance.add_dynamic_partitions(EPISODES_PARTITION_NAME, [ref.partition_key])
     result = materialize(
-        [raw_archive, extracted_files, hls_renditions, hls_playlists_valid],
+        [raw_archive, extracted_files, hls_renditions, *HLS_CHECKS],
         selection=[extracted_files, hls_renditions],
         partition_key=ref.partition_key,
         instance=instance,
-        resources=resources(settings, transcoder or HlsTranscoder(mode="subprocess")),
+        resources={
+            **build_resources(settings),
+            "transcoder": transcoder or HlsTranscoder(mode="subprocess"),
+        },
     )
     assert result.success
-    (materialization,) = [m for m in result.asset_materializations_for_node("hls_renditions")]
-    metadata = {k: v.value for k, v in materialization.metadata.items()}
-    (check,) = result.get_asset_check_evaluations()
-    return metadata, check
+    (materialization,) = list(result.asset_materializations_for_node("hls_renditions"))
+    checks = {e.check_name: e for e in result.get_asset_check_evaluations()}
+    assert set(checks) == CHECK_NAMES
+    return Run(metadata={k: v.value for k, v in materialization.metadata.items()}, checks=checks)
 
 
 def hls_objects(s3_client, bucket: str, ref: EpisodeRef) -> dict[str, str]:
-    prefix = f"{ref.processed_prefix}hls/"
+    prefix = ref.hls_root
     objects = {}
     for page in s3_client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
         for item in page.get("Contents", []):
@@ -79,115 +117,247 @@ def hls_objects(s3_client, bucket: str, ref: EpisodeRef) -> dict[str, str]:
     return objects
 
 
-def segment_facts(path: Path) -> tuple[str, str, int, float, int]:
-    """codec, profile, level, seconds and frames of one decoded segment."""
+def stream_facts(path: Path) -> tuple[str, str, int, int, int, int]:
+    """codec, profile, level, width, height and decoded frames of one file."""
     with av.open(str(path)) as container:
         stream = container.streams.video[0]
         frames = sum(1 for _ in container.decode(video=0))
-        seconds = frames / float(stream.average_rate)
         context = stream.codec_context
-        return context.name, context.profile, context.level, seconds, frames
+        return context.name, context.profile, context.level, context.width, context.height, frames
 
 
-def check_rendition(s3_client, bucket, ref, camera, tmp_path, expected_seconds) -> list[float]:
-    """Download a camera's rendition; assert the contract; return its segment lengths."""
+def get_text(s3_client, bucket: str, key: str) -> str:
+    return s3_client.get_object(Bucket=bucket, Key=key)["Body"].read().decode()
+
+
+def check_camera(s3_client, bucket, ref, camera, tmp_path, expected_seconds) -> dict[str, Any]:
+    """Download a camera's whole output; assert the contract; return what was found."""
     prefix = ref.hls_prefix(camera)
-    text = s3_client.get_object(Bucket=bucket, Key=prefix + "playlist.m3u8")["Body"].read()
-    playlist = parse_playlist(text.decode())
     names = {
-        k.rsplit("/", 1)[1] for k in hls_objects(s3_client, bucket, ref) if k.startswith(camera)
+        k[len(camera) + 1 :]
+        for k in hls_objects(s3_client, bucket, ref)
+        if k.startswith(camera + "/")
     }
-    assert check_playlist(playlist, names) == []
-    assert names == {"playlist.m3u8", *(s.uri for s in playlist.segments)}  # nothing stale
-    lengths = []
-    for segment in playlist.segments:
-        local = tmp_path / f"{camera}-{segment.uri}"
-        s3_client.download_file(bucket, prefix + segment.uri, str(local))
-        codec, profile, level, seconds, frames = segment_facts(local)
-        assert (codec, profile, level) == ("h264", "Constrained Baseline", 30)
-        assert frames > 0
-        lengths.append(seconds)
-    assert all(length <= SEGMENT_LIMIT for length in lengths[:-1])
-    assert sum(lengths) == pytest.approx(expected_seconds, abs=0.1)
-    assert playlist.seconds == pytest.approx(expected_seconds, abs=0.1)
-    return lengths
+    variants = parse_master(get_text(s3_client, bucket, prefix + "master.m3u8"))
+    assert check_master(variants, "playlist.m3u8") == []
+    found: dict[str, Any] = {"variants": variants, "names": names}
+    listed = {"master.m3u8", "poster.jpg"}
+    for variant in variants:
+        playlist = parse_playlist(get_text(s3_client, bucket, prefix + variant.uri))
+        folder = variant.uri.rsplit("/", 1)[0] + "/" if "/" in variant.uri else ""
+        present = {n[len(folder) :] for n in names if n.startswith(folder)}
+        assert check_playlist(playlist, present) == []
+        listed |= {variant.uri, *(folder + s.uri for s in playlist.segments)}
+        frames = 0
+        for segment in playlist.segments:
+            local = tmp_path / f"{camera}-{folder.strip('/') or 'base'}-{segment.uri}"
+            s3_client.download_file(bucket, prefix + folder + segment.uri, str(local))
+            codec, profile, level, width, height, count = stream_facts(local)
+            assert codec == "h264"
+            assert (width, height) == variant.resolution
+            if variant.uri == "playlist.m3u8":
+                assert (profile, level) == ("Constrained Baseline", 30)
+            else:
+                assert profile == "High"
+            frames += count
+        assert [s.duration <= SEGMENT_LIMIT for s in playlist.segments[:-1]] == [True] * (
+            len(playlist.segments) - 1
+        )
+        assert playlist.seconds == pytest.approx(expected_seconds, abs=0.1)
+        found[variant.uri] = frames
+    assert names == listed  # nothing stale, nothing missing
+    poster = tmp_path / f"{camera}-poster.jpg"
+    s3_client.download_file(bucket, prefix + "poster.jpg", str(poster))
+    codec, _, _, width, _, _ = stream_facts(poster)
+    found["poster"] = (codec, width)
+    return found
 
 
-def test_v30_av1_two_cameras_then_rerun_keeps_the_same_keys(
+def test_three_cameras_in_one_process_ladder_poster_and_green_checks(
     tmp_path, stack, settings, instance, s3_client
 ):
+    """3 cameras of 640x480 → per camera the baseline (640x480), a 240p rung, a master, a
+    poster; one transcode process; every check green."""
     ref = new_ref()
-    archive = tmp_path / "v30.tar.zst"
-    summary = write_sample(
-        archive, SampleSpec(codebase_version="v3.0", codec="av1", cameras=2, seconds=9.0)
+    archive = tmp_path / "three.tar.zst"
+    spec = SampleSpec(
+        codebase_version="v3.0", codec="av1", cameras=3, seconds=1.5, width=640, height=480
     )
+    summary = write_sample(archive, spec)
     upload_episode(archive, ref)
+    CountingTranscoder.processes = 0
 
-    metadata, check = run_hls(instance, settings, ref)
+    run = run_hls(instance, settings, ref, CountingTranscoder(mode="subprocess"))
+
+    assert CountingTranscoder.processes == 1
     cameras = summary["cameras"]
-    assert metadata["cameras"] == ", ".join(sorted(cameras))
-    assert sorted(metadata["playlists"]) == sorted(
-        ref.hls_prefix(c) + "playlist.m3u8" for c in cameras
-    )
-    assert metadata["failed_videos"] == []
+    assert set(run.cameras()) == set(cameras)
+    assert run.metadata["failed_videos"] == []
     for camera in cameras:
-        facts = metadata["per_camera"][camera]
-        assert facts["source_codec"] == "av1"
-        assert facts["source_resolution"] == "320x240"
-        assert facts["source_duration_ms"] == pytest.approx(9000, abs=50)
-        assert facts["segments"] == 3
-        lengths = check_rendition(s3_client, stack.bucket, ref, camera, tmp_path, 9.0)
-        assert lengths[:2] == [pytest.approx(4.0, abs=0.05)] * 2
-    assert check.passed
+        row = run.cameras()[camera]
+        assert row["status"] == "ok"
+        assert (row["source_codec"], row["source_resolution"]) == ("av1", "640x480")
+        assert row["source_frames"] == 45
+        assert row["renditions"] == "baseline 640x480, 240p 320x240"
+        found = check_camera(s3_client, stack.bucket, ref, camera, tmp_path, 1.5)
+        by_uri = {v.uri: v for v in found["variants"]}
+        assert set(by_uri) == {"playlist.m3u8", "240p/index.m3u8"}
+        assert by_uri["playlist.m3u8"].codecs == "avc1.42C01E"
+        assert by_uri["240p/index.m3u8"].codecs.startswith("avc1.6400")
+        assert by_uri["240p/index.m3u8"].frame_rate == 30
+        assert found["playlist.m3u8"] == found["240p/index.m3u8"] == 45
+        assert found["poster"] == ("mjpeg", 320)
+        assert (
+            camera in run.metadata["posters"]
+            and "data:image/jpeg;base64," in run.metadata["posters"]
+        )
+    sources = run.table("sources")
+    assert {(s["camera"], s["codec"], s["frames"], s["error"]) for s in sources} == {
+        (c, "av1", 45, None) for c in cameras
+    }
+    assert {name: check.passed for name, check in run.checks.items()} == dict.fromkeys(
+        CHECK_NAMES, True
+    )
 
-    first = hls_objects(s3_client, stack.bucket, ref)
-    again, check = run_hls(instance, settings, ref)
-    assert check.passed
-    assert hls_objects(s3_client, stack.bucket, ref).keys() == first.keys()
-    assert again["playlists"] == metadata["playlists"]
 
-
-def test_v21_episodes_concatenate_and_corrupt_videos_are_reported(
+def test_corrupt_sources_are_reported_by_name_and_the_rest_is_transcoded(
     tmp_path, stack, settings, instance, s3_client
 ):
-    """front: episode 1 corrupt → a rendition of episode 0; wrist: both episodes back to back;
-    top: both corrupt → no rendition. The asset succeeds; the WARN check fails on `top`."""
+    """front: its second mp4 is zeros → a rendition of the first, the sources check names the
+    file; wrist: both episodes back to back; top: both unreadable → no rendition."""
     ref = new_ref()
     folder = tmp_path / "dataset"
-    spec = SampleSpec(codebase_version="v2.1", codec="h264", cameras=3, episodes=2, seconds=3.0)
+    spec = SampleSpec(codebase_version="v2.1", codec="h264", cameras=3, episodes=2, seconds=1.0)
     summary = write_dataset(folder, spec)
     front, wrist, top = summary["cameras"]
-    corrupt = [
-        f"videos/chunk-000/{front}/episode_000001.mp4",
-        f"videos/chunk-000/{top}/episode_000000.mp4",
-        f"videos/chunk-000/{top}/episode_000001.mp4",
-    ]
-    for relative in corrupt:
+    zeros = f"videos/chunk-000/{front}/episode_000001.mp4"
+    broken = [f"videos/chunk-000/{top}/episode_00000{i}.mp4" for i in (0, 1)]
+    (folder / zeros).write_bytes(bytes(3 << 20))
+    for relative in broken:
         (folder / relative).write_bytes(b"\x00\x00\x00\x18ftypisom" + os.urandom(2000))
     archive = tmp_path / "v21.tar.zst"
     pack_archive(folder, archive, root_folder="lerobot_episode")
     upload_episode(archive, ref)
 
-    metadata, check = run_hls(instance, settings, ref)
+    run = run_hls(instance, settings, ref)
 
     failed = {
-        (f["camera"], f["key"].rsplit("lerobot_episode/", 1)[1]) for f in metadata["failed_videos"]
+        (f["camera"], f["key"].rsplit("lerobot_episode/", 1)[1])
+        for f in run.metadata["failed_videos"]
     }
-    assert failed == {(front, corrupt[0]), (top, corrupt[1]), (top, corrupt[2])}
-    assert all(f["key"] in f["error"] for f in metadata["failed_videos"])
-    assert sorted(metadata["playlists"]) == sorted(
-        ref.hls_prefix(c) + "playlist.m3u8" for c in (front, wrist)
-    )
-    check_rendition(s3_client, stack.bucket, ref, front, tmp_path, 3.0)
-    check_rendition(s3_client, stack.bucket, ref, wrist, tmp_path, 6.0)
-    assert metadata["per_camera"][wrist]["sources"] == 2
-    assert metadata["per_camera"][top]["playlist"] is None
+    assert failed == {(front, zeros), (top, broken[0]), (top, broken[1])}
+    cameras = run.cameras()
+    assert cameras[front]["status"] == "ok, 1 source(s) left out"
+    assert cameras[wrist]["sources"] == 2 and cameras[wrist]["source_frames"] == 60
+    assert cameras[top]["playlist"] is None and cameras[top]["status"].startswith("failed: ")
+    check_camera(s3_client, stack.bucket, ref, front, tmp_path, 1.0)
+    check_camera(s3_client, stack.bucket, ref, wrist, tmp_path, 2.0)
     assert not any(k.startswith(top + "/") for k in hls_objects(s3_client, stack.bucket, ref))
 
-    assert not check.passed
-    assert check.severity.value == "WARN"
-    problems = check.metadata["problems"].value
-    assert problems == [f"{ref.hls_prefix(top)}playlist.m3u8: missing"]
+    readable = run.checks["hls_sources_readable"]
+    assert not readable.passed and readable.severity.value == "WARN"
+    rows = run.check_rows("hls_sources_readable")
+    assert rows[wrist]["passed"]
+    assert zeros in rows[front]["problems"] and "not a readable video" in rows[front]["problems"]
+    assert all(path in rows[top]["problems"] for path in broken)
+    for name in (
+        "hls_playlists_valid",
+        "hls_duration_matches_sources",
+        "hls_decodes_to_source_frames",
+    ):
+        rows = run.check_rows(name)
+        assert (rows[front]["passed"], rows[wrist]["passed"], rows[top]["passed"]) == (
+            True,
+            True,
+            False,
+        ), name
+        assert "missing" in rows[top]["problems"]
+
+
+def stand_in_ffmpeg(tmp_path: Path, body: str) -> str:
+    """A shell script playing FFmpeg: `body` runs first, then the real FFmpeg with its args."""
+    script = tmp_path / "ffmpeg-stand-in.sh"
+    script.write_text(f'#!/bin/sh\n{body}\nexec {ffmpeg_exe()} "$@"\n')
+    script.chmod(script.stat().st_mode | stat.S_IXUSR)
+    return str(script)
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def pids_in(path: Path) -> list[int]:
+    return [int(p) for p in path.read_text().split()] if path.exists() else []
+
+
+def test_one_camera_whose_ffmpeg_fails_or_hangs_is_reported_and_the_others_complete(
+    tmp_path, stack, settings, instance, s3_client
+):
+    """wrist: FFmpeg exits 1; top: FFmpeg hangs past its deadline and is killed with the sleep
+    it started (its process group); front completes and its checks pass."""
+    ref = new_ref()
+    archive = tmp_path / "three.tar.zst"
+    summary = write_sample(archive, SampleSpec(codebase_version="v3.0", cameras=3, seconds=1.0))
+    upload_episode(archive, ref)
+    front, wrist, top = summary["cameras"]
+    pids = tmp_path / "hung.pids"
+    ffmpeg = stand_in_ffmpeg(
+        tmp_path,
+        f'case "$*" in *-{wrist}/*) echo "stand-in: encoder exploded" >&2; exit 1;; esac\n'
+        f'case "$*" in *-{top}/*) sleep 600 & echo $$ $! >> {pids}; wait; exit 0;; esac',
+    )
+    transcoder = HlsTranscoder(
+        mode="subprocess",
+        ffmpeg=ffmpeg,
+        ffmpeg_deadline_base_seconds=3,
+        ffmpeg_deadline_per_source_second=0.01,
+    )
+
+    run = run_hls(instance, settings, ref, transcoder)
+
+    errors = {f["camera"]: f["error"] for f in run.metadata["failed_videos"]}
+    assert set(errors) == {wrist, top}
+    assert "ffmpeg exited 1" in errors[wrist] and "stand-in: encoder exploded" in errors[wrist]
+    assert f"ffmpeg for camera {top} exceeded its deadline of 3.01 s" in errors[top]
+    (shell, sleep) = pids_in(pids)
+    assert not alive(shell) and not alive(sleep)  # the whole group, not just FFmpeg
+    check_camera(s3_client, stack.bucket, ref, front, tmp_path, 1.0)
+    objects = hls_objects(s3_client, stack.bucket, ref)
+    assert not any(k.startswith((wrist + "/", top + "/")) for k in objects)
+    for name in CHECK_NAMES - {"hls_sources_readable"}:
+        rows = run.check_rows(name)
+        assert (rows[front]["passed"], rows[wrist]["passed"], rows[top]["passed"]) == (
+            True,
+            False,
+            False,
+        )
+
+
+def test_a_transcode_process_past_the_step_deadline_is_killed(
+    tmp_path, stack, settings, instance, s3_client
+):
+    ref = new_ref()
+    archive = tmp_path / "slow.tar.zst"
+    summary = write_sample(archive, SampleSpec(codebase_version="v3.0", cameras=2, seconds=1.0))
+    upload_episode(archive, ref)
+    pids = tmp_path / "hung.pids"
+    ffmpeg = stand_in_ffmpeg(tmp_path, f"sleep 600 & echo $$ $! >> {pids}; wait")
+    transcoder = HlsTranscoder(mode="subprocess", ffmpeg=ffmpeg, deadline_seconds=12)
+
+    run = run_hls(instance, settings, ref, transcoder)
+
+    assert "ran past its deadline of 12 s and was killed" in run.metadata["transcode_error"]
+    assert {f["camera"] for f in run.metadata["failed_videos"]} == set(summary["cameras"])
+    assert all("deadline of 12 s" in f["error"] for f in run.metadata["failed_videos"])
+    assert run.metadata["playlists"] == []
+    started = pids_in(pids)
+    assert started and not any(alive(pid) for pid in started)  # FFmpeg's stand-ins died too
+    assert hls_objects(s3_client, stack.bucket, ref) == {}
+    assert not run.checks["hls_playlists_valid"].passed
 
 
 def test_a_transcode_process_that_dies_is_reported_not_fatal(
@@ -199,14 +369,14 @@ def test_a_transcode_process_that_dies_is_reported_not_fatal(
     upload_episode(archive, ref)
     broken = HlsTranscoder(mode="subprocess", python_executable="/bin/false")
 
-    metadata, check = run_hls(instance, settings, ref, broken)
+    run = run_hls(instance, settings, ref, broken)
 
     (camera,) = summary["cameras"]
-    (failure,) = metadata["failed_videos"]
+    (failure,) = run.metadata["failed_videos"]
     assert failure["camera"] == camera
-    assert failure["error"].startswith("transcode failed:")
-    assert metadata["playlists"] == []
-    assert not check.passed
+    assert failure["error"] == "transcode failed: the transcode process exited 1"
+    assert run.metadata["playlists"] == []
+    assert not run.checks["hls_playlists_valid"].passed
 
 
 # --- ECS: everything real but the container -------------------------------------------------
@@ -214,11 +384,14 @@ def test_a_transcode_process_that_dies_is_reported_not_fatal(
 
 @dataclass
 class _Container:
-    process: subprocess.Popen
+    process: subprocess.Popen | None
     log_group: str
     log_stream: str
-    reader: threading.Thread
+    started: threading.Event
     output: list[str] = field(default_factory=list)
+    reader: threading.Thread | None = None
+    started_at: float = 0.0
+    stopped: bool = False
     shipped: bool = False
 
 
@@ -227,16 +400,20 @@ class LocalContainerEcs:
 
     Every call goes to moto's ECS (which validates the request and keeps the task) except that
     `run_task` also starts the container's command — the task definition's `environment` plus the
-    overrides', as ECS would — and, when it exits, its stdout and stderr go to the awslogs stream
-    `<prefix>/<container>/<task id>` in moto's CloudWatch Logs. moto never runs a container
-    (docs/platform-notes.md#moto), and `describe_tasks` reports the process's state and exit code.
+    overrides', as ECS would — after `start_delay` seconds (a Fargate cold start), and when it
+    exits its stdout and stderr go to the awslogs stream `<prefix>/<container>/<task id>` in
+    moto's CloudWatch Logs. moto never runs a container (docs/platform-notes.md#moto);
+    `describe_tasks` reports the process's state and exit code, `stop_task` kills its process
+    group, and the `tasks_stopped` waiter gives up after `MaxAttempts` polls as botocore's does.
     """
 
-    def __init__(self, ecs: Any, logs: Any) -> None:
+    def __init__(self, ecs: Any, logs: Any, start_delay: float = 0.0) -> None:
         self._ecs = ecs
         self._logs = logs
         self._tasks: dict[str, _Container] = {}
+        self.start_delay = start_delay
         self.run_task_requests: list[dict[str, Any]] = []
+        self.stop_task_requests: list[dict[str, Any]] = []
 
     @property
     def meta(self) -> Any:
@@ -263,27 +440,44 @@ class LocalContainerEcs:
         task_id = task["taskArn"].rsplit("/", 1)[1]
         stream = f"{options['awslogs-stream-prefix']}/{container['name']}/{task_id}"
         self._logs.create_log_stream(logGroupName=options["awslogs-group"], logStreamName=stream)
-        process = subprocess.Popen(
-            command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
-        )
-        output: list[str] = []
-
-        def read() -> None:
-            with process.stdout:  # type: ignore[union-attr]
-                output.extend(process.stdout)  # type: ignore[arg-type]
-
-        reader = threading.Thread(target=read, daemon=True)
-        reader.start()
-        run = _Container(process, options["awslogs-group"], stream, reader, output)
+        run = _Container(None, options["awslogs-group"], stream, threading.Event())
         self._tasks[task["taskArn"]] = run
-        task["containers"] = [{"name": container["name"], "lastStatus": "RUNNING"}]
+
+        def start() -> None:
+            time.sleep(self.start_delay)
+            if not run.stopped:
+                run.process = subprocess.Popen(
+                    command,
+                    env=env,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.STDOUT,
+                    text=True,
+                    start_new_session=True,
+                )
+                run.started_at = time.time()
+                with run.process.stdout:  # type: ignore[union-attr]
+                    run.started.set()
+                    run.output.extend(run.process.stdout)  # type: ignore[arg-type]
+            run.started.set()
+
+        run.reader = threading.Thread(target=start, daemon=True)
+        run.reader.start()
+        task["containers"] = [{"name": container["name"], "lastStatus": "PENDING"}]
         return response
+
+    def _exit_code(self, run: _Container) -> int | None:
+        if not run.started.is_set():
+            return None
+        if run.process is None:
+            return 137  # stopped before it started
+        return run.process.poll()
 
     def _ship_logs(self, run: _Container) -> None:
         if run.shipped:
             return
-        run.process.wait()
-        run.reader.join()
+        if run.process is not None:
+            run.process.wait()
+        run.reader.join()  # type: ignore[union-attr]
         events = [
             {"timestamp": int(time.time() * 1000), "message": line.rstrip("\n")}
             for line in run.output
@@ -301,10 +495,10 @@ class LocalContainerEcs:
         response = self._ecs.describe_tasks(cluster=kwargs.get("cluster"), tasks=kwargs["tasks"])
         for task in response["tasks"]:
             run = self._tasks[task["taskArn"]]
-            code = run.process.poll()
+            code = self._exit_code(run)
             container = {"name": "transcode", "runtimeId": task["taskArn"]}
             if code is None:
-                task["lastStatus"] = "RUNNING"
+                task["lastStatus"] = "RUNNING" if run.process else "PENDING"
             else:
                 self._ship_logs(run)
                 task["lastStatus"] = "STOPPED"
@@ -313,7 +507,11 @@ class LocalContainerEcs:
         return response
 
     def stop_task(self, **kwargs: Any) -> Any:
-        self._tasks[kwargs["task"]].process.terminate()
+        self.stop_task_requests.append(kwargs)
+        run = self._tasks[kwargs["task"]]
+        run.stopped = True
+        if run.process is not None:
+            os.killpg(run.process.pid, signal.SIGKILL)  # what a stopped Fargate task's kernel does
         return self._ecs.stop_task(**kwargs)
 
     def get_waiter(self, name: str) -> Any:
@@ -322,12 +520,15 @@ class LocalContainerEcs:
 
         class Waiter:
             def wait(self, WaiterConfig: dict[str, int] | None = None, **kwargs: Any) -> None:
-                delay = (WaiterConfig or {}).get("Delay", 6)
-                while True:
+                config = WaiterConfig or {}
+                for _ in range(config.get("MaxAttempts", 100)):
                     tasks = client.describe_tasks(**kwargs)["tasks"]
                     if all(t["lastStatus"] == "STOPPED" for t in tasks):
                         return
-                    time.sleep(delay)
+                    time.sleep(config.get("Delay", 6))
+                raise botocore.exceptions.WaiterError(
+                    name="TasksStopped", reason="Max attempts exceeded", last_response={}
+                )
 
         return Waiter()
 
@@ -399,10 +600,8 @@ def ecs_setup(stack) -> dict[str, Any]:
     }
 
 
-def test_ecs_mode_runs_the_task_definition_and_reads_pipes_from_cloudwatch(
-    tmp_path, stack, settings, instance, s3_client, ecs_setup
-):
-    fake = LocalContainerEcs(ecs_setup["ecs"], ecs_setup["logs"])
+def ecs_transcoder(settings, ecs_setup, fake: LocalContainerEcs, **fields: Any) -> HlsTranscoder:
+    """The transcoder Definitions builds from the ECS environment, its ECS client the fake."""
 
     class LocalEcsTranscoder(HlsTranscoder):
         def ecs_client(self) -> Any:
@@ -411,32 +610,68 @@ def test_ecs_mode_runs_the_task_definition_and_reads_pipes_from_cloudwatch(
     base = HlsTranscoder.from_settings(
         replace(settings, transcode=TranscodeSettings.from_env(ecs_setup["env"]))
     )
-    transcoder = LocalEcsTranscoder(**{**base.model_dump(), "poll_seconds": 1})
+    transcoder = LocalEcsTranscoder(**{**base.model_dump(), "poll_seconds": 1, **fields})
     assert transcoder.mode == "ecs"
+    return transcoder
 
+
+def test_ecs_one_task_per_episode_holds_one_start_delay(
+    tmp_path, stack, settings, instance, s3_client, ecs_setup
+):
+    """3 cameras, a 2 s cold start: one run_task, sized for 3 cameras; every camera is taken up
+    after that one start, cameras in parallel; the Pipes messages come back from CloudWatch."""
+    fake = LocalContainerEcs(ecs_setup["ecs"], ecs_setup["logs"], start_delay=2.0)
     ref = new_ref()
     archive = tmp_path / "ecs.tar.zst"
-    summary = write_sample(archive, SampleSpec(codebase_version="v3.0", cameras=1, seconds=5.0))
+    summary = write_sample(archive, SampleSpec(codebase_version="v3.0", cameras=3, seconds=1.0))
     upload_episode(archive, ref)
-    metadata, check = run_hls(instance, settings, ref, transcoder)
 
-    (camera,) = summary["cameras"]
-    assert metadata["transcoder"] == "ecs"
-    assert metadata["playlists"] == [ref.hls_prefix(camera) + "playlist.m3u8"]
-    assert metadata["per_camera"][camera]["source_codec"] == "h264"
-    check_rendition(s3_client, stack.bucket, ref, camera, tmp_path, 5.0)
-    assert check.passed
+    run = run_hls(instance, settings, ref, ecs_transcoder(settings, ecs_setup, fake))
 
-    (request,) = fake.run_task_requests
+    assert run.metadata["transcoder"] == "ecs"
+    assert run.metadata["failed_videos"] == []
+    assert all(check.passed for check in run.checks.values())
+    (request,) = fake.run_task_requests  # one cold start on the critical path, not three
+    size = task_size(3, max_vcpu=4)
+    assert (request["overrides"]["cpu"], request["overrides"]["memory"]) == ("4096", "8192")
+    assert run.metadata["transcode_task"] == f"{size.vcpus} vCPU / {size.memory} MiB"
     assert request["launchType"] == "FARGATE"
     assert request["networkConfiguration"]["awsvpcConfiguration"]["subnets"] == [
         ecs_setup["env"]["ECS_SUBNETS"]
     ]
     (override,) = request["overrides"]["containerOverrides"]
-    assert override["name"] == "transcode"
     assert {e["name"] for e in override["environment"]} >= {
         "DAGSTER_PIPES_CONTEXT",
         "DAGSTER_PIPES_MESSAGES",
     }
+    (task,) = fake._tasks.values()
+    cameras = run.cameras()
+    assert set(cameras) == set(summary["cameras"])
+    for camera in summary["cameras"]:
+        check_camera(s3_client, stack.bucket, ref, camera, tmp_path, 1.0)
     streams = ecs_setup["logs"].describe_log_streams(logGroupName=ecs_setup["log_group"])
     assert any(s["logStreamName"].startswith("transcode/transcode/") for s in streams["logStreams"])
+    assert task.started_at > 0
+
+
+def test_ecs_task_past_the_step_deadline_is_stopped(
+    tmp_path, stack, settings, instance, s3_client, ecs_setup
+):
+    fake = LocalContainerEcs(ecs_setup["ecs"], ecs_setup["logs"])
+    ref = new_ref()
+    archive = tmp_path / "ecs-slow.tar.zst"
+    summary = write_sample(archive, SampleSpec(codebase_version="v3.0", cameras=1, seconds=1.0))
+    upload_episode(archive, ref)
+    ffmpeg = stand_in_ffmpeg(tmp_path, "sleep 600")
+    transcoder = ecs_transcoder(settings, ecs_setup, fake, ffmpeg=ffmpeg, deadline_seconds=4)
+
+    run = run_hls(instance, settings, ref, transcoder)
+
+    (stop,) = fake.stop_task_requests
+    assert stop["reason"] == "transcode deadline of 4 s passed"
+    (task,) = fake._tasks.values()
+    assert task.process is not None and task.process.poll() is not None
+    assert "ran past its deadline of 4 s and was stopped" in run.metadata["transcode_error"]
+    (camera,) = summary["cameras"]
+    assert [f["camera"] for f in run.metadata["failed_videos"]] == [camera]
+    assert hls_objects(s3_client, stack.bucket, ref) == {}

@@ -1,8 +1,11 @@
-"""The transcode's job and result, as they cross the Pipes boundary (pure, JSON-able).
+"""The transcode's job and results, as they cross the Pipes boundary (pure, JSON-able).
 
-The asset sends a `TranscodeJob` as Pipes extras; the external process (a subprocess locally, an
-ECS task in production) answers with one custom message holding a `TranscodeResult`. Both sides
-import this module, so the field names are defined once.
+One job per episode: every camera goes to one transcode process (one ECS task in production,
+one subprocess locally), so an episode waits for one cold start, not one per camera. The asset
+sends a `TranscodeJob` as Pipes extras; the process answers with one custom message per camera
+(a `TranscodeResult`) as each camera finishes, so a camera that finished before the process was
+killed still counts. Both sides import this module, so the field names are defined once; the
+task size and the step's deadline are decided here too, from the same facts.
 """
 
 from __future__ import annotations
@@ -11,68 +14,139 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from episode_pipeline.settings import DEFAULT_PRESET
+from episode_pipeline.settings import VideoSettings
 from episode_pipeline.video.hls import SEGMENT_SECONDS
 from episode_pipeline.video.probe import VideoProbe
 
 RESULT_MESSAGE_TYPE = "hls_rendition"
+# Time for the task to start and to move files, on top of the FFmpeg deadlines.
+STEP_OVERHEAD_SECONDS = 600.0
+UNKNOWN_EPISODE_SECONDS = 3600.0  # when info.json does not say how long the episode is
+FARGATE_VCPUS = (1, 2, 4, 8, 16)
+MIB_PER_VCPU = 2048  # the smallest memory Fargate pairs with each of those sizes
 
 
 class JobError(ValueError):
     """The extras do not describe a transcode job; the message names the field."""
 
 
-def _field(extras: Mapping[str, Any], name: str, kind: type) -> Any:
+def _field(extras: Mapping[str, Any], name: str, kind: type, where: str = "") -> Any:
     value = extras.get(name)
-    if not isinstance(value, kind) or (isinstance(value, str) and not value):
+    if not isinstance(value, kind) or (isinstance(value, str | list) and not value):
         raise JobError(
-            f"transcode job (Pipes extras): field {name!r} must be a non-empty "
+            f"transcode job (Pipes extras): field {where}{name!r} must be a non-empty "
             f"{kind.__name__}, got {value!r}"
         )
     return value
 
 
 @dataclass(frozen=True)
-class TranscodeJob:
-    """One camera of one episode: its mp4s in play order → one HLS rendition under a prefix."""
+class CameraJob:
+    """One camera: its mp4s in play order → HLS renditions under `output_prefix`."""
 
-    bucket: str
     camera: str
     sources: list[str]  # S3 keys, concatenated in this order
     output_prefix: str  # ends with "/": orgs/<org>/episodes/<ep>/processed/hls/<camera>/
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], index: int) -> CameraJob:
+        where = f"cameras[{index}]."
+        sources = _field(data, "sources", list, where)
+        if not all(isinstance(s, str) and s for s in sources):
+            raise JobError(
+                f"transcode job (Pipes extras): field {where}'sources' must list S3 keys, "
+                f"got {sources!r}"
+            )
+        prefix = _field(data, "output_prefix", str, where)
+        if not prefix.endswith("/") or not prefix.strip("/"):
+            raise JobError(
+                f"transcode job (Pipes extras): field {where}'output_prefix' must be a non-root "
+                f"prefix ending in '/', got {prefix!r}"
+            )
+        return cls(
+            camera=_field(data, "camera", str, where), sources=list(sources), output_prefix=prefix
+        )
+
+
+@dataclass(frozen=True)
+class TranscodeJob:
+    """One episode's cameras, and what to make of each (`VideoSettings`)."""
+
+    bucket: str
+    cameras: list[CameraJob]
+    video: VideoSettings = field(default_factory=VideoSettings)
     segment_seconds: int = SEGMENT_SECONDS
-    preset: str = DEFAULT_PRESET
 
     def to_extras(self) -> dict[str, Any]:
-        return asdict(self)
+        return {
+            "bucket": self.bucket,
+            "cameras": [asdict(camera) for camera in self.cameras],
+            "video": self.video.to_dict(),
+            "segment_seconds": self.segment_seconds,
+        }
 
     @classmethod
     def from_extras(cls, extras: Mapping[str, Any]) -> TranscodeJob:
-        sources = _field(extras, "sources", list)
-        if not sources or not all(isinstance(s, str) and s for s in sources):
-            raise JobError(
-                f"transcode job (Pipes extras): field 'sources' must list S3 keys, got {sources!r}"
-            )
-        prefix = _field(extras, "output_prefix", str)
-        if not prefix.endswith("/") or not prefix.strip("/"):
-            raise JobError(
-                "transcode job (Pipes extras): field 'output_prefix' must be a non-root prefix "
-                f"ending in '/', got {prefix!r}"
-            )
+        cameras = _field(extras, "cameras", list)
+        if not all(isinstance(camera, Mapping) for camera in cameras):
+            raise JobError("transcode job (Pipes extras): field 'cameras' must list objects")
         seconds = extras.get("segment_seconds", SEGMENT_SECONDS)
         if not isinstance(seconds, int) or seconds < 1:
             raise JobError(
                 "transcode job (Pipes extras): field 'segment_seconds' must be a positive "
                 f"integer, got {seconds!r}"
             )
+        video = extras.get("video") or {}
+        if not isinstance(video, Mapping):
+            raise JobError(
+                f"transcode job (Pipes extras): field 'video' must be an object, got {video!r}"
+            )
         return cls(
             bucket=_field(extras, "bucket", str),
-            camera=_field(extras, "camera", str),
-            sources=list(sources),
-            output_prefix=prefix,
+            cameras=[CameraJob.from_dict(c, i) for i, c in enumerate(cameras)],
+            video=VideoSettings.from_dict(video),
             segment_seconds=seconds,
-            preset=str(extras.get("preset") or DEFAULT_PRESET),
         )
+
+
+# -- sizing the process ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TaskSize:
+    """An ECS task size (Fargate CPU units and MiB) for one episode's transcode."""
+
+    cpu: int
+    memory: int
+
+    @property
+    def vcpus(self) -> int:
+        return self.cpu // 1024
+
+
+def task_size(cameras: int, max_vcpu: int) -> TaskSize:
+    """One vCPU per camera (cameras are encoded in parallel), rounded up to a Fargate size and
+    capped at `max_vcpu`: a one-camera episode gets 1 vCPU, a three-camera one 4."""
+    ceiling = max([v for v in FARGATE_VCPUS if v <= max(1, max_vcpu)], default=1)
+    vcpus = next((v for v in FARGATE_VCPUS if v >= cameras), FARGATE_VCPUS[-1])
+    vcpus = min(vcpus, ceiling)
+    return TaskSize(cpu=vcpus * 1024, memory=vcpus * MIB_PER_VCPU)
+
+
+def step_deadline(
+    configured: float | None, video: VideoSettings, cameras: int, episode_seconds: float | None
+) -> float:
+    """How long the whole transcode may run: `configured` (TRANSCODE_DEADLINE_SECONDS), or time
+    to start and move files plus every camera's FFmpeg deadline one after another (it catches a
+    stuck process, not a slow one)."""
+    if configured:
+        return configured
+    if episode_seconds is None or episode_seconds <= 0:
+        episode_seconds = UNKNOWN_EPISODE_SECONDS
+    return STEP_OVERHEAD_SECONDS + max(1, cameras) * video.ffmpeg_deadline(episode_seconds)
+
+
+# -- results --------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -88,21 +162,56 @@ class FailedVideo:
 
 
 @dataclass(frozen=True)
+class RenditionResult:
+    """One uploaded rendition as the master playlist describes it."""
+
+    name: str  # "baseline", "720p", ...
+    playlist_key: str
+    width: int
+    height: int
+    fps: float
+    codecs: str
+    bandwidth: int  # peak bit/s (RFC 8216)
+    average_bandwidth: int
+    segments: int
+    seconds: float
+
+    @property
+    def resolution(self) -> str:
+        return f"{self.width}x{self.height}"
+
+
+@dataclass(frozen=True)
 class TranscodeResult:
-    """What one transcode made: the playlist (None when no source was usable) and what failed."""
+    """What one camera's transcode made; no playlist when no source was usable."""
 
     camera: str
-    playlist_key: str | None
-    segment_keys: list[str] = field(default_factory=list)
-    seconds: float = 0.0  # the rendition's length, from the playlist
-    output_resolution: str | None = None
+    playlist_key: str | None  # the baseline, processed/hls/<camera>/playlist.m3u8
+    master_key: str | None = None
+    poster_key: str | None = None
+    renditions: list[RenditionResult] = field(default_factory=list)
+    seconds: float = 0.0  # the baseline's length, from its playlist
     sources: list[SourceVideo] = field(default_factory=list)
     failed: list[FailedVideo] = field(default_factory=list)
     ffmpeg_seconds: float = 0.0  # wall time of FFmpeg alone
+    started_at: float = 0.0  # epoch seconds: when the process took up this camera, and
+    finished_at: float = 0.0  # when it was done with it
 
     @property
     def source_duration_ms(self) -> int:
         return sum(s.probe.duration_ms for s in self.sources)
+
+    @property
+    def source_frames(self) -> int:
+        return sum(s.probe.frames for s in self.sources)
+
+    @property
+    def segments(self) -> int:
+        return sum(r.segments for r in self.renditions)
+
+    @property
+    def baseline(self) -> RenditionResult | None:
+        return next((r for r in self.renditions if r.playlist_key == self.playlist_key), None)
 
     def to_message(self) -> dict[str, Any]:
         return {"type": RESULT_MESSAGE_TYPE, "result": asdict(self)}
@@ -113,22 +222,26 @@ class TranscodeResult:
         return cls(
             camera=data["camera"],
             playlist_key=data.get("playlist_key"),
-            segment_keys=list(data.get("segment_keys", [])),
+            master_key=data.get("master_key"),
+            poster_key=data.get("poster_key"),
+            renditions=[RenditionResult(**r) for r in data.get("renditions", [])],
             seconds=float(data.get("seconds", 0.0)),
-            output_resolution=data.get("output_resolution"),
             sources=[
                 SourceVideo(key=s["key"], probe=VideoProbe.from_dict(s["probe"]))
                 for s in data.get("sources", [])
             ],
             failed=[FailedVideo(**f) for f in data.get("failed", [])],
             ffmpeg_seconds=float(data.get("ffmpeg_seconds", 0.0)),
+            started_at=float(data.get("started_at", 0.0)),
+            finished_at=float(data.get("finished_at", 0.0)),
         )
 
 
-def find_result(messages: list[Any]) -> TranscodeResult | None:
-    """The result among a session's custom messages (the last one wins)."""
-    found = None
+def find_results(messages: list[Any]) -> dict[str, TranscodeResult]:
+    """Each camera's result among a session's custom messages (a camera's last one wins)."""
+    found: dict[str, TranscodeResult] = {}
     for message in messages:
         if isinstance(message, Mapping) and message.get("type") == RESULT_MESSAGE_TYPE:
-            found = TranscodeResult.from_message(message)
+            result = TranscodeResult.from_message(message)
+            found[result.camera] = result
     return found

@@ -1,49 +1,78 @@
-"""The transcode program: one camera's mp4s from S3 → FFmpeg → checked HLS rendition → S3.
+"""The transcode program: an episode's cameras from S3 → FFmpeg → checked HLS renditions → S3.
 
-Runs as `python -m episode_pipeline.transcode` under Dagster Pipes: the job comes in the Pipes
-extras, the result goes back as one custom message. The bucket is in the job; the S3 endpoint and
-credentials come from the environment (the parent's resource locally; the task role on AWS).
-This module imports `dagster_pipes` and the core only, never `dagster`: it starts in a fraction
-of the time.
+Runs as `python -m episode_pipeline.transcode` under Dagster Pipes: the job (every camera of one
+episode) comes in the Pipes extras, and each camera's result goes back as a custom message as
+soon as that camera is done. Cameras run in parallel, up to the CPUs this process may use (or
+TRANSCODE_CAMERA_WORKERS). The bucket is in the job; the S3 endpoint and credentials come from
+the environment (the parent's resource locally; the task role on AWS). This module imports
+`dagster_pipes` and the core only, never `dagster`: it starts in a fraction of the time.
 
-Outcomes:
-- a source that cannot be downloaded or probed, or FFmpeg failing on the camera's sources, is a
-  *reported* failure: the result lists it, the camera's old rendition is removed (what S3 holds
-  always matches the latest run) and the program exits 0: a video error is logged and the
-  episode is still processed (docs/contract.md#failure-semantics);
-- anything that stops the program from doing or reporting its job (bad extras, S3 errors while
-  uploading) raises: Pipes reports the exception and the process exits non-zero.
+Per camera:
+1. the old objects under `hls/<camera>/` are deleted, so nothing of an earlier run mixes in;
+2. every source is downloaded, then all are probed in one PyAV child under a deadline;
+3. one FFmpeg invocation (under a deadline, killed with its process group when late) writes
+   every rendition and the poster; finished segments are uploaded while it runs;
+4. each rendition's playlist is checked, the master is written from what was made (peak
+   bandwidth, codecs from the stream), the poster and the playlists go up, the master last.
 
-Upload order: stale objects under the prefix are deleted, then the segments go up in parallel,
-then the playlist last, so a reader never sees a playlist whose segments are missing.
+Outcomes: a source that cannot be downloaded or probed is left out and reported; FFmpeg failing
+or running late, a bad playlist or an upload failing ends that camera alone: it is reported
+failed, its folder is emptied (what S3 holds always matches the latest run), and the other
+cameras go on. The program exits 0 unless it cannot do or report its job at all (bad extras):
+then Pipes reports the exception and the process exits non-zero.
 """
 
 from __future__ import annotations
 
 import os
-import subprocess
+import signal
 import tempfile
+import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any
 
 from episode_pipeline.bucket import Bucket
 from episode_pipeline.settings import AwsSettings
-from episode_pipeline.transcode.job import FailedVideo, SourceVideo, TranscodeJob, TranscodeResult
+from episode_pipeline.transcode.job import (
+    CameraJob,
+    FailedVideo,
+    RenditionResult,
+    SourceVideo,
+    TranscodeJob,
+    TranscodeResult,
+)
+from episode_pipeline.transcode.uploads import SegmentUploader
 from episode_pipeline.video import ffmpeg_exe
 from episode_pipeline.video.hls import (
-    PLAYLIST_NAME,
+    POSTER_NAME,
     EncodeSettings,
+    Rendition,
     concat_list,
-    ffmpeg_command,
-    fit_level_30,
+    hls_command,
+)
+from episode_pipeline.video.ladder import (
+    AAC_LC,
+    MASTER_NAME,
+    VariantStream,
+    avc1_codec,
+    average_bandwidth,
+    master_playlist,
+    peak_bandwidth,
+    plan_renditions,
 )
 from episode_pipeline.video.playlist import PlaylistError, check_playlist, parse_playlist
-from episode_pipeline.video.probe import ProbeError, probe
+from episode_pipeline.video.probe import VideoProbe, probe_files
+from episode_pipeline.video.process import (
+    DeadlineExceeded,
+    kill_running_children,
+    run_with_deadline,
+)
 
 STDERR_TAIL = 2000
-UPLOAD_WORKERS = 8
+SPS_SEARCH_BYTES = 64 * 1024
 
 Log = Callable[[str], Any]
 
@@ -52,122 +81,282 @@ class TranscodeError(RuntimeError):
     """FFmpeg failed, or wrote a rendition that breaks the contract."""
 
 
+def available_cpus() -> int:
+    """CPUs this process may run on (a Fargate task's vCPUs; a container's cpuset)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
 def fetch_sources(
-    job: TranscodeJob, bucket: Bucket, workdir: Path, log: Log
+    job: TranscodeJob, camera: CameraJob, bucket: Bucket, workdir: Path, log: Log
 ) -> tuple[list[tuple[Path, SourceVideo]], list[FailedVideo]]:
-    """Download and probe each source; unreadable ones are failures, the rest keep their order."""
-    usable: list[tuple[Path, SourceVideo]] = []
+    """Download every source, then probe them all; unreadable ones are failures, in order."""
+    downloaded: list[tuple[str, Path]] = []
     failed: list[FailedVideo] = []
-    for index, key in enumerate(job.sources):
+
+    def fail(key: str, detail: str) -> None:
+        message = f"s3://{job.bucket}/{key}: {detail}"
+        log(f"skipping {message}")
+        failed.append(FailedVideo(key=key, error=message))
+
+    for index, key in enumerate(camera.sources):
         local = workdir / f"source_{index:04d}.mp4"
         try:
             bucket.download_file(key, local)
-            probed = probe(local)
-            if probed.duration_ms <= 0 or probed.frames <= 0:
-                raise ProbeError(f"{local}: no frames")
         except Exception as error:
-            detail = str(error).replace(f"{local}: ", "") or type(error).__name__
-            message = f"s3://{job.bucket}/{key}: {detail}"
-            log(f"skipping {message}")
-            failed.append(FailedVideo(key=key, error=message))
+            fail(key, f"download failed: {error}")
             continue
-        usable.append((local, SourceVideo(key=key, probe=probed)))
+        downloaded.append((key, local))
+    probes = probe_files([local for _, local in downloaded], job.video.probe_deadline_seconds)
+    usable: list[tuple[Path, SourceVideo]] = []
+    for (key, local), probed in zip(downloaded, probes, strict=True):
+        if isinstance(probed, VideoProbe):
+            usable.append((local, SourceVideo(key=key, probe=probed)))
+        else:
+            fail(key, str(probed).replace(f"{local}: ", "") or type(probed).__name__)
     return usable, failed
 
 
 def encode(
-    job: TranscodeJob, sources: list[tuple[Path, SourceVideo]], workdir: Path
-) -> tuple[Path, float]:
-    """Run FFmpeg into `workdir/hls`; returns the folder and FFmpeg's wall time."""
-    out_dir = workdir / "hls"
-    out_dir.mkdir()
+    job: TranscodeJob,
+    camera: CameraJob,
+    sources: list[tuple[Path, SourceVideo]],
+    renditions: list[Rendition],
+    out_dir: Path,
+) -> float:
+    """Run the camera's one FFmpeg invocation under its deadline; returns FFmpeg's wall time."""
     first = sources[0][1].probe
     if len(sources) > 1:
-        listing = workdir / "sources.ffconcat"
+        listing = out_dir.parent / "sources.ffconcat"
         listing.write_text(concat_list([path.name for path, _ in sources]))
         source, concat = listing, True
     else:
         source, concat = sources[0][0], False
-    command = ffmpeg_command(
-        ffmpeg_exe(),
+    command = hls_command(
+        job.video.ffmpeg or ffmpeg_exe(),
         source,
         out_dir,
-        width=first.width,
-        height=first.height,
-        fps=first.fps,
+        renditions,
+        source_width=first.width,
+        source_height=first.height,
+        source_fps=first.fps,
         has_audio=all(s.probe.has_audio for _, s in sources),
         concat=concat,
-        settings=EncodeSettings(segment_seconds=job.segment_seconds, preset=job.preset),
+        poster=True,
+        settings=EncodeSettings(segment_seconds=job.segment_seconds, preset=job.video.preset),
     )
+    source_seconds = sum(s.probe.duration_ms for _, s in sources) / 1000
     started = time.monotonic()
-    done = subprocess.run(command, capture_output=True, text=True, check=False)
+    done = run_with_deadline(
+        command,
+        job.video.ffmpeg_deadline(source_seconds),
+        what=f"ffmpeg for camera {camera.camera}",
+    )
     elapsed = time.monotonic() - started
     if done.returncode != 0:
         raise TranscodeError(
-            f"ffmpeg exited {done.returncode} for camera {job.camera}: "
+            f"ffmpeg exited {done.returncode} for camera {camera.camera}: "
             f"{done.stderr.strip()[-STDERR_TAIL:]}"
         )
-    return out_dir, elapsed
+    return elapsed
 
 
-def run_job(job: TranscodeJob, bucket: Bucket, workdir: Path, log: Log) -> TranscodeResult:
-    """Do the whole job in `workdir`; see the module docstring for what fails how."""
-    sources, failed = fetch_sources(job, bucket, workdir, log)
+def describe_rendition(
+    job: TranscodeJob, camera: CameraJob, rendition: Rendition, out_dir: Path, has_audio: bool
+) -> tuple[RenditionResult, VariantStream]:
+    """Check one written rendition and measure what the master says about it."""
+    folder = out_dir / rendition.folder
+    path = out_dir / rendition.playlist
+    playlist = parse_playlist(path.read_text(), source=f"{camera.camera}/{rendition.playlist}")
+    problems = check_playlist(playlist, os.listdir(folder), segment_seconds=job.segment_seconds)
+    if problems:
+        raise TranscodeError(
+            f"camera {camera.camera}: bad playlist {rendition.playlist}: {'; '.join(problems)}"
+        )
+    sizes = [((folder / s.uri).stat().st_size, s.duration) for s in playlist.segments]
+    with (folder / playlist.segments[0].uri).open("rb") as first_segment:
+        codecs = avc1_codec(first_segment.read(SPS_SEARCH_BYTES))
+    if has_audio:
+        codecs += f",{AAC_LC}"
+    result = RenditionResult(
+        name=rendition.name,
+        playlist_key=camera.output_prefix + rendition.playlist,
+        width=rendition.width,
+        height=rendition.height,
+        fps=rendition.fps,
+        codecs=codecs,
+        bandwidth=peak_bandwidth(sizes, job.segment_seconds),
+        average_bandwidth=average_bandwidth(sizes),
+        segments=len(playlist.segments),
+        seconds=round(playlist.seconds, 3),
+    )
+    variant = VariantStream(
+        uri=rendition.playlist,
+        bandwidth=result.bandwidth,
+        average_bandwidth=result.average_bandwidth,
+        width=rendition.width,
+        height=rendition.height,
+        fps=rendition.fps,
+        codecs=codecs,
+    )
+    return result, variant
+
+
+def publish(
+    job: TranscodeJob,
+    camera: CameraJob,
+    sources: list[tuple[Path, SourceVideo]],
+    bucket: Bucket,
+    workdir: Path,
+) -> tuple[list[RenditionResult], float]:
+    """Encode, upload segments as they come, check, then the poster, playlists and master."""
+    first = sources[0][1].probe
+    renditions = plan_renditions(
+        first.width,
+        first.height,
+        first.fps,
+        job.video.ladder,
+        baseline=EncodeSettings(segment_seconds=job.segment_seconds, preset=job.video.preset),
+        ladder_preset=job.video.ladder_preset,
+    )
+    out_dir = workdir / "hls"
+    for rendition in renditions:
+        (out_dir / rendition.folder).mkdir(parents=True, exist_ok=True)
+    with SegmentUploader(
+        bucket, out_dir, camera.output_prefix, [r.folder for r in renditions]
+    ) as uploader:
+        ffmpeg_seconds = encode(job, camera, sources, renditions, out_dir)
+        uploaded = uploader.finish()
+    has_audio = all(s.probe.has_audio for _, s in sources)
+    described = [describe_rendition(job, camera, r, out_dir, has_audio) for r in renditions]
+    results = [result for result, _ in described]
+    listed = {
+        camera.output_prefix + rendition.folder + segment.uri
+        for rendition in renditions
+        for segment in parse_playlist((out_dir / rendition.playlist).read_text()).segments
+    }
+    if listed - uploaded:
+        raise TranscodeError(
+            f"camera {camera.camera}: segments not uploaded: {sorted(listed - uploaded)[:5]}"
+        )
+    (out_dir / MASTER_NAME).write_text(master_playlist([variant for _, variant in described]))
+    # Last: the poster, the ladder's playlists, the baseline the application plays, the master.
+    finals = [POSTER_NAME, *[r.playlist for r in renditions if not r.is_baseline]]
+    finals += [renditions[0].playlist, MASTER_NAME]
+    for name in finals:
+        bucket.upload_file(out_dir / name, camera.output_prefix + name)
+    return results, ffmpeg_seconds
+
+
+def run_camera(
+    job: TranscodeJob, camera: CameraJob, bucket: Bucket, workdir: Path, log: Log
+) -> TranscodeResult:
+    """Do one camera in `workdir`; see the module docstring for what fails how."""
+    started = time.time()
+    workdir.mkdir(parents=True)
+    bucket.delete_prefix(camera.output_prefix)
+    sources, failed = fetch_sources(job, camera, bucket, workdir, log)
     if sources:
         try:
-            out_dir, ffmpeg_seconds = encode(job, sources, workdir)
-            playlist_path = out_dir / PLAYLIST_NAME
-            playlist = parse_playlist(playlist_path.read_text(), source=str(playlist_path))
-            problems = check_playlist(
-                playlist, os.listdir(out_dir), segment_seconds=job.segment_seconds
-            )
-            if problems:
-                raise TranscodeError(f"camera {job.camera}: bad playlist: {'; '.join(problems)}")
-        except (TranscodeError, PlaylistError, OSError) as error:
-            log(f"camera {job.camera}: {error}")
+            renditions, ffmpeg_seconds = publish(job, camera, sources, bucket, workdir)
+        except (TranscodeError, DeadlineExceeded, PlaylistError, OSError, ValueError) as error:
+            log(f"camera {camera.camera}: {error}")
             failed += [FailedVideo(key=s.key, error=str(error)) for _, s in sources]
             sources = []
+            bucket.delete_prefix(camera.output_prefix)
     if not sources:
-        bucket.delete_prefix(job.output_prefix)
-        return TranscodeResult(camera=job.camera, playlist_key=None, failed=failed)
-
-    bucket.delete_prefix(job.output_prefix)
-    segment_keys = [job.output_prefix + s.uri for s in playlist.segments]
-    bucket.upload_files(
-        [(out_dir / s.uri, key) for s, key in zip(playlist.segments, segment_keys, strict=True)],
-        max_workers=UPLOAD_WORKERS,
-    )
-    playlist_key = job.output_prefix + PLAYLIST_NAME
-    bucket.upload_file(playlist_path, playlist_key)  # last: its segments are all there now
-    first = sources[0][1].probe
-    output = fit_level_30(first.width, first.height, first.fps)
+        return TranscodeResult(
+            camera=camera.camera,
+            playlist_key=None,
+            failed=failed,
+            started_at=started,
+            finished_at=time.time(),
+        )
+    baseline = renditions[0]
     return TranscodeResult(
-        camera=job.camera,
-        playlist_key=playlist_key,
-        segment_keys=segment_keys,
-        seconds=round(playlist.seconds, 3),
-        output_resolution=output.resolution,
+        camera=camera.camera,
+        playlist_key=baseline.playlist_key,
+        master_key=camera.output_prefix + MASTER_NAME,
+        poster_key=camera.output_prefix + POSTER_NAME,
+        renditions=renditions,
+        seconds=baseline.seconds,
         sources=[s for _, s in sources],
         failed=failed,
         ffmpeg_seconds=round(ffmpeg_seconds, 3),
+        started_at=started,
+        finished_at=time.time(),
     )
 
 
+def run_episode(
+    job: TranscodeJob,
+    bucket: Bucket,
+    workdir: Path,
+    report: Callable[[TranscodeResult], Any],
+    log: Log,
+) -> list[TranscodeResult]:
+    """Every camera of the job, in parallel up to the CPUs; `report` gets each as it finishes.
+
+    A camera that fails in a way `run_camera` does not foresee (an S3 error) is reported failed
+    with that error; the others go on.
+    """
+    workers = max(1, min(job.video.camera_workers or available_cpus(), len(job.cameras)))
+    results = []
+    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="camera") as pool:
+        futures = {
+            # A camera name is one path component (docs/contract.md#camera-names).
+            pool.submit(
+                run_camera, job, camera, bucket, workdir / f"{i:03d}-{camera.camera}", log
+            ): camera
+            for i, camera in enumerate(job.cameras)
+        }
+        for future in as_completed(futures):
+            camera = futures[future]
+            try:
+                result = future.result()
+            except Exception as error:
+                log(f"camera {camera.camera}: transcode failed: {error}")
+                failed = [FailedVideo(key, f"transcode failed: {error}") for key in camera.sources]
+                result = TranscodeResult(camera=camera.camera, playlist_key=None, failed=failed)
+            report(result)
+            results.append(result)
+    return results
+
+
 def main() -> int:
-    """The Pipes entry point: read the job, do it, report the result."""
+    """The Pipes entry point: read the job, do it, report each camera."""
     from dagster_pipes import open_dagster_pipes
 
+    # Stopped (the step's deadline, a cancelled run): FFmpeg runs in sessions of its own, out of
+    # reach of a signal to this process's group, so end them before going.
+    def stop(signum: int, frame: Any) -> None:
+        kill_running_children()
+        os._exit(128 + signum)
+
+    signal.signal(signal.SIGTERM, stop)
     with open_dagster_pipes() as pipes:
         job = TranscodeJob.from_extras(pipes.extras)
-        pipes.log.info(f"transcoding camera {job.camera}: {len(job.sources)} source(s)")
+        lock = threading.Lock()  # Pipes writes one message at a time; cameras run in threads
+
+        def log(message: str) -> None:
+            with lock:
+                pipes.log.warning(message)
+
+        def report(result: TranscodeResult) -> None:
+            with lock:
+                pipes.report_custom_message(result.to_message())
+                pipes.log.info(
+                    f"camera {result.camera}: {len(result.renditions)} rendition(s), "
+                    f"{result.segments} segment(s), {result.seconds} s, ffmpeg "
+                    f"{result.ffmpeg_seconds} s, {len(result.failed)} failed source(s)"
+                )
+
+        pipes.log.info(
+            f"transcoding {len(job.cameras)} camera(s) on {available_cpus()} CPU(s): "
+            + ", ".join(f"{c.camera} ({len(c.sources)} source(s))" for c in job.cameras)
+        )
         # The environment names the S3 endpoint and keys: the parent's locally, the task role's
         # on ECS.
         bucket = Bucket(job.bucket, AwsSettings.from_env(os.environ))
-        with tempfile.TemporaryDirectory(prefix=f"transcode-{job.camera}-") as tmp:
-            result = run_job(job, bucket, Path(tmp), pipes.log.warning)
-        pipes.report_custom_message(result.to_message())
-        pipes.log.info(
-            f"camera {job.camera}: {len(result.segment_keys)} segment(s), {result.seconds} s, "
-            f"ffmpeg {result.ffmpeg_seconds} s, {len(result.failed)} failed source(s)"
-        )
+        with tempfile.TemporaryDirectory(prefix="transcode-") as tmp:
+            run_episode(job, bucket, Path(tmp), report, log)
     return 0

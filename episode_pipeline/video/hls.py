@@ -1,7 +1,10 @@
-"""The FFmpeg command that turns one camera's video into an HLS rendition (pure).
+"""The one FFmpeg command that turns one camera's video into all its HLS renditions (pure).
 
-The contract (docs/contract.md#hls-renditions): H.264 baseline profile, level 3.0, 4-second
-segments, `playlist.m3u8`.
+The contract (docs/contract.md#hls-renditions): the compatibility rendition is H.264 baseline
+profile, level 3.0, 4-second segments, `playlist.m3u8`; the ladder's rungs (`video.ladder`)
+come out of the same invocation: the source is decoded once and `split` feeds one scaler and
+one x264 per rendition, plus the poster (the first frame as a small JPEG).
+
 Level 3.0 is a real limit, not a label: at most 1,620 macroblocks per frame and 40,500 per
 second (H.264 Table A-1). A frame that exceeds it is scaled down (aspect ratio kept) and a rate
 above 30 fps is halved until it fits, so the stream a player gets is what the playlist claims.
@@ -18,8 +21,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 PLAYLIST_NAME = "playlist.m3u8"
+VARIANT_PLAYLIST_NAME = "index.m3u8"  # not playlist.m3u8: that name means "a camera's stream"
 SEGMENT_PATTERN = "segment_%05d.ts"
+SEGMENT_SUFFIX = ".ts"
 SEGMENT_SECONDS = 4
+POSTER_NAME = "poster.jpg"
+POSTER_MAX_WIDTH = 320
+BASELINE = "baseline"
 
 # H.264 level 3.0 (Table A-1): MaxFS and MaxMBPS in 16x16 macroblocks; MaxBR 10,000 kbit/s.
 LEVEL_30_MAX_FRAME_MBS = 1620
@@ -39,6 +47,9 @@ class EncodeSettings:
     audio_kbit: int = 128
 
 
+DEFAULT_ENCODE = EncodeSettings()
+
+
 @dataclass(frozen=True)
 class OutputFormat:
     width: int
@@ -54,7 +65,8 @@ def _macroblocks(width: int, height: int) -> int:
     return math.ceil(width / 16) * math.ceil(height / 16)
 
 
-def _even_down(value: float) -> int:
+def even_down(value: float) -> int:
+    """The even number at or below `value` (at least 2): yuv420p needs even sizes."""
     return max(2, int(value) // 2 * 2)
 
 
@@ -66,11 +78,11 @@ def fit_level_30(width: int, height: int, fps: float) -> OutputFormat:
     while out_fps > MAX_FPS:  # 60 → 30, 50 → 25: an exact decimation keeps motion even
         out_fps /= 2
     budget = min(LEVEL_30_MAX_FRAME_MBS, LEVEL_30_MAX_MBS_PER_SECOND / out_fps)
-    out_w, out_h = _even_down(width), _even_down(height)
+    out_w, out_h = even_down(width), even_down(height)
     scale = 1.0
     while _macroblocks(out_w, out_h) > budget:
         scale *= 0.98
-        out_w, out_h = _even_down(width * scale), _even_down(height * scale)
+        out_w, out_h = even_down(width * scale), even_down(height * scale)
     return OutputFormat(width=out_w, height=out_h, fps=out_fps)
 
 
@@ -90,31 +102,113 @@ def concat_list(names: Sequence[str]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def ffmpeg_command(
+@dataclass(frozen=True)
+class Rendition:
+    """One encode of a camera: where it goes and how x264 is told to make it."""
+
+    name: str  # "baseline", "720p", ...
+    width: int
+    height: int
+    fps: float
+    profile: str  # x264 profile: "baseline" | "high"
+    level: str | None  # "3.0" for the baseline; None: x264 picks the lowest that fits
+    preset: str
+    crf: int
+    maxrate_kbit: int
+    bufsize_kbit: int
+
+    @property
+    def is_baseline(self) -> bool:
+        return self.name == BASELINE
+
+    @property
+    def folder(self) -> str:
+        """Below the camera's prefix: "" for the baseline (the contract's place), else `720p/`."""
+        return "" if self.is_baseline else f"{self.name}/"
+
+    @property
+    def playlist(self) -> str:
+        """The media playlist's path below the camera's prefix."""
+        return PLAYLIST_NAME if self.is_baseline else f"{self.folder}{VARIANT_PLAYLIST_NAME}"
+
+    @property
+    def resolution(self) -> str:
+        return f"{self.width}x{self.height}"
+
+
+def poster_size(width: int, height: int) -> tuple[int, int]:
+    """The poster's size: the source's aspect, at most `POSTER_MAX_WIDTH` wide, never larger."""
+    poster_width = even_down(min(width, POSTER_MAX_WIDTH))
+    return poster_width, even_down(height * poster_width / width)
+
+
+def _scale(width: int, height: int) -> str:
+    return f"scale={width}:{height}:flags=bicubic"
+
+
+def _encode_args(
+    rendition: Rendition, segment_seconds: int, audio: list[str], output_dir: Path
+) -> list[str]:
+    gop = max(1, round(rendition.fps * segment_seconds))
+    level = ["-level:v", rendition.level] if rendition.level else []
+    folder = output_dir / rendition.folder
+    return [
+        *audio, "-sn", "-dn",
+        "-c:v", "libx264", "-preset", rendition.preset, "-crf", str(rendition.crf),
+        "-profile:v", rendition.profile, *level, "-pix_fmt", "yuv420p",
+        "-maxrate", f"{rendition.maxrate_kbit}k", "-bufsize", f"{rendition.bufsize_kbit}k",
+        "-g", str(gop), "-keyint_min", str(gop), "-sc_threshold", "0",
+        "-force_key_frames", f"expr:gte(t,n_forced*{segment_seconds})",
+        "-f", "hls", "-hls_time", str(segment_seconds), "-hls_playlist_type", "vod",
+        "-hls_list_size", "0",
+        # A segment appears under its name only once complete: the uploader may take it then.
+        "-hls_flags", "temp_file",
+        "-hls_segment_filename", str(folder / SEGMENT_PATTERN),
+        str(output_dir / rendition.playlist),
+    ]  # fmt: skip
+
+
+def hls_command(
     ffmpeg: str,
     source: str | Path,
     output_dir: str | Path,
+    renditions: Sequence[Rendition],
     *,
-    width: int,
-    height: int,
-    fps: float,
+    source_width: int,
+    source_height: int,
+    source_fps: float,
     has_audio: bool = False,
     concat: bool = False,
+    poster: bool = False,
     settings: EncodeSettings = EncodeSettings(),
 ) -> list[str]:
-    """FFmpeg arguments writing `output_dir/playlist.m3u8` and `segment_NNNNN.ts` from `source`.
+    """FFmpeg arguments writing every rendition (and `poster.jpg`) under `output_dir`.
 
     `source` is a video file, or an ffconcat list when `concat` is true (several mp4s of one
-    camera played back to back). `width`/`height`/`fps` are the probed source's.
+    camera played back to back); `source_*` are the probed first source's. Each rendition's
+    folder must exist. One rendition without a poster is today's single baseline encode.
     """
-    out = fit_level_30(width, height, fps)
-    seconds = settings.segment_seconds
-    gop = max(1, round(out.fps * seconds))
-    filters = [f"scale={out.width}:{out.height}:flags=bicubic"]
-    if out.fps != fps:
-        filters.append(f"fps={out.fps:g}")
-    filters += ["setsar=1", "format=yuv420p"]
+    if not renditions:
+        raise ValueError("an HLS command needs at least one rendition")
     output_dir = Path(output_dir)
+    chains = []
+    for rendition in renditions:
+        chain = [_scale(rendition.width, rendition.height)]
+        if rendition.fps != source_fps:
+            chain.append(f"fps={rendition.fps:g}")
+        chains.append(",".join([*chain, "setsar=1", "format=yuv420p"]))
+    if poster:
+        poster_scale = _scale(*poster_size(source_width, source_height))
+        chains.append(f"{poster_scale},setsar=1,format=yuvj420p")
+    labels = [f"v{index}" for index in range(len(chains))]
+    if len(chains) == 1:
+        graph = f"[0:v:0]{chains[0]}[{labels[0]}]"
+    else:
+        splits = "".join(f"[s{index}]" for index in range(len(chains)))
+        graph = ";".join(
+            [f"[0:v:0]split={len(chains)}{splits}"]
+            + [f"[s{index}]{chain}[{labels[index]}]" for index, chain in enumerate(chains)]
+        )
     input_args = (
         ["-f", "concat", "-safe", "0", "-i", str(source)] if concat else ["-i", str(source)]
     )
@@ -123,18 +217,14 @@ def ffmpeg_command(
         if has_audio
         else ["-an"]
     )
-    return [
+    command = [
         ffmpeg, "-hide_banner", "-nostdin", "-loglevel", "error", "-y",
-        *input_args,
-        "-map", "0:v:0", *audio, "-sn", "-dn",
-        "-vf", ",".join(filters),
-        "-c:v", "libx264", "-preset", settings.preset, "-crf", str(settings.crf),
-        "-profile:v", "baseline", "-level:v", "3.0", "-pix_fmt", "yuv420p",
-        "-maxrate", f"{settings.maxrate_kbit}k", "-bufsize", f"{settings.bufsize_kbit}k",
-        "-g", str(gop), "-keyint_min", str(gop), "-sc_threshold", "0",
-        "-force_key_frames", f"expr:gte(t,n_forced*{seconds})",
-        "-f", "hls", "-hls_time", str(seconds), "-hls_playlist_type", "vod",
-        "-hls_list_size", "0",
-        "-hls_segment_filename", str(output_dir / SEGMENT_PATTERN),
-        str(output_dir / PLAYLIST_NAME),
+        *input_args, "-filter_complex", graph,
     ]  # fmt: skip
+    for rendition, label in zip(renditions, labels[: len(renditions)], strict=True):
+        command += ["-map", f"[{label}]"]
+        command += _encode_args(rendition, settings.segment_seconds, audio, output_dir)
+    if poster:
+        command += ["-map", f"[{labels[-1]}]", "-an", "-frames:v", "1", "-q:v", "4",
+                    "-update", "1", str(output_dir / POSTER_NAME)]  # fmt: skip
+    return command

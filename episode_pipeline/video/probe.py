@@ -2,15 +2,29 @@
 
 LeRobot's info.json labels the codec but nobody checks the label
 (docs/lerobot-archives.md#videos): the transcode decides from the probed stream, and a file
-PyAV cannot open is reported by name.
+PyAV cannot open, cannot decode, or that holds fewer frames than its index claims is reported by
+name.
+
+PyAV runs FFmpeg's demuxers inside the calling process, where a hostile file could hang it
+beyond reach. So the transcode and the checks never call `probe` directly: `examine` (and
+`probe_files`) run this module as a child (`python -m episode_pipeline.video.probe`) under a
+deadline (`video.process`), one JSON line per file on its stdout.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import json
+import sys
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
+
+from episode_pipeline.video.process import DeadlineExceeded, run_with_deadline
+
+PROBE = "probe"
+COUNT_FRAMES = "count-frames"
 
 
 class ProbeError(ValueError):
@@ -25,7 +39,7 @@ class VideoProbe:
     width: int
     height: int
     duration_ms: int
-    frames: int
+    frames: int  # video packets in the file (one per frame), counted, not read from the header
     fps: float
     has_audio: bool = False
 
@@ -47,7 +61,12 @@ def _duration_ms(container: Any, stream: Any) -> int:
 
 
 def probe(path: str | Path) -> VideoProbe:
-    """Probe `path` without decoding it; raises ProbeError naming the file on anything wrong."""
+    """Open, demux every packet and decode the first frame of `path` (in this process).
+
+    Counting packets reads the whole file but decodes only one frame: it is disk-bound, and it
+    catches a file cut short (fewer packets than the index lists) that a header-only probe
+    passes. Raises ProbeError naming the file on anything wrong.
+    """
     import av  # PyAV loads FFmpeg's libraries: keep it out of module import time
 
     try:
@@ -56,20 +75,29 @@ def probe(path: str | Path) -> VideoProbe:
                 raise ProbeError(f"{path}: no video stream")
             stream = container.streams.video[0]
             context = stream.codec_context
-            rate = stream.average_rate or stream.guessed_rate or Fraction(0)
-            fps = float(rate)
-            duration_ms = _duration_ms(container, stream)
-            frames = int(stream.frames or 0) or round(duration_ms * fps / 1000)
             width, height = int(context.width or 0), int(context.height or 0)
             if width <= 0 or height <= 0:
                 raise ProbeError(f"{path}: video stream has no size ({width}x{height})")
+            indexed = int(stream.frames or 0)
+            packets, decoded = 0, False
+            for packet in container.demux(stream):
+                packets += 1 if packet.size else 0
+                if not decoded:  # the last, empty packet flushes the decoder
+                    decoded = bool(packet.decode())
+            if packets == 0 or not decoded:
+                raise ProbeError(f"{path}: no decodable frames ({packets} packet(s))")
+            if indexed > packets:
+                raise ProbeError(
+                    f"{path}: truncated: its index lists {indexed} frames, it holds {packets}"
+                )
+            rate = stream.average_rate or stream.guessed_rate or Fraction(0)
             return VideoProbe(
                 codec=context.codec.canonical_name,
                 width=width,
                 height=height,
-                duration_ms=duration_ms,
-                frames=frames,
-                fps=fps,
+                duration_ms=_duration_ms(container, stream),
+                frames=packets,
+                fps=float(rate),
                 has_audio=bool(container.streams.audio),
             )
     except ProbeError:
@@ -77,3 +105,88 @@ def probe(path: str | Path) -> VideoProbe:
     except (av.error.FFmpegError, OSError, ValueError) as error:
         reason = getattr(error, "strerror", None) or str(error)  # without the path again
         raise ProbeError(f"{path}: not a readable video ({reason})") from error
+
+
+def decoded_frames(path: str | Path) -> int:
+    """Decode every video frame of `path` (a file or an HLS playlist beside its segments)."""
+    import av
+
+    frames = 0
+    try:
+        with av.open(str(path)) as container:
+            if not container.streams.video:
+                raise ProbeError(f"{path}: no video stream")
+            for _ in container.decode(video=0):
+                frames += 1
+    except ProbeError:
+        raise
+    except (av.error.FFmpegError, OSError, ValueError) as error:
+        reason = getattr(error, "strerror", None) or str(error)
+        raise ProbeError(f"{path}: decoding failed after {frames} frame(s) ({reason})") from error
+    return frames
+
+
+# -- the child and its callers ------------------------------------------------------------------
+
+Answer = VideoProbe | int | ProbeError
+
+
+def examine(
+    requests: Sequence[tuple[str, str | Path]], seconds: float, python: str = sys.executable
+) -> list[Answer]:
+    """Answer (`PROBE` | `COUNT_FRAMES`, path) requests in one child with one deadline.
+
+    A `VideoProbe` for a probe, a frame count for a count, or the ProbeError naming the file. A
+    request the child had not answered when it died or ran out of time gets that reason.
+    """
+    if not requests:
+        return []
+    command = [python, "-m", __name__, *(str(part) for request in requests for part in request)]
+    try:
+        done = run_with_deadline(command, seconds, what=f"video probe of {len(requests)} file(s)")
+        stdout, failure = done.stdout, None
+        if done.returncode != 0:
+            failure = f"video probe exited {done.returncode}: {done.stderr.strip()[-500:]}"
+    except DeadlineExceeded as error:
+        stdout, failure = error.stdout, str(error)
+    lines = [json.loads(line) for line in stdout.splitlines() if line.startswith("{")]
+    answers: list[Answer] = []
+    for index, (_, path) in enumerate(requests):
+        line = (
+            lines[index] if index < len(lines) else {"error": f"{path}: {failure or 'no answer'}"}
+        )
+        if "probe" in line:
+            answers.append(VideoProbe.from_dict(line["probe"]))
+        elif "frames" in line:
+            answers.append(int(line["frames"]))
+        else:
+            answers.append(ProbeError(line["error"]))
+    return answers
+
+
+def probe_files(
+    paths: Sequence[str | Path], seconds_per_file: float, python: str = sys.executable
+) -> list[VideoProbe | ProbeError]:
+    """`probe` each file in one child; the child gets `seconds_per_file` per file, then dies."""
+    answers = examine([(PROBE, path) for path in paths], seconds_per_file * len(paths), python)
+    return [a if isinstance(a, VideoProbe | ProbeError) else ProbeError(str(a)) for a in answers]
+
+
+def main(argv: Sequence[str]) -> int:
+    """The child: `MODE PATH [MODE PATH ...]`, one JSON line per request, in order, flushed."""
+    for mode, path in zip(argv[::2], argv[1::2], strict=True):
+        try:
+            if mode == PROBE:
+                answer: dict[str, Any] = {"probe": asdict(probe(path))}
+            elif mode == COUNT_FRAMES:
+                answer = {"frames": decoded_frames(path)}
+            else:
+                answer = {"error": f"{path}: unknown request {mode!r}"}
+        except ProbeError as error:
+            answer = {"error": str(error)}
+        print(json.dumps(answer), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,16 +1,29 @@
-"""`hls_renditions`: one HLS stream per camera, transcoded outside the run through Dagster Pipes.
+"""`hls_renditions`: every camera's HLS, transcoded outside the run through Dagster Pipes.
 
-Each mp4 → HLS (baseline, level 3.0, 4-second segments, `playlist.m3u8`) under
-`processed/hls/<camera>/`; a video error is logged and the episode can still be processed
-(docs/contract.md#hls-renditions). So a
-camera whose videos fail is listed in `failed_videos` and the asset still materializes; the
-WARN check `hls_playlists_valid` then flags the episode. Several mp4s of one camera (a v2.1
-archive holding several LeRobot episodes, or a v3.0 camera split into files) are played back to
-back in path order (`path_order`: file-2 before file-10) as one rendition, so nothing under
-`hls/<camera>/` is overwritten.
+Per camera under `processed/hls/<camera>/`: the compatibility rendition `playlist.m3u8`
+(baseline, level 3.0, 4-second segments), an adaptive ladder beside it listed by `master.m3u8`,
+and `poster.jpg` (docs/contract.md#hls-renditions). All cameras of the episode go to one
+transcode process (one ECS task in production), encoded in parallel inside it.
+
+A video error is logged and the episode can still be processed: a camera whose videos fail is
+listed in `failed_videos` and the asset still materializes; the WARN checks below then flag the
+episode, camera by camera. Several mp4s of one camera (a v2.1 archive holding several LeRobot
+episodes, or a v3.0 camera split into files) are played back to back in path order
+(`path_order`: file-2 before file-10) as one stream.
+
+The checks read what S3 holds now (playlists, segments, decoded frames); the sources' facts
+(size, rate, duration, frames) come from the probes the transcode recorded in the materialization
+(`sources`), since probing them again would download every mp4 a second time.
 """
 
+import base64
+import tempfile
+import time
 from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 from dagster import (
     AssetCheckExecutionContext,
@@ -20,20 +33,28 @@ from dagster import (
     AssetIn,
     MaterializeResult,
     MetadataValue,
+    TableColumn,
+    TableRecord,
+    TableSchema,
 )
 
 from episode_pipeline.bucket import Bucket
 from episode_pipeline.defs.assets.archive import extracted_files
 from episode_pipeline.defs.partitions import episode_asset, episode_check
 from episode_pipeline.defs.resources.s3 import S3BucketResource
-from episode_pipeline.defs.resources.transcoder import HlsTranscoder
+from episode_pipeline.defs.resources.transcoder import HlsTranscoder, TranscodeOutcome
 from episode_pipeline.extracted_files import ExtractedFiles, ProcessedFile
 from episode_pipeline.keys import EpisodeRef, parse_partition_key
 from episode_pipeline.lerobot.cameras import DEFAULT_CAMERA
 from episode_pipeline.lerobot.layout import path_order
-from episode_pipeline.transcode.job import FailedVideo, TranscodeJob, TranscodeResult
-from episode_pipeline.video.hls import PLAYLIST_NAME
-from episode_pipeline.video.playlist import PlaylistError, check_playlist, parse_playlist
+from episode_pipeline.transcode.job import CameraJob, FailedVideo, TranscodeResult
+from episode_pipeline.video.stored import (
+    StoredCamera,
+    decode_problems,
+    drift_problems,
+    playlist_problems,
+)
+from episode_pipeline.video.verify import SourceFacts
 
 
 def videos_by_camera(extracted: ExtractedFiles) -> dict[str, list[ProcessedFile]]:
@@ -54,21 +75,153 @@ def stale_cameras(bucket: Bucket, ref: EpisodeRef, cameras: set[str]) -> set[str
     return {camera for camera in found if camera and camera not in cameras}
 
 
-def camera_summary(result: TranscodeResult) -> dict[str, object]:
+def episode_seconds(extracted: ExtractedFiles) -> float | None:
+    """The episode's length by its info.json, to size the transcode's deadline (None: unknown)."""
+    try:
+        return extracted.dataset_info().duration_seconds
+    except ValueError:
+        return None
+
+
+# -- what the UI shows --------------------------------------------------------------------------
+
+
+def _table(columns: dict[str, str], rows: list[dict[str, Any]]) -> MetadataValue:
+    return MetadataValue.table(
+        records=[TableRecord(data=row) for row in rows],
+        schema=TableSchema(columns=[TableColumn(name, kind) for name, kind in columns.items()]),
+    )
+
+
+CAMERA_COLUMNS = {
+    "camera": "string",
+    "status": "string",
+    "playlist": "string",
+    "master": "string",
+    "renditions": "string",
+    "source_codec": "string",
+    "source_resolution": "string",
+    "source_fps": "float",
+    "sources": "int",
+    "source_frames": "int",
+    "source_seconds": "float",
+    "hls_seconds": "float",
+    "segments": "int",
+    "ffmpeg_seconds": "float",
+    "poster": "string",
+}
+SOURCE_COLUMNS = {
+    "camera": "string",
+    "key": "string",
+    "codec": "string",
+    "width": "int",
+    "height": "int",
+    "fps": "float",
+    "seconds": "float",
+    "frames": "int",
+    "error": "string",
+}
+RENDITION_COLUMNS = {
+    "camera": "string",
+    "rendition": "string",
+    "resolution": "string",
+    "fps": "float",
+    "codecs": "string",
+    "bandwidth": "int",
+    "average_bandwidth": "int",
+    "segments": "int",
+    "seconds": "float",
+    "playlist": "string",
+}
+
+
+def camera_row(result: TranscodeResult) -> dict[str, Any]:
     first = result.sources[0].probe if result.sources else None
+    if result.playlist_key is None:
+        status = "failed: " + (result.failed[0].error if result.failed else "no rendition")
+    else:
+        status = f"ok, {len(result.failed)} source(s) left out" if result.failed else "ok"
     return {
+        "camera": result.camera,
+        "status": status,
         "playlist": result.playlist_key,
-        "sources": len(result.sources),
+        "master": result.master_key,
+        "renditions": ", ".join(f"{r.name} {r.resolution}" for r in result.renditions),
         "source_codec": first.codec if first else None,
         "source_resolution": first.resolution if first else None,
         "source_fps": first.fps if first else None,
-        "source_duration_ms": result.source_duration_ms,
-        "output_resolution": result.output_resolution,
-        "segments": len(result.segment_keys),
-        "seconds": result.seconds,
+        "sources": len(result.sources),
+        "source_frames": result.source_frames,
+        "source_seconds": result.source_duration_ms / 1000,
+        "hls_seconds": result.seconds,
+        "segments": result.segments,
         "ffmpeg_seconds": result.ffmpeg_seconds,
-        "failed": len(result.failed),
+        "poster": result.poster_key,
     }
+
+
+def source_rows(result: TranscodeResult) -> list[dict[str, Any]]:
+    rows = []
+    for source in result.sources:
+        probe = source.probe
+        rows.append(
+            {
+                "camera": result.camera,
+                "key": source.key,
+                "codec": probe.codec,
+                "width": probe.width,
+                "height": probe.height,
+                "fps": probe.fps,
+                "seconds": probe.duration_ms / 1000,
+                "frames": probe.frames,
+                "error": None,
+            }
+        )
+    empty = dict.fromkeys(SOURCE_COLUMNS)
+    rows += [
+        {**empty, "camera": result.camera, "key": f.key, "error": f.error} for f in result.failed
+    ]
+    return rows
+
+
+def rendition_rows(result: TranscodeResult) -> list[dict[str, Any]]:
+    return [
+        {
+            "camera": result.camera,
+            "rendition": r.name,
+            "resolution": r.resolution,
+            "fps": r.fps,
+            "codecs": r.codecs,
+            "bandwidth": r.bandwidth,
+            "average_bandwidth": r.average_bandwidth,
+            "segments": r.segments,
+            "seconds": r.seconds,
+            "playlist": r.playlist_key,
+        }
+        for r in result.renditions
+    ]
+
+
+def posters_markdown(bucket: Bucket, results: list[TranscodeResult]) -> str:
+    """Each camera's poster inline (a data URI: the UI shows it without S3 access) and its key."""
+    parts = []
+    for result in results:
+        if not result.poster_key:
+            continue
+        jpeg = base64.b64encode(bucket.get_bytes(result.poster_key)).decode("ascii")
+        parts.append(
+            f"**{result.camera}** `{bucket.uri(result.poster_key)}`\n\n"
+            f"![{result.camera}](data:image/jpeg;base64,{jpeg})"
+        )
+    return "\n\n".join(parts) or "(no poster: no camera was transcoded)"
+
+
+def failed_camera(files: list[ProcessedFile], camera: str, error: str) -> TranscodeResult:
+    return TranscodeResult(
+        camera=camera,
+        playlist_key=None,
+        failed=[FailedVideo(key=f.key, error=f"transcode failed: {error}") for f in files],
+    )
 
 
 @episode_asset(
@@ -95,76 +248,207 @@ def hls_renditions(
             f"removed {removed} stale object(s) of camera {camera} (no longer uploaded)"
         )
 
-    results: dict[str, TranscodeResult] = {}
-    failed: list[dict[str, str]] = []
-    for camera, files in cameras.items():
-        job = TranscodeJob(
-            bucket=bucket.name,
-            camera=camera,
-            sources=[f.key for f in files],
-            output_prefix=ref.hls_prefix(camera),
-            preset=transcoder.preset,
-        )
-        try:
-            result = transcoder.transcode(context, job)
-        except Exception as error:
-            context.log.error(f"camera {camera}: transcode failed: {error}")
-            result = TranscodeResult(
-                camera=camera,
-                playlist_key=None,
-                failed=[FailedVideo(key=f.key, error=f"transcode failed: {error}") for f in files],
-            )
-        results[camera] = result
-        for item in result.failed:
-            context.log.warning(f"camera {camera}: {item.error}")
-            failed.append({"camera": camera, "key": item.key, "error": item.error})
-
-    playlists = [r.playlist_key for r in results.values() if r.playlist_key]
-    return MaterializeResult(
-        metadata={
-            "cameras": ", ".join(cameras) or "(none)",
-            "playlists": MetadataValue.json(playlists),
-            "per_camera": MetadataValue.json({c: camera_summary(r) for c, r in results.items()}),
-            "segments": sum(len(r.segment_keys) for r in results.values()),
-            "seconds": round(sum(r.seconds for r in results.values()), 3),
-            "ffmpeg_seconds": round(sum(r.ffmpeg_seconds for r in results.values()), 3),
-            "failed_videos": MetadataValue.json(failed),
-            "transcoder": transcoder.mode,
-            "hls_prefix": MetadataValue.url(bucket.uri(ref.hls_root)),
-        }
+    job = transcoder.job(
+        bucket.name,
+        [
+            CameraJob(camera=c, sources=[f.key for f in files], output_prefix=ref.hls_prefix(c))
+            for c, files in cameras.items()
+        ],
     )
+    started = time.monotonic()
+    outcome = (
+        transcoder.transcode(context, job, episode_seconds(extracted_files))
+        if job.cameras
+        else TranscodeOutcome()
+    )
+    transcode_seconds = time.monotonic() - started
+    if outcome.error:
+        context.log.error(f"transcode: {outcome.error}")
+    results: list[TranscodeResult] = []
+    for camera, files in cameras.items():
+        result = outcome.results.get(camera)
+        if result is None:  # the process died or was stopped before this camera was done
+            bucket.delete_prefix(ref.hls_prefix(camera))
+            result = failed_camera(files, camera, outcome.error or "not reported")
+        results.append(result)
+    failed = []
+    for result in results:
+        for item in result.failed:
+            context.log.warning(f"camera {result.camera}: {item.error}")
+            failed.append({"camera": result.camera, "key": item.key, "error": item.error})
+
+    metadata: dict[str, Any] = {
+        "cameras": ", ".join(cameras) or "(none)",
+        "playlists": MetadataValue.json([r.playlist_key for r in results if r.playlist_key]),
+        "masters": MetadataValue.json([r.master_key for r in results if r.master_key]),
+        "per_camera": _table(CAMERA_COLUMNS, [camera_row(r) for r in results]),
+        "sources": _table(SOURCE_COLUMNS, [row for r in results for row in source_rows(r)]),
+        "renditions": _table(
+            RENDITION_COLUMNS, [row for r in results for row in rendition_rows(r)]
+        ),
+        "posters": MetadataValue.md(posters_markdown(bucket, results)),
+        "segments": sum(r.segments for r in results),
+        "seconds": round(sum(r.seconds for r in results), 3),
+        "ffmpeg_seconds": round(sum(r.ffmpeg_seconds for r in results), 3),
+        "transcode_seconds": round(transcode_seconds, 3),
+        "transcode_deadline_seconds": outcome.deadline_seconds,
+        "failed_videos": MetadataValue.json(failed),
+        "transcoder": transcoder.mode,
+        "hls_prefix": MetadataValue.url(bucket.uri(ref.hls_root)),
+    }
+    if outcome.task_size is not None:
+        metadata["transcode_task"] = (
+            f"{outcome.task_size.vcpus} vCPU / {outcome.task_size.memory} MiB"
+        )
+    if outcome.error:
+        metadata["transcode_error"] = outcome.error
+    return MaterializeResult(metadata=metadata)
 
 
-def playlist_problems(bucket: Bucket, ref: EpisodeRef, camera: str) -> list[str]:
-    """Re-read a camera's playlist from S3 and check it against the segments S3 holds."""
-    prefix = ref.hls_prefix(camera)
-    key = prefix + PLAYLIST_NAME
-    if bucket.head(key) is None:
-        return [f"{key}: missing"]
-    try:
-        playlist = parse_playlist(bucket.get_bytes(key).decode("utf-8", "replace"), source=key)
-    except PlaylistError as error:
-        return [str(error)]
-    names = {k[len(prefix) :] for k in bucket.list_keys(prefix)}
-    return [f"{key}: {problem}" for problem in check_playlist(playlist, names)]
+# -- checks: one row per camera, so the UI shows which camera failed ---------------------------
+
+
+def recorded_sources(context: AssetCheckExecutionContext) -> dict[str, list[dict[str, Any]]]:
+    """The `sources` table of the latest materialization, by camera ({} when none)."""
+    from episode_pipeline.defs.checks import latest_materialization_metadata  # (import cycle)
+
+    metadata = latest_materialization_metadata(
+        context.instance, hls_renditions.key, context.partition_key
+    )
+    rows: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for record in getattr(metadata.get("sources"), "records", None) or []:
+        rows[record.data["camera"]].append(dict(record.data))
+    return rows
+
+
+def usable_sources(rows: list[dict[str, Any]]) -> list[SourceFacts]:
+    fields = ("key", "width", "height", "fps", "frames", "seconds")
+    return [SourceFacts(**{f: row[f] for f in fields}) for row in rows if not row.get("error")]
+
+
+@dataclass
+class CheckedCameras:
+    """What every HLS check starts from: the episode's cameras as S3 holds them now, and each
+    camera's usable sources as the transcode probed them."""
+
+    stored: dict[str, StoredCamera]
+    sources: dict[str, list[SourceFacts]]
+    recorded: dict[str, list[dict[str, Any]]]
+
+    @classmethod
+    def load(
+        cls,
+        context: AssetCheckExecutionContext,
+        extracted: ExtractedFiles,
+        s3: S3BucketResource,
+    ) -> "CheckedCameras":
+        ref = parse_partition_key(context.partition_key)
+        bucket = s3.get_client()
+        recorded = recorded_sources(context)
+        cameras = list(videos_by_camera(extracted))
+        return cls(
+            stored={c: StoredCamera(bucket, ref.hls_prefix(c)) for c in cameras},
+            sources={c: usable_sources(recorded.get(c, [])) for c in cameras},
+            recorded=recorded,
+        )
+
+    def result(self, problems_of: Callable[[str], list[str]]) -> AssetCheckResult:
+        """A WARN result with a camera | passed | problems table (an episode is processed despite
+        a video error, so a bad stream flags the episode without blocking it)."""
+        rows = []
+        for camera in self.stored:
+            problems = problems_of(camera)
+            rows.append({"camera": camera, "passed": not problems, "problems": "; ".join(problems)})
+        failing = [row["camera"] for row in rows if not row["passed"]]
+        return AssetCheckResult(
+            passed=not failing,
+            severity=AssetCheckSeverity.WARN,
+            description=f"failing camera(s): {', '.join(failing)}" if failing else None,
+            metadata={
+                "cameras_checked": len(rows),
+                "failing_cameras": MetadataValue.json(failing),
+                "per_camera": _table(
+                    {"camera": "string", "passed": "bool", "problems": "string"}, rows
+                ),
+            },
+        )
+
+
+CHECK_INS = {"extracted_files": AssetIn(key=extracted_files.key)}
 
 
 @episode_check(
     asset=hls_renditions,
-    additional_ins={"extracted_files": AssetIn(key=extracted_files.key)},
-    description="Every camera of the upload has a complete playlist in S3 (ENDLIST, target "
-    "duration ≤ 4 s, every listed segment present). WARN: an episode is processed "
-    "despite a video error, so a bad rendition flags the episode without blocking it.",
+    additional_ins=CHECK_INS,
+    description="Every mp4 of every camera was probed and decodes (PyAV: codec, size, rate, "
+    "duration, frames; a file cut short holds fewer frames than its index). Fails naming the "
+    "file. WARN: a bad source is left out and the episode goes on.",
+)
+def hls_sources_readable(
+    context: AssetCheckExecutionContext, extracted_files: ExtractedFiles, s3: S3BucketResource
+) -> AssetCheckResult:
+    checked = CheckedCameras.load(context, extracted_files, s3)
+    files = videos_by_camera(extracted_files)
+
+    def problems_of(camera: str) -> list[str]:
+        rows = {row["key"]: row for row in checked.recorded.get(camera, [])}
+        return [
+            rows[f.key]["error"] if f.key in rows else f"{f.key}: not probed"
+            for f in files[camera]
+            if f.key not in rows or rows[f.key].get("error")
+        ]
+
+    return checked.result(problems_of)
+
+
+@episode_check(
+    asset=hls_renditions,
+    additional_ins=CHECK_INS,
+    description="Per camera in S3: `master.m3u8` and every playlist it lists parse; every "
+    "variant states BANDWIDTH, RESOLUTION, CODECS and FRAME-RATE, none above the source's size or "
+    "rate, the baseline `playlist.m3u8` among them; every listed segment exists, each but the "
+    "last at most 4 s (+0.1 s), ENDLIST present. WARN.",
 )
 def hls_playlists_valid(
     context: AssetCheckExecutionContext, extracted_files: ExtractedFiles, s3: S3BucketResource
 ) -> AssetCheckResult:
-    ref = parse_partition_key(context.partition_key)
-    bucket = s3.get_client()
-    cameras = list(videos_by_camera(extracted_files))
-    problems = [p for camera in cameras for p in playlist_problems(bucket, ref, camera)]
-    return AssetCheckResult(
-        passed=not problems,
-        severity=AssetCheckSeverity.WARN,
-        metadata={"cameras_checked": len(cameras), "problems": MetadataValue.json(problems)},
-    )
+    checked = CheckedCameras.load(context, extracted_files, s3)
+    return checked.result(lambda c: playlist_problems(checked.stored[c], checked.sources[c]))
+
+
+@episode_check(
+    asset=hls_renditions,
+    additional_ins=CHECK_INS,
+    description="The drift canary: per camera, the baseline HLS lasts as long as its sources "
+    "together (within 0.5 s). WARN.",
+)
+def hls_duration_matches_sources(
+    context: AssetCheckExecutionContext, extracted_files: ExtractedFiles, s3: S3BucketResource
+) -> AssetCheckResult:
+    checked = CheckedCameras.load(context, extracted_files, s3)
+    return checked.result(lambda c: drift_problems(checked.stored[c], checked.sources[c]))
+
+
+@episode_check(
+    asset=hls_renditions,
+    additional_ins=CHECK_INS,
+    description="Decoding proves playback: per camera the baseline HLS decodes end to end to "
+    "the sources' frame count (± one frame per source), and the first segment of every "
+    "rendition decodes at the size the master claims. WARN.",
+)
+def hls_decodes_to_source_frames(
+    context: AssetCheckExecutionContext, extracted_files: ExtractedFiles, s3: S3BucketResource
+) -> AssetCheckResult:
+    checked = CheckedCameras.load(context, extracted_files, s3)
+    cameras = {c: (stored, checked.sources[c]) for c, stored in checked.stored.items()}
+    with tempfile.TemporaryDirectory(prefix="hls-decode-") as tmp:
+        problems = decode_problems(cameras, Path(tmp))
+    return checked.result(lambda c: problems[c])
+
+
+HLS_CHECKS = [
+    hls_sources_readable,
+    hls_playlists_valid,
+    hls_duration_matches_sources,
+    hls_decodes_to_source_frames,
+]

@@ -1,56 +1,138 @@
 """Where the FFmpeg work runs: a local subprocess or an ECS task, both through Dagster Pipes.
 
-The run worker stays small (1 vCPU / 2 GB) while the transcode gets its own task (2 vCPU / 4 GB,
-infra/ecs.tf). Both modes run the same program, `python -m episode_pipeline.transcode`, send it a
-`TranscodeJob` as Pipes extras and get its `TranscodeResult` back as a custom message:
+One process per episode: every camera goes to the same `python -m episode_pipeline.transcode`,
+which encodes them in parallel, so an episode pays one cold start. The resource sends it a
+`TranscodeJob` as Pipes extras and collects one `TranscodeResult` per camera from its custom
+messages:
 
-- `subprocess` (laptop, tests): `PipesSubprocessClient`; the child is given this resource's AWS
-  endpoint and keys, so it reaches the same S3;
+- `subprocess` (laptop, tests): the child is started in its own session with this resource's AWS
+  endpoint and keys (so it reaches the same S3); past the step's deadline it gets SIGTERM (it
+  kills its FFmpegs and exits), then SIGKILL for its whole process group;
 - `ecs` (production): `PipesECSClient` runs the `TRANSCODE_TASK_DEFINITION` task on
-  `ECS_CLUSTER` (Fargate, private subnets, no public IP) and reads the Pipes messages from the
-  container's CloudWatch log stream (the task definition's `awslogs` driver with a stream prefix).
+  `ECS_CLUSTER` (Fargate, private subnets, no public IP), sized to the episode (`task_size`), and
+  reads the Pipes messages from the container's CloudWatch log stream (the task definition's
+  `awslogs` driver with a stream prefix); past the deadline the task is stopped (`StopTask`).
+
+Either way a late transcode is reported with the cameras it finished; the rest count as failed.
 """
 
 from __future__ import annotations
 
+import math
+import os
+import subprocess
 import sys
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
-from dagster import AssetExecutionContext, PipesSubprocessClient
+from dagster import (
+    AssetExecutionContext,
+    PipesTempFileContextInjector,
+    PipesTempFileMessageReader,
+    open_pipes_session,
+)
 from pydantic import Field
 
 from episode_pipeline.aws import aws_client
 from episode_pipeline.defs.resources.aws import AwsResource, aws_fields
-from episode_pipeline.settings import DEFAULT_PRESET, SUBPROCESS, Settings
-from episode_pipeline.transcode.job import TranscodeJob, TranscodeResult, find_result
+from episode_pipeline.settings import (
+    DEFAULT_LADDER,
+    DEFAULT_PRESET,
+    SUBPROCESS,
+    Settings,
+    VideoSettings,
+)
+from episode_pipeline.transcode.job import (
+    TaskSize,
+    TranscodeJob,
+    TranscodeResult,
+    find_results,
+    step_deadline,
+    task_size,
+)
+from episode_pipeline.video.process import terminate_group
 
 TRANSCODE_MODULE = "episode_pipeline.transcode"
+_VIDEO_DEFAULTS = VideoSettings()
 
 
 def messages_only_cloudwatch_reader(logs_client: Any) -> Any:
-    """A CloudWatch Pipes message reader that does not also tail the container's raw log.
+    """A CloudWatch Pipes message reader that does not also tail the container's raw log, and
+    keeps the session's message handler so a stopped task's finished cameras are not lost.
 
     dagster-aws 0.29.27's `PipesCloudWatchLogReader` (which `PipesECSClient` adds per container
     to echo its output) loops on GetLogEvents without sleeping and only checks that the session
     closed after a *new* event arrives: after the task ends it polls CloudWatch for the rest of the
-    run worker's life, one thread per transcode. The Pipes messages (logs, the result) still
+    run worker's life, one thread per transcode. The Pipes messages (logs, the results) still
     arrive through the message reader; the raw output stays in the task's CloudWatch log group.
     """
     from dagster_aws.pipes import PipesCloudWatchMessageReader
 
     class MessagesOnlyCloudWatchReader(PipesCloudWatchMessageReader):
+        handler: Any = None
+
         def add_log_reader(self, log_reader: Any) -> None:
             return None
+
+        @contextmanager
+        def read_messages(self, handler: Any) -> Iterator[Any]:
+            self.handler = handler
+            with super().read_messages(handler) as params:
+                yield params
 
     return MessagesOnlyCloudWatchReader(client=logs_client)
 
 
+def deadline_ecs_client(ecs_client: Any, message_reader: Any, deadline_seconds: float) -> Any:
+    """`PipesECSClient` whose wait for the task ends at the deadline by stopping the task.
+
+    PipesECSClient waits with botocore's `tasks_stopped` waiter; its `MaxAttempts` x `Delay` is
+    the deadline. When the waiter gives up, the task is stopped (it would otherwise run on,
+    unwatched) and `TranscodeDeadlineExceeded` is raised.
+    """
+    import botocore.exceptions
+    from dagster_aws.pipes import PipesECSClient
+
+    class DeadlineECSClient(PipesECSClient):
+        def _wait_for_completion(
+            self, start_response: Any, cluster: Any = None, waiter_config: Any = None
+        ) -> Any:
+            try:
+                return super()._wait_for_completion(start_response, cluster, waiter_config)
+            except botocore.exceptions.WaiterError as error:
+                task = start_response["tasks"][0]["taskArn"]
+                reason = f"transcode deadline of {deadline_seconds:g} s passed"
+                self._client.stop_task(cluster=cluster, task=task, reason=reason)
+                raise TranscodeDeadlineExceeded(
+                    f"ECS task {task} ran past its deadline of {deadline_seconds:g} s and was "
+                    f"stopped ({error})"
+                ) from error
+
+    return DeadlineECSClient(client=ecs_client, message_reader=message_reader)
+
+
 class TranscodeFailed(RuntimeError):
-    """The external process ended without reporting a result."""
+    """The external process ended without reporting every camera."""
+
+
+class TranscodeDeadlineExceeded(TranscodeFailed):
+    """The whole transcode ran past its deadline: the subprocess was killed or the task stopped."""
+
+
+@dataclass
+class TranscodeOutcome:
+    """Each reported camera's result, and why the process failed (None when it did not)."""
+
+    results: dict[str, TranscodeResult] = field(default_factory=dict)
+    error: str | None = None
+    deadline_seconds: float = 0.0
+    task_size: TaskSize | None = None  # ECS only
 
 
 class HlsTranscoder(AwsResource):
-    """Runs one camera's transcode as an external process and returns its result."""
+    """Runs one episode's transcode as an external process and returns its cameras' results."""
 
     mode: Literal["subprocess", "ecs"] = Field(
         default=SUBPROCESS, description="`subprocess` locally, `ecs` in production."
@@ -64,7 +146,20 @@ class HlsTranscoder(AwsResource):
     task_definition: str | None = Field(default=None, description="TRANSCODE_TASK_DEFINITION")
     container_name: str = Field(default="transcode", description="TRANSCODE_CONTAINER_NAME")
     poll_seconds: int = Field(default=6, description="ecs mode: seconds between task polls.")
-    preset: str = Field(default=DEFAULT_PRESET, description="x264 preset (TRANSCODE_PRESET).")
+    max_vcpu: int = Field(default=4, description="Largest ECS task (TRANSCODE_MAX_VCPU).")
+    deadline_seconds: float | None = Field(
+        default=None,
+        description="Whole transcode (TRANSCODE_DEADLINE_SECONDS); default: from the episode.",
+    )
+    # VideoSettings, field by field (docs: settings.VideoSettings; env TRANSCODE_*).
+    preset: str = Field(default=DEFAULT_PRESET, description="Baseline x264 preset.")
+    ladder: list[str] = Field(default=list(DEFAULT_LADDER), description="Ladder rung heights.")
+    ladder_preset: str = Field(default=DEFAULT_PRESET, description="Ladder x264 preset.")
+    ffmpeg: str | None = Field(default=None, description="FFmpeg binary (default: bundled).")
+    ffmpeg_deadline_base_seconds: float = _VIDEO_DEFAULTS.ffmpeg_deadline_base_seconds
+    ffmpeg_deadline_per_source_second: float = _VIDEO_DEFAULTS.ffmpeg_deadline_per_source_second
+    probe_deadline_seconds: float = _VIDEO_DEFAULTS.probe_deadline_seconds
+    camera_workers: int | None = Field(default=None, description="Cameras encoded at once.")
 
     @classmethod
     def from_settings(cls, settings: Settings) -> HlsTranscoder:
@@ -72,14 +167,22 @@ class HlsTranscoder(AwsResource):
         transcode = settings.transcode
         return cls(
             mode=transcode.mode,
-            preset=transcode.preset,
             ecs_cluster=transcode.ecs_cluster,
             ecs_subnets=list(transcode.ecs_subnets),
             ecs_security_groups=list(transcode.ecs_security_groups),
             task_definition=transcode.task_definition,
             container_name=transcode.container_name,
+            max_vcpu=transcode.max_vcpu,
+            deadline_seconds=transcode.deadline_seconds,
+            **transcode.video.to_dict(),
             **aws_fields(settings.aws),
         )
+
+    def video(self) -> VideoSettings:
+        return VideoSettings.from_dict(self.model_dump(include=set(asdict(_VIDEO_DEFAULTS))))
+
+    def job(self, bucket: str, cameras: Sequence[Any]) -> TranscodeJob:
+        return TranscodeJob(bucket=bucket, cameras=list(cameras), video=self.video())
 
     # -- clients (tests override these to play the container) ---------------------------------
 
@@ -95,7 +198,7 @@ class HlsTranscoder(AwsResource):
 
     # -- running --------------------------------------------------------------------------------
 
-    def run_task_params(self) -> dict[str, Any]:
+    def run_task_params(self, size: TaskSize | None = None) -> dict[str, Any]:
         """The `run_task` request for one transcode (PipesECSClient adds env and tags)."""
         if not self.task_definition or not self.ecs_cluster or not self.ecs_subnets:
             raise RuntimeError(
@@ -105,47 +208,100 @@ class HlsTranscoder(AwsResource):
         network: dict[str, Any] = {"subnets": self.ecs_subnets, "assignPublicIp": "DISABLED"}
         if self.ecs_security_groups:
             network["securityGroups"] = self.ecs_security_groups
+        overrides: dict[str, Any] = {"containerOverrides": [{"name": self.container_name}]}
+        if size is not None:  # Fargate takes a task-level size that differs from the definition's
+            overrides |= {"cpu": str(size.cpu), "memory": str(size.memory)}
         return {
             "cluster": self.ecs_cluster,
             "taskDefinition": self.task_definition,
             "launchType": "FARGATE",
             "count": 1,
             "networkConfiguration": {"awsvpcConfiguration": network},
-            "overrides": {"containerOverrides": [{"name": self.container_name}]},
+            "overrides": overrides,
         }
 
-    def _run(self, context: AssetExecutionContext, extras: dict[str, Any]) -> list[Any]:
-        if self.mode == SUBPROCESS:
+    def _run_subprocess(
+        self, context: AssetExecutionContext, extras: dict[str, Any], deadline: float
+    ) -> tuple[Sequence[Any], str | None]:
+        """The child in its own session; past `deadline` its whole process group is killed."""
+        command = [self.python_executable or sys.executable, "-m", TRANSCODE_MODULE]
+        error = None
+        with open_pipes_session(
+            context=context,
+            context_injector=PipesTempFileContextInjector(),
+            message_reader=PipesTempFileMessageReader(),
+            extras=extras,
+        ) as session:
             # The child reaches the same S3 as this resource, whatever this process's environment.
-            invocation = PipesSubprocessClient(env=self.aws_settings().to_env()).run(
-                context=context,
-                command=[self.python_executable or sys.executable, "-m", TRANSCODE_MODULE],
-                extras=extras,
-            )
-            return list(invocation.get_custom_messages())
-        from dagster_aws.pipes import PipesECSClient
+            env = {**os.environ, **self.aws_settings().to_env(), **session.get_bootstrap_env_vars()}
+            process = subprocess.Popen(command, env=env, start_new_session=True)
+            try:
+                code = process.wait(timeout=deadline)
+                if code != 0:
+                    error = f"the transcode process exited {code}"
+            except subprocess.TimeoutExpired:
+                terminate_group(process)
+                error = str(
+                    TranscodeDeadlineExceeded(
+                        f"the transcode process ran past its deadline of {deadline:g} s and was "
+                        "killed"
+                    )
+                )
+            except BaseException:  # interrupted (run cancelled): no transcode outlives its run
+                terminate_group(process)
+                raise
+        return session.get_custom_messages(), error
+
+    def _run_ecs(
+        self,
+        context: AssetExecutionContext,
+        extras: dict[str, Any],
+        deadline: float,
+        size: TaskSize,
+    ) -> tuple[Sequence[Any], str | None]:
         from dagster_aws.pipes.clients.ecs import WaiterConfig
 
-        # A new client per task: the CloudWatch reader keeps per-session state (stream, start).
-        client = PipesECSClient(
-            client=self.ecs_client(),
-            message_reader=messages_only_cloudwatch_reader(self.logs_client()),
-        )
-        invocation = client.run(
-            context=context,
-            run_task_params=self.run_task_params(),  # type: ignore[arg-type]
-            extras=extras,
-            pipes_container_name=self.container_name,
-            waiter_config=WaiterConfig(Delay=self.poll_seconds, MaxAttempts=24 * 3600),
-        )
-        return list(invocation.get_custom_messages())
-
-    def transcode(self, context: AssetExecutionContext, job: TranscodeJob) -> TranscodeResult:
-        """Run the job in the configured place; raises when the process fails or reports nothing."""
-        messages = self._run(context, job.to_extras())
-        result = find_result(messages)
-        if result is None:
-            raise TranscodeFailed(
-                f"transcode of camera {job.camera} ({self.mode}) ended without reporting a result"
+        # A new reader per task: the CloudWatch reader keeps per-session state (stream, start).
+        reader = messages_only_cloudwatch_reader(self.logs_client())
+        client = deadline_ecs_client(self.ecs_client(), reader, deadline)
+        attempts = max(1, math.ceil(deadline / self.poll_seconds))
+        try:
+            invocation = client.run(
+                context=context,
+                run_task_params=self.run_task_params(size),  # type: ignore[arg-type]
+                extras=extras,
+                pipes_container_name=self.container_name,
+                waiter_config=WaiterConfig(Delay=self.poll_seconds, MaxAttempts=attempts),
             )
-        return result
+        except Exception as error:  # the task failed or was stopped: keep what it reported
+            messages = reader.handler.get_custom_messages() if reader.handler else []
+            return messages, str(error)
+        return invocation.get_custom_messages(), None
+
+    def transcode(
+        self,
+        context: AssetExecutionContext,
+        job: TranscodeJob,
+        episode_seconds: float | None = None,
+    ) -> TranscodeOutcome:
+        """Run the episode's job in the configured place, within its deadline.
+
+        Never raises for the process's sake: a camera the process did not report is missing
+        from `results`, and `error` says why.
+        """
+        cameras = len(job.cameras)
+        deadline = step_deadline(self.deadline_seconds, self.video(), cameras, episode_seconds)
+        outcome = TranscodeOutcome(deadline_seconds=deadline)
+        if self.mode == SUBPROCESS:
+            messages, error = self._run_subprocess(context, job.to_extras(), deadline)
+        else:
+            outcome.task_size = task_size(cameras, self.max_vcpu)
+            messages, error = self._run_ecs(context, job.to_extras(), deadline, outcome.task_size)
+        outcome.results = find_results(list(messages))
+        missing = [c.camera for c in job.cameras if c.camera not in outcome.results]
+        if error or missing:
+            outcome.error = error or (
+                f"the transcode ({self.mode}) ended without reporting camera(s) "
+                f"{', '.join(missing)}"
+            )
+        return outcome
