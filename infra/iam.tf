@@ -13,8 +13,8 @@
 # actions, and optionally a sid, resources, conditions ({test, variable, values}), and a service
 # principal. A statement for a service principal is always limited to this account
 # (aws:SourceAccount) and, given sources, to those source ARNs (aws:SourceArn).
-# infra/tests/iam.tftest.hcl checks the tables: "*" only for actions without resource-level
-# permissions, writes only below processed/, which families each role may start.
+# infra/tests/iam.tftest.hcl checks what they render: every role's statements, "*" only for
+# actions without resource-level permissions (checkov does not read statements built this way).
 
 locals {
   run_family       = "${local.prefix}-run"
@@ -32,7 +32,7 @@ locals {
   # The roles, <prefix>-<key>, each with one inline policy: its name, and its statements below.
   # Policies name a role by its ARN, built from the name (referring to aws_iam_role.task would
   # make the roles depend on the policies that mention them).
-  task_role_arns = { for key, policy in local.task_roles : key => "arn:${local.partition}:iam::${local.account_id}:role/${local.prefix}-${key}" }
+  task_role_arns = { for key in keys(local.task_roles) : key => "arn:${local.partition}:iam::${local.account_id}:role/${local.prefix}-${key}" }
   task_roles = {
     execution     = "pull-image-write-logs-read-secret"
     webserver     = "webserver"
