@@ -31,16 +31,10 @@ import yaml
 from episode_pipeline.events import Uploads, parse_body
 from episode_pipeline_tests.test_deploy_dagster_config import PRODUCTION_ENV
 
-ROOT = Path(__file__).resolve().parents[1]
+# The repository, and where scripts/validate-infra.sh keeps checkov (outside the work tree).
+from episode_pipeline_tests.test_deploy_dockerfile import ROOT, TOOLS_VENV, VALIDATE_SCRIPT
+
 INFRA = ROOT / "infra"
-# Where scripts/validate-infra.sh keeps checkov and hadolint (outside the work tree).
-TOOLS_VENV = Path(
-    os.environ.get("EPISODE_PIPELINE_TOOLS_VENV")
-    or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    / "episode-pipeline"
-    / "venv-checkov"
-)
-VALIDATE_SCRIPT = ROOT / "scripts" / "validate-infra.sh"
 UPLOAD_RECORD = INFRA / "templates" / "upload-event-record.yaml"
 
 # Variables the pipeline code reads (settings.py and the list); local-only ones excluded.
