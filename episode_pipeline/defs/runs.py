@@ -109,6 +109,22 @@ def latest_run_of_upload(instance: DagsterInstance, upload: str) -> DagsterRun |
     return runs[0] if runs else None
 
 
+def latest_runs_of_uploads(
+    instance: DagsterInstance, uploads: Iterable[str]
+) -> dict[str, DagsterRun]:
+    """Upload → its newest run, for each upload that has one: one query for a whole tick.
+
+    A sensor tick handles hundreds of uploads; one query each would make the tick, not the
+    queue, the bound on how fast a fleet's uploads become runs.
+    """
+    wanted = list(dict.fromkeys(uploads))
+    latest: dict[str, DagsterRun] = {}
+    if wanted:
+        for run in instance.get_runs(RunsFilter(tags={UPLOAD_TAG: wanted})):  # newest first
+            latest.setdefault(run.tags[UPLOAD_TAG], run)
+    return latest
+
+
 # -- runs in flight -----------------------------------------------------------------------------
 
 
@@ -172,13 +188,13 @@ def new_partitions_request(
 ) -> list[AddDynamicPartitionsRequest]:
     """The request that adds the episode partitions Dagster does not know yet ([] if none).
 
-    Deduplicated: a key repeated inside one request fails the whole tick.
+    Deduplicated: a key repeated inside one request fails the whole tick. One query for all.
     """
-    new_keys = [
-        key
-        for key in dict.fromkeys(partition_keys)
-        if not instance.has_dynamic_partition(EPISODES_PARTITION_NAME, key)
-    ]
+    keys = list(dict.fromkeys(partition_keys))
+    existing = (
+        instance.get_existing_dynamic_partitions(EPISODES_PARTITION_NAME, keys) if keys else set()
+    )
+    new_keys = [key for key in keys if key not in existing]
     return [episode_partitions.build_add_request(new_keys)] if new_keys else []
 
 
