@@ -20,6 +20,7 @@ from episode_pipeline.defs.checks import EPISODE_CHECKS
 from episode_pipeline.defs.io_managers.postgres_tables import PostgresPolarsIOManager
 from episode_pipeline.defs.io_managers.s3_outputs import S3IOManager
 from episode_pipeline.defs.jobs import episode_job
+from episode_pipeline.defs.partitions import with_setting_in_code_version
 from episode_pipeline.defs.resources.archive_limits import ArchiveLimitsResource
 from episode_pipeline.defs.resources.database import PostgresResource
 from episode_pipeline.defs.resources.s3 import S3BucketResource
@@ -48,9 +49,23 @@ def build_resources(settings: Settings) -> dict[str, Any]:
     }
 
 
+def hls_settings(settings: Settings) -> str:
+    """The settings that change what the same videos transcode to (part of its code version)."""
+    video = settings.transcode.video
+    ladder = "-".join(video.ladder) or "none"
+    return f"preset={video.preset},ladder={ladder},ladder_preset={video.ladder_preset}"
+
+
 def build_definitions(settings: Settings) -> Definitions:
     return Definitions(
-        assets=[raw_archive, extracted_files, hls_renditions, frames, episode_metadata, episode],
+        assets=[
+            raw_archive,
+            extracted_files,
+            with_setting_in_code_version(hls_renditions, hls_settings(settings)),
+            frames,
+            episode_metadata,
+            episode,
+        ],
         asset_checks=[*EPISODE_CHECKS, *HLS_CHECKS],
         jobs=[episode_job],
         sensors=[

@@ -23,7 +23,7 @@ from typing import Any
 from episode_pipeline.local.dev import SHUTDOWN_GRACE_SECONDS, dagster_command, dev_environment
 from episode_pipeline.local.stack import StackInfo
 
-STARTUP_SECONDS = 90
+STARTUP_SECONDS = 180  # a deadline: ~15 s on an idle 2-core machine, far more under load
 
 REPOSITORIES_QUERY = """
 query {

@@ -1,41 +1,157 @@
-"""The upload and its extraction: `raw_archive` (observed in S3) → `extracted_files`."""
+"""The upload and its extraction: `raw_archive` (observed in S3) → `extracted_files`.
+
+Staleness is the UI's answer to "does this episode need reprocessing?", so it must be true. The
+data version of `raw_archive` is the upload's ETag: the one identity the bucket listing (the
+observe function), HEAD (the run) and the S3 event (the sensors) all carry, and one that changes
+exactly when new bytes are uploaded. Dagster records which `raw_archive` observation an
+extraction was made from when its step *starts*, so `extracted_files` makes sure this episode's
+newest observation is of the bytes it reads (logging one when not) and points its provenance at
+that observation. A run leaves the episode fresh whoever launched it (sensor, backfill, the UI's
+Materialize, `episode-pipeline process`), and a later observation with another ETag marks exactly
+this episode's `extracted_files` stale.
+"""
+
+from typing import Any
 
 from dagster import (
     AssetExecutionContext,
+    AssetKey,
     AssetObservation,
+    AssetRecordsFilter,
+    DagsterInstance,
     DataVersion,
     DataVersionsByPartition,
+    EventLogRecord,
     MetadataValue,
-    ObserveResult,
     Output,
     observable_source_asset,
 )
-from dagster._core.definitions.data_version import DATA_VERSION_TAG
+
+# Provenance tags: Dagster's own names (1.13.27 pinned) for "made from this event of that input".
+from dagster._core.definitions.data_version import (
+    DATA_VERSION_TAG,
+    get_input_data_version_tag,
+    get_input_event_pointer_tag,
+)
 
 from episode_pipeline.db.episodes import mark_processing
+from episode_pipeline.defs.metadata import table
 from episode_pipeline.defs.partitions import (
     EPISODE_GROUP,
     EPISODES_PARTITION_NAME,
+    RAW,
+    STAGING,
     episode_asset,
     episode_partitions,
 )
 from episode_pipeline.defs.resources.archive_limits import ArchiveLimitsResource
 from episode_pipeline.defs.resources.database import PostgresResource
 from episode_pipeline.defs.resources.s3 import S3BucketResource
-from episode_pipeline.extracted_files import ExtractedFiles
+from episode_pipeline.extracted_files import ArchiveObject, ExtractedFiles
 from episode_pipeline.extraction import extract_archive, find_archive, latest_archive_versions
 from episode_pipeline.keys import parse_partition_key
+from episode_pipeline.links import BucketLinks
+
+RAW_ARCHIVE_KEY = AssetKey("raw_archive")
+# Bump when the same upload would give other processed files or another `ExtractedFiles`
+# (extraction.py, archive/, lerobot/layout.py member kinds). It is part of the data version.
+EXTRACTED_FILES_CODE_VERSION = "1"
+
+FILES_COLUMNS = [
+    ("path", "string", "Path inside the tar (normalised)"),
+    ("kind", "string", "video, data (frame rows) or meta"),
+    ("camera", "string", "Camera of a video"),
+    ("rows", "int", "Rows of a data parquet, from its footer"),
+    ("size_bytes", "int", "Size uploaded under processed/"),
+]
+SKIPPED_COLUMNS = [
+    ("path", "string", "Path inside the tar"),
+    ("reason", "string", "Why it was not uploaded"),
+]
+
+
+def bucket_links(s3: S3BucketResource) -> BucketLinks:
+    """Browser links for the metadata: the local endpoint, else the S3 console."""
+    return BucketLinks(s3.bucket, s3.region, s3.endpoint_url, client=s3.get_client().client)
+
+
+def archive_observation(
+    partition_key: str, etag: str, metadata: dict[str, Any] | None = None
+) -> AssetObservation:
+    """`raw_archive` of one episode observed with the upload's ETag as its data version."""
+    return AssetObservation(
+        asset_key=RAW_ARCHIVE_KEY,
+        partition=partition_key,
+        tags={DATA_VERSION_TAG: etag},
+        metadata=metadata or {},
+    )
+
+
+def report_archive_version(
+    instance: DagsterInstance, partition_key: str, etag: str, metadata: dict[str, Any] | None = None
+) -> None:
+    """Record an upload's version when a run is requested for it, before the run starts.
+
+    The episode then shows stale at once (its outputs were made from other bytes) instead of
+    after the run has waited in the queue; the run itself does not depend on it.
+    """
+    instance.report_runless_asset_event(archive_observation(partition_key, etag, metadata))
+
+
+def _archive_metadata(archive: ArchiveObject, links: BucketLinks) -> dict[str, Any]:
+    return {
+        "key": archive.key,
+        "size_bytes": archive.size,
+        "etag": archive.etag,
+        "version_id": archive.version_id or "(unversioned bucket)",
+        "link": MetadataValue.url(links.object(archive.key)),
+        "dagster/uri": f"s3://{archive.bucket}/{archive.key}",
+    }
+
+
+def _latest_observation(instance: DagsterInstance, partition_key: str) -> EventLogRecord | None:
+    records = instance.fetch_observations(
+        AssetRecordsFilter(asset_key=RAW_ARCHIVE_KEY, asset_partitions=[partition_key]), limit=1
+    ).records
+    return records[0] if records else None
+
+
+def archive_provenance(
+    context: AssetExecutionContext, archive: ArchiveObject, links: BucketLinks
+) -> dict[str, str]:
+    """Output tags tying this extraction to the observation of exactly the bytes it reads."""
+    record = _latest_observation(context.instance, context.partition_key)
+    observed = record.asset_observation if record else None
+    if observed is None or observed.data_version != archive.etag:
+        context.log_event(
+            archive_observation(
+                context.partition_key, archive.etag, _archive_metadata(archive, links)
+            )
+        )
+        record = _latest_observation(context.instance, context.partition_key)
+        assert record is not None, "the observation just logged is stored synchronously"
+    return {
+        get_input_event_pointer_tag(RAW_ARCHIVE_KEY): str(record.storage_id),
+        get_input_data_version_tag(RAW_ARCHIVE_KEY): archive.etag,
+    }
 
 
 @observable_source_asset(
+    key=RAW_ARCHIVE_KEY,
     partitions_def=episode_partitions,
     group_name=EPISODE_GROUP,
-    description="The robot's upload: `orgs/<org>/episodes/<episode>/*.tar.zst` in the data "
-    "bucket. Its data version is the object's version id or ETag, so a re-upload shows every "
-    "downstream asset as stale.",
+    # A source asset takes no `kinds=`: a kind is the tag `dagster/kind/<kind>`. Its owner is the
+    # robot that uploads, not this pipeline's team.
+    tags={**RAW, "dagster/kind/s3": ""},
+    metadata={"dagster/uri": "s3://<data bucket>/orgs/<org>/episodes/<episode>/*.tar.zst"},
+    description="The robot's upload of one episode: the newest `.tar.zst` under "
+    "`orgs/<org>/episodes/<episode>/` in the data bucket. Its data version is the upload's "
+    "ETag, so new bytes mark the episode's `extracted_files` stale. *Observe* re-reads the "
+    "bucket listing for every known episode.",
 )
-def raw_archive(context, s3: S3BucketResource) -> DataVersionsByPartition | ObserveResult:
+def raw_archive(context, s3: S3BucketResource) -> DataVersionsByPartition:
     known = set(context.instance.get_dynamic_partitions(EPISODES_PARTITION_NAME))
+    # The listing carries no version ids: these are the ETags, like every other observation.
     versions = latest_archive_versions(s3.get_client(), known)
     return DataVersionsByPartition({key: DataVersion(v) for key, v in versions.items()})
 
@@ -44,10 +160,12 @@ def raw_archive(context, s3: S3BucketResource) -> DataVersionsByPartition | Obse
     deps=[raw_archive],
     io_manager_key="s3_io_manager",
     kinds={"s3"},
-    description="Marks the episode `processing`, streams the archive S3 → zstd → tar in one pass "
-    "and re-uploads every .mp4 and .parquet (plus the metadata files later steps read) under "
-    "`processed/`, keeping their tar paths. Output: what went where "
-    "(`ExtractedFiles`), stored as JSON beside them.",
+    tags=STAGING,
+    code_version=EXTRACTED_FILES_CODE_VERSION,
+    description="The upload's files, re-uploaded under `orgs/<org>/episodes/<episode>/processed/` "
+    "with their tar paths: every .mp4 and .parquet plus the metadata files later steps read. "
+    "The step marks the episode `processing` and streams S3 → zstd → tar in one pass; its "
+    "output (what went where, `ExtractedFiles`) is stored as JSON beside the files.",
 )
 def extracted_files(
     context: AssetExecutionContext,
@@ -57,22 +175,9 @@ def extracted_files(
 ) -> Output[ExtractedFiles]:
     ref = parse_partition_key(context.partition_key)
     bucket = s3.get_client()
+    links = bucket_links(s3)
     archive = find_archive(bucket, ref)
-    context.log_event(
-        AssetObservation(
-            asset_key=raw_archive.key,
-            partition=context.partition_key,
-            tags={DATA_VERSION_TAG: archive.version},
-            metadata={
-                "bucket": archive.bucket,
-                "key": archive.key,
-                "size_bytes": archive.size,
-                "etag": archive.etag,
-                "version_id": archive.version_id or "",
-                "uri": MetadataValue.url(bucket.uri(archive.key)),
-            },
-        )
-    )
+    provenance = archive_provenance(context, archive, links)
     with postgres.transaction() as conn:
         mark_processing(conn, postgres.database_schema(), ref)
     extracted = extract_archive(
@@ -80,18 +185,34 @@ def extracted_files(
     )
     return Output(
         extracted,
-        data_version=DataVersion(archive.version),
+        # The same upload extracted by the same code gives the same files: downstream assets
+        # stay fresh when an episode is re-extracted without change.
+        data_version=DataVersion(f"{archive.etag}@{EXTRACTED_FILES_CODE_VERSION}"),
+        tags=provenance,
         metadata={
-            "archive": bucket.uri(archive.key),
-            "archive_version": archive.version,
+            "archive": MetadataValue.url(links.object(archive.key)),
+            "archive_etag": archive.etag,
+            "processed_prefix": MetadataValue.url(links.folder(ref.processed_prefix)),
+            "dagster/uri": bucket.uri(ref.processed_prefix),
             "files_uploaded": len(extracted.files),
             "bytes_extracted": extracted.bytes_extracted,
             "cameras": ", ".join(extracted.cameras) or "(none)",
-            "videos": MetadataValue.json([f.key for f in extracted.videos]),
-            "data_files": MetadataValue.json([f.key for f in extracted.data_files]),
-            "skipped_files": MetadataValue.json(
-                [{"path": s.path, "reason": s.reason} for s in extracted.skipped]
+            "files": table(
+                FILES_COLUMNS,
+                (
+                    {
+                        "path": f.path,
+                        "kind": f.kind,
+                        "camera": f.camera,
+                        "rows": f.rows,
+                        "size_bytes": f.size,
+                    }
+                    for f in extracted.files
+                ),
             ),
-            "processed_prefix": MetadataValue.url(bucket.uri(ref.processed_prefix)),
+            "skipped_files": table(
+                SKIPPED_COLUMNS,
+                ({"path": s.path, "reason": s.reason} for s in extracted.skipped),
+            ),
         },
     )

@@ -1,24 +1,65 @@
 """`episode`: the row the application shows, marked `processed` once every output is complete."""
 
+from collections.abc import Iterable
+
 from dagster import AssetExecutionContext, MaterializeResult, MetadataValue
 
 from episode_pipeline.db.episodes import mark_processed
+from episode_pipeline.defs.assets.archive import bucket_links
 from episode_pipeline.defs.assets.frames import frames
 from episode_pipeline.defs.assets.hls_renditions import hls_renditions
-from episode_pipeline.defs.partitions import episode_asset
+from episode_pipeline.defs.metadata import table_schema
+from episode_pipeline.defs.partitions import SERVING, episode_asset
 from episode_pipeline.defs.resources.database import PostgresResource
 from episode_pipeline.defs.resources.s3 import S3BucketResource
 from episode_pipeline.episode_rows import episode_columns
 from episode_pipeline.extracted_files import DATA, ExtractedFiles
-from episode_pipeline.keys import parse_partition_key
+from episode_pipeline.keys import EpisodeRef, parse_partition_key
+from episode_pipeline.links import BucketLinks
+from episode_pipeline.video.hls import PLAYLIST_NAME
+
+EPISODES_TABLE = "public.episodes"
+# The columns this asset sets (db/episodes.mark_processed, docs/contract.md#episode-columns).
+EPISODE_COLUMNS = [
+    ("status", "text", "'processed'"),
+    ("processed_at", "timestamptz", "When the row was marked processed"),
+    ("mp4_s3_path", "text", "Processed key of the first .mp4 in tar order"),
+    ("parquet_s3_path", "text", "Processed key of the first data parquet in tar order"),
+    ("frame_count", "integer", "`total_frames` from meta/info.json"),
+    ("fps", "double precision", "`fps` from meta/info.json"),
+    ("duration_seconds", "integer", "total_frames / fps, rounded half up"),
+]
+
+
+def playlist_links(keys: Iterable[str], ref: EpisodeRef, links: BucketLinks) -> str:
+    """Markdown: a link to each camera's `hls/<camera>/playlist.m3u8` found in S3."""
+    cameras = sorted(
+        key[len(ref.hls_root) :].removesuffix("/" + PLAYLIST_NAME)
+        for key in keys
+        if key.startswith(ref.hls_root) and key.endswith("/" + PLAYLIST_NAME)
+    )
+    lines = [
+        f"- [{camera}]({links.object(ref.hls_prefix(camera) + PLAYLIST_NAME)})"
+        for camera in cameras
+        if "/" not in camera
+    ]
+    return "\n".join(lines) or "(no playlist)"
 
 
 @episode_asset(
     deps=[frames, hls_renditions],
     kinds={"postgres"},
-    description="Sets `status = 'processed'`, `processed_at`, `mp4_s3_path`, `parquet_s3_path`, "
-    "`frame_count`, `fps` and `duration_seconds` in one statement, after extraction, HLS and "
-    "frames (and their blocking checks) succeeded: S3 outputs are complete before it says so.",
+    tags=SERVING,
+    # Bump when the same upload sets other column values (episode_rows.episode_columns).
+    code_version="1",
+    metadata={
+        "dagster/table_name": EPISODES_TABLE,
+        "dagster/column_schema": table_schema(EPISODE_COLUMNS),
+    },
+    description="The episode's row in `episodes`, the one the application shows: it says "
+    "`processed` once every output is complete. One statement sets `status`, `processed_at`, "
+    "`mp4_s3_path`, `parquet_s3_path`, `frame_count`, `fps` and `duration_seconds`, after "
+    "extraction, HLS and frames (and their blocking checks) succeeded.",
 )
 def episode(
     context: AssetExecutionContext,
@@ -28,6 +69,7 @@ def episode(
 ) -> MaterializeResult:
     ref = parse_partition_key(context.partition_key)
     bucket = s3.get_client()
+    links = bucket_links(s3)
     columns = episode_columns(
         mp4_keys=[f.key for f in extracted_files.videos],
         data_parquet_keys=[f.key for f in extracted_files.files if f.kind == DATA],
@@ -38,16 +80,20 @@ def episode(
     return MaterializeResult(
         metadata={
             "status": "processed",
-            "processed_at": processed_at.isoformat(),
+            "processed_at": MetadataValue.timestamp(processed_at),
             "frame_count": columns.frame_count,
             "fps": columns.fps,
             "duration_seconds": columns.duration_seconds,
             "cameras": ", ".join(extracted_files.cameras) or "(none)",
-            "mp4_s3_path": MetadataValue.url(bucket.uri(columns.mp4_s3_path))
+            "playlists": MetadataValue.md(
+                playlist_links(bucket.list_keys(ref.hls_root), ref, links)
+            ),
+            "mp4_s3_path": MetadataValue.url(links.object(columns.mp4_s3_path))
             if columns.mp4_s3_path
             else "(none)",
-            "parquet_s3_path": MetadataValue.url(bucket.uri(columns.parquet_s3_path))
+            "parquet_s3_path": MetadataValue.url(links.object(columns.parquet_s3_path))
             if columns.parquet_s3_path
             else "(none)",
+            "dagster/row_count": 1,
         }
     )

@@ -1,11 +1,12 @@
 """`episode_metadata`: the contract's keys and version 1 in `entity_versions`, one transaction."""
 
-from dagster import AssetExecutionContext, MaterializeResult, MetadataValue
+from dagster import AssetExecutionContext, MaterializeResult
 
 from episode_pipeline.bucket import Bucket
 from episode_pipeline.db.episodes import replace_metadata
 from episode_pipeline.defs.assets.episode import episode
-from episode_pipeline.defs.partitions import episode_asset
+from episode_pipeline.defs.metadata import table, table_schema
+from episode_pipeline.defs.partitions import SERVING, episode_asset
 from episode_pipeline.defs.resources.database import PostgresResource
 from episode_pipeline.defs.resources.s3 import S3BucketResource
 from episode_pipeline.episode_rows import MetadataItem, episode_metadata_items
@@ -13,13 +14,27 @@ from episode_pipeline.extracted_files import ExtractedFiles
 from episode_pipeline.keys import EpisodeRef, parse_partition_key
 from episode_pipeline.lerobot.tasks import first_task
 
+VALUES_COLUMNS = [
+    ("meta_key", "text", "The key the application reads"),
+    ("value", "text", "Its value (empty: NULL)"),
+    ("status", "text", "editable or non_editable"),
+]
+
 
 @episode_asset(
     deps=[episode],
     kinds={"postgres"},
-    description="`episode_title` (first task), `robot_type`, `codebase_version` and the editable "
-    "placeholders, replacing the episode's earlier keys, plus version 1 in `entity_versions`. "
-    "Written after the episode is processed; a failure here is recorded (log, `error` "
+    tags=SERVING,
+    # Bump when the same upload gives other keys or values (episode_rows.py, lerobot/tasks.py).
+    code_version="1",
+    metadata={
+        "dagster/table_name": "public.episode_metadata",
+        "dagster/column_schema": table_schema(VALUES_COLUMNS),
+    },
+    description="The episode's rows in `episode_metadata`, with version 1 in `entity_versions`: "
+    "`episode_title` (first task), `robot_type`, `codebase_version` and the editable "
+    "placeholders, replacing the keys the pipeline wrote before. Written after the episode is "
+    "processed; a failure here is recorded (log, `error` "
     "metadata, the failed `metadata_keys_present` check) and never fails the run or changes "
     "the episode's status.",
 )
@@ -40,7 +55,14 @@ def episode_metadata(
         metadata={
             "keys_written": len(items),
             "episode_title": title or "(no task table)",
-            "values": MetadataValue.json({item.meta_key: item.value for item in items}),
+            "values": table(
+                VALUES_COLUMNS,
+                (
+                    {"meta_key": item.meta_key, "value": item.value, "status": item.status}
+                    for item in items
+                ),
+            ),
+            "dagster/row_count": len(items),
         }
     )
 

@@ -4,10 +4,18 @@ import tempfile
 from pathlib import Path
 
 import polars as pl
-from dagster import AssetExecutionContext, MetadataValue, Output
+from dagster import (
+    AssetExecutionContext,
+    MetadataValue,
+    Output,
+    TableColumnDep,
+    TableColumnLineage,
+)
 
 from episode_pipeline.db.schema_check import OPTIONAL_COLUMNS
-from episode_pipeline.defs.partitions import episode_asset
+from episode_pipeline.defs.assets.archive import extracted_files as extracted_files_asset
+from episode_pipeline.defs.metadata import table_schema
+from episode_pipeline.defs.partitions import SERVING, episode_asset
 from episode_pipeline.defs.resources.s3 import S3BucketResource
 from episode_pipeline.extracted_files import ExtractedFiles
 from episode_pipeline.lerobot.features import FrameFeatures, features_from_info
@@ -63,16 +71,22 @@ def column_lineage(read: list[FrameColumns]) -> TableColumnLineage:
 @episode_asset(
     io_manager_key="postgres_io_manager",
     kinds={"postgres", "polars"},
+    tags=SERVING,
+    # Bump when the same parquet gives other rows (lerobot/frames.py, lerobot/features.py).
+    code_version="1",
     metadata={
+        "dagster/table_name": f"public.{FRAMES_TABLE}",
+        "dagster/column_schema": FRAMES_SCHEMA_METADATA,
         "table": FRAMES_TABLE,
         "partition_expr": "episode_id",
         "order_by": "frame_order",
         # Written when the application's table has them (docs/contract.md#frame-rows).
         "optional_columns": list(OPTIONAL_COLUMNS[FRAMES_TABLE]),
     },
-    description="Every parquet whose path contains /data/, in path order: `timestamp` → "
-    '`timestamp_ms`, `observation.state` → `{"state": [...]}`, `action` → array. An unreadable '
-    "file is skipped and listed, never silently.",
+    description="The episode's frames in PostgreSQL: one `frames` row per row of every data "
+    "parquet, files in path order, replaced as a whole on every run. `timestamp` → "
+    '`timestamp_ms`, the state feature → `observation` `{"state": [...]}`, the action feature → '
+    "`action`. An unreadable file is skipped and listed, never silently.",
 )
 def frames(
     context: AssetExecutionContext, extracted_files: ExtractedFiles, s3: S3BucketResource

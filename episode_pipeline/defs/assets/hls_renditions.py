@@ -40,7 +40,7 @@ from dagster import (
 
 from episode_pipeline.bucket import Bucket
 from episode_pipeline.defs.assets.archive import extracted_files
-from episode_pipeline.defs.partitions import episode_asset, episode_check
+from episode_pipeline.defs.partitions import SERVING, episode_asset, episode_check
 from episode_pipeline.defs.resources.s3 import S3BucketResource
 from episode_pipeline.defs.resources.transcoder import HlsTranscoder, TranscodeOutcome
 from episode_pipeline.extracted_files import ExtractedFiles, ProcessedFile
@@ -226,9 +226,13 @@ def failed_camera(files: list[ProcessedFile], camera: str, error: str) -> Transc
 
 @episode_asset(
     kinds={"ffmpeg", "s3"},
+    tags=SERVING,
+    # Bump when the same videos give other segments or playlists (video/, transcode/); the
+    # encoder settings (preset, ladder) are appended by definitions.py.
+    code_version="1",
     ins={"extracted_files": AssetIn(key=extracted_files.key)},
-    description="Per camera an HLS rendition (H.264 baseline, level 3.0, 4-second segments) at "
-    "`processed/hls/<camera>/playlist.m3u8`, transcoded by `python -m "
+    description="The episode's video as HLS, one stream per camera: H.264 baseline, level 3.0, "
+    "4-second segments at `processed/hls/<camera>/playlist.m3u8`, transcoded by `python -m "
     "episode_pipeline.transcode` through Dagster Pipes (a subprocess locally, an ECS task in "
     "production). A video that cannot be transcoded is listed in `failed_videos`; it does not "
     "fail the episode.",

@@ -32,6 +32,7 @@ from dagster import (
 from episode_pipeline.bucket import Bucket
 from episode_pipeline.db.episodes import episodes_after, fail_if_still_processing, stale_processing
 from episode_pipeline.db.schema_check import read_schema
+from episode_pipeline.defs.assets.archive import report_archive_version
 from episode_pipeline.defs.failures import fail_orphaned_runs
 from episode_pipeline.defs.jobs import EPISODE_JOB_NAME
 from episode_pipeline.defs.resources.database import PostgresResource
@@ -99,6 +100,7 @@ def lost_upload(
         written_by = written.last_modified + timedelta(seconds=1)
         if record is not None and record.create_timestamp >= written_by:
             return f"{upload}: run {latest.run_id} was started after it was written"
+    report_archive_version(instance, ref.partition_key, archive.etag)
     return RunRequest(
         partition_key=ref.partition_key,
         run_key=reconciled_run_key(upload),
