@@ -45,6 +45,7 @@ from episode_pipeline.video.playlist import (
     parse_master,
     parse_playlist,
 )
+from episode_pipeline_tests.test_video_process import gone
 
 pytestmark = pytest.mark.integration
 
@@ -282,14 +283,6 @@ def stand_in_ffmpeg(tmp_path: Path, body: str) -> str:
     return str(script)
 
 
-def alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
-
-
 def pids_in(path: Path) -> list[int]:
     return [int(p) for p in path.read_text().split()] if path.exists() else []
 
@@ -324,17 +317,18 @@ def test_one_camera_whose_ffmpeg_fails_or_hangs_is_reported_and_the_others_compl
     assert "ffmpeg exited 1" in errors[wrist] and "stand-in: encoder exploded" in errors[wrist]
     assert f"ffmpeg for camera {top} exceeded its deadline of 3.01 s" in errors[top]
     (shell, sleep) = pids_in(pids)
-    assert not alive(shell) and not alive(sleep)  # the whole group, not just FFmpeg
+    assert gone([shell, sleep])  # the whole group, not just FFmpeg
     check_camera(s3_client, stack.bucket, ref, front, tmp_path, 1.0)
     objects = hls_objects(s3_client, stack.bucket, ref)
     assert not any(k.startswith((wrist + "/", top + "/")) for k in objects)
+    cameras = run.cameras()
+    assert cameras[wrist]["status"].startswith("failed: ffmpeg exited 1")
+    assert cameras[wrist]["source_frames"] == 30  # its source was fine: FFmpeg was not
+    assert run.checks["hls_sources_readable"].passed
     for name in CHECK_NAMES - {"hls_sources_readable"}:
         rows = run.check_rows(name)
-        assert (rows[front]["passed"], rows[wrist]["passed"], rows[top]["passed"]) == (
-            True,
-            False,
-            False,
-        )
+        passed = (rows[front]["passed"], rows[wrist]["passed"], rows[top]["passed"])
+        assert passed == (True, False, False), name
 
 
 def test_a_transcode_process_past_the_step_deadline_is_killed(
@@ -355,7 +349,7 @@ def test_a_transcode_process_past_the_step_deadline_is_killed(
     assert all("deadline of 12 s" in f["error"] for f in run.metadata["failed_videos"])
     assert run.metadata["playlists"] == []
     started = pids_in(pids)
-    assert started and not any(alive(pid) for pid in started)  # FFmpeg's stand-ins died too
+    assert started and gone(started)  # FFmpeg's stand-ins and what they started died too
     assert hls_objects(s3_client, stack.bucket, ref) == {}
     assert not run.checks["hls_playlists_valid"].passed
 

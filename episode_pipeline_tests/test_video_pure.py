@@ -119,7 +119,7 @@ def test_one_invocation_writes_every_rendition_and_the_poster():
     graph = option(cmd, "-filter_complex")
     assert graph.startswith("[0:v:0]split=5[s0][s1][s2][s3][s4];")
     assert "[s1]scale=1280:720:flags=bicubic,setsar=1,format=yuv420p[v1]" in graph
-    assert "[s4]scale=320:180:flags=bicubic,setsar=1,format=yuvj420p[v4]" in graph
+    assert "[s4]trim=end_frame=1,scale=320:180:flags=bicubic,setsar=1,format=yuvj420p[v4]" in graph
     assert [option(cmd, "-map", i) for i in range(5)] == [f"[v{i}]" for i in range(5)]
     assert [option(cmd, "-profile:v", i) for i in range(4)] == ["baseline", "high", "high", "high"]
     assert cmd.count("-level:v") == 1  # x264 picks the rungs' levels

@@ -183,7 +183,12 @@ class RenditionResult:
 
 @dataclass(frozen=True)
 class TranscodeResult:
-    """What one camera's transcode made; no playlist when no source was usable."""
+    """What one camera's transcode made; no playlist when it failed or no source was usable.
+
+    `sources` are the mp4s that probed well, `failed` the ones that could not be downloaded or
+    probed (left out); `error` says why the camera as a whole has no rendition (FFmpeg failed or
+    ran late, a bad playlist, an upload failed, the process died).
+    """
 
     camera: str
     playlist_key: str | None  # the baseline, processed/hls/<camera>/playlist.m3u8
@@ -193,6 +198,7 @@ class TranscodeResult:
     seconds: float = 0.0  # the baseline's length, from its playlist
     sources: list[SourceVideo] = field(default_factory=list)
     failed: list[FailedVideo] = field(default_factory=list)
+    error: str | None = None
     ffmpeg_seconds: float = 0.0  # wall time of FFmpeg alone
     started_at: float = 0.0  # epoch seconds: when the process took up this camera, and
     finished_at: float = 0.0  # when it was done with it
@@ -231,6 +237,7 @@ class TranscodeResult:
                 for s in data.get("sources", [])
             ],
             failed=[FailedVideo(**f) for f in data.get("failed", [])],
+            error=data.get("error"),
             ffmpeg_seconds=float(data.get("ffmpeg_seconds", 0.0)),
             started_at=float(data.get("started_at", 0.0)),
             finished_at=float(data.get("finished_at", 0.0)),

@@ -31,6 +31,7 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -162,8 +163,9 @@ def encode(
 
 def describe_rendition(
     job: TranscodeJob, camera: CameraJob, rendition: Rendition, out_dir: Path, has_audio: bool
-) -> tuple[RenditionResult, VariantStream]:
-    """Check one written rendition and measure what the master says about it."""
+) -> tuple[RenditionResult, VariantStream, set[str]]:
+    """Check one written rendition and measure what the master says about it; also the keys
+    of the segments its playlist lists."""
     folder = out_dir / rendition.folder
     path = out_dir / rendition.playlist
     playlist = parse_playlist(path.read_text(), source=f"{camera.camera}/{rendition.playlist}")
@@ -198,7 +200,8 @@ def describe_rendition(
         fps=rendition.fps,
         codecs=codecs,
     )
-    return result, variant
+    keys = {f"{camera.output_prefix}{rendition.folder}{s.uri}" for s in playlist.segments}
+    return result, variant, keys
 
 
 def publish(
@@ -228,23 +231,18 @@ def publish(
         uploaded = uploader.finish()
     has_audio = all(s.probe.has_audio for _, s in sources)
     described = [describe_rendition(job, camera, r, out_dir, has_audio) for r in renditions]
-    results = [result for result, _ in described]
-    listed = {
-        camera.output_prefix + rendition.folder + segment.uri
-        for rendition in renditions
-        for segment in parse_playlist((out_dir / rendition.playlist).read_text()).segments
-    }
+    listed = set().union(*(keys for _, _, keys in described))
     if listed - uploaded:
         raise TranscodeError(
             f"camera {camera.camera}: segments not uploaded: {sorted(listed - uploaded)[:5]}"
         )
-    (out_dir / MASTER_NAME).write_text(master_playlist([variant for _, variant in described]))
+    (out_dir / MASTER_NAME).write_text(master_playlist([variant for _, variant, _ in described]))
     # Last: the poster, the ladder's playlists, the baseline the application plays, the master.
     finals = [POSTER_NAME, *[r.playlist for r in renditions if not r.is_baseline]]
     finals += [renditions[0].playlist, MASTER_NAME]
     for name in finals:
         bucket.upload_file(out_dir / name, camera.output_prefix + name)
-    return results, ffmpeg_seconds
+    return [result for result, _, _ in described], ffmpeg_seconds
 
 
 def run_camera(
@@ -255,36 +253,32 @@ def run_camera(
     workdir.mkdir(parents=True)
     bucket.delete_prefix(camera.output_prefix)
     sources, failed = fetch_sources(job, camera, bucket, workdir, log)
+    result = TranscodeResult(
+        camera=camera.camera,
+        playlist_key=None,
+        sources=[s for _, s in sources],
+        failed=failed,
+        error=None if sources else "no usable source",
+        started_at=started,
+    )
     if sources:
         try:
             renditions, ffmpeg_seconds = publish(job, camera, sources, bucket, workdir)
         except (TranscodeError, DeadlineExceeded, PlaylistError, OSError, ValueError) as error:
             log(f"camera {camera.camera}: {error}")
-            failed += [FailedVideo(key=s.key, error=str(error)) for _, s in sources]
-            sources = []
             bucket.delete_prefix(camera.output_prefix)
-    if not sources:
-        return TranscodeResult(
-            camera=camera.camera,
-            playlist_key=None,
-            failed=failed,
-            started_at=started,
-            finished_at=time.time(),
-        )
-    baseline = renditions[0]
-    return TranscodeResult(
-        camera=camera.camera,
-        playlist_key=baseline.playlist_key,
-        master_key=camera.output_prefix + MASTER_NAME,
-        poster_key=camera.output_prefix + POSTER_NAME,
-        renditions=renditions,
-        seconds=baseline.seconds,
-        sources=[s for _, s in sources],
-        failed=failed,
-        ffmpeg_seconds=round(ffmpeg_seconds, 3),
-        started_at=started,
-        finished_at=time.time(),
-    )
+            result = replace(result, error=str(error))
+        else:
+            result = replace(
+                result,
+                playlist_key=renditions[0].playlist_key,
+                master_key=camera.output_prefix + MASTER_NAME,
+                poster_key=camera.output_prefix + POSTER_NAME,
+                renditions=renditions,
+                seconds=renditions[0].seconds,
+                ffmpeg_seconds=round(ffmpeg_seconds, 3),
+            )
+    return replace(result, finished_at=time.time())
 
 
 def run_episode(
@@ -315,8 +309,9 @@ def run_episode(
                 result = future.result()
             except Exception as error:
                 log(f"camera {camera.camera}: transcode failed: {error}")
-                failed = [FailedVideo(key, f"transcode failed: {error}") for key in camera.sources]
-                result = TranscodeResult(camera=camera.camera, playlist_key=None, failed=failed)
+                result = TranscodeResult(
+                    camera=camera.camera, playlist_key=None, error=f"transcode failed: {error}"
+                )
             report(result)
             results.append(result)
     return results

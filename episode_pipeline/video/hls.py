@@ -198,8 +198,9 @@ def hls_command(
             chain.append(f"fps={rendition.fps:g}")
         chains.append(",".join([*chain, "setsar=1", "format=yuv420p"]))
     if poster:
+        # trim ends the branch after one frame, so it is not scaled for every frame that follows
         poster_scale = _scale(*poster_size(source_width, source_height))
-        chains.append(f"{poster_scale},setsar=1,format=yuvj420p")
+        chains.append(f"trim=end_frame=1,{poster_scale},setsar=1,format=yuvj420p")
     labels = [f"v{index}" for index in range(len(chains))]
     if len(chains) == 1:
         graph = f"[0:v:0]{chains[0]}[{labels[0]}]"

@@ -33,13 +33,11 @@ from dagster import (
     AssetIn,
     MaterializeResult,
     MetadataValue,
-    TableColumn,
-    TableRecord,
-    TableSchema,
 )
 
 from episode_pipeline.bucket import Bucket
 from episode_pipeline.defs.assets.archive import extracted_files
+from episode_pipeline.defs.metadata import table
 from episode_pipeline.defs.partitions import SERVING, episode_asset, episode_check
 from episode_pipeline.defs.resources.s3 import S3BucketResource
 from episode_pipeline.defs.resources.transcoder import HlsTranscoder, TranscodeOutcome
@@ -86,59 +84,57 @@ def episode_seconds(extracted: ExtractedFiles) -> float | None:
 # -- what the UI shows --------------------------------------------------------------------------
 
 
-def _table(columns: dict[str, str], rows: list[dict[str, Any]]) -> MetadataValue:
-    return MetadataValue.table(
-        records=[TableRecord(data=row) for row in rows],
-        schema=TableSchema(columns=[TableColumn(name, kind) for name, kind in columns.items()]),
-    )
-
-
-CAMERA_COLUMNS = {
-    "camera": "string",
-    "status": "string",
-    "playlist": "string",
-    "master": "string",
-    "renditions": "string",
-    "source_codec": "string",
-    "source_resolution": "string",
-    "source_fps": "float",
-    "sources": "int",
-    "source_frames": "int",
-    "source_seconds": "float",
-    "hls_seconds": "float",
-    "segments": "int",
-    "ffmpeg_seconds": "float",
-    "poster": "string",
-}
-SOURCE_COLUMNS = {
-    "camera": "string",
-    "key": "string",
-    "codec": "string",
-    "width": "int",
-    "height": "int",
-    "fps": "float",
-    "seconds": "float",
-    "frames": "int",
-    "error": "string",
-}
-RENDITION_COLUMNS = {
-    "camera": "string",
-    "rendition": "string",
-    "resolution": "string",
-    "fps": "float",
-    "codecs": "string",
-    "bandwidth": "int",
-    "average_bandwidth": "int",
-    "segments": "int",
-    "seconds": "float",
-    "playlist": "string",
-}
+CAMERA_COLUMNS = [
+    ("camera", "string", "Camera (the LeRobot feature key)"),
+    ("status", "string", "ok; ok with sources left out; or failed and why"),
+    ("playlist", "string", "The baseline `playlist.m3u8` the application plays"),
+    ("master", "string", "`master.m3u8`: the baseline and the ladder, for adaptive players"),
+    ("renditions", "string", "What the master lists"),
+    ("source_codec", "string", "Probed codec of the first source"),
+    ("source_resolution", "string", "Probed size of the first source"),
+    ("source_fps", "float", "Probed frame rate of the first source"),
+    ("sources", "int", "mp4s transcoded (played back to back)"),
+    ("source_frames", "int", "Frames in those mp4s (packets counted)"),
+    ("source_seconds", "float", "Their probed length"),
+    ("hls_seconds", "float", "The baseline playlist's length"),
+    ("segments", "int", "Segments over all renditions"),
+    ("ffmpeg_seconds", "float", "Wall time of the camera's one FFmpeg invocation"),
+    ("poster", "string", "First frame as JPEG, beside the playlist"),
+]
+SOURCE_COLUMNS = [
+    ("camera", "string", "Camera"),
+    ("key", "string", "The mp4 in S3"),
+    ("codec", "string", "Probed codec"),
+    ("width", "int", "Probed width"),
+    ("height", "int", "Probed height"),
+    ("fps", "float", "Probed frame rate"),
+    ("seconds", "float", "Probed length"),
+    ("frames", "int", "Video packets in the file (one per frame)"),
+    ("error", "string", "Why it was left out (cannot be downloaded, probed or decoded)"),
+]
+RENDITION_COLUMNS = [
+    ("camera", "string", "Camera"),
+    ("rendition", "string", "`baseline` (playlist.m3u8) or a ladder rung"),
+    ("resolution", "string", "RESOLUTION in the master"),
+    ("fps", "float", "FRAME-RATE in the master"),
+    ("codecs", "string", "CODECS in the master, read from the stream"),
+    ("bandwidth", "int", "BANDWIDTH: peak bit/s over the segments (RFC 8216)"),
+    ("average_bandwidth", "int", "AVERAGE-BANDWIDTH in bit/s"),
+    ("segments", "int", "Segments"),
+    ("seconds", "float", "Length"),
+    ("playlist", "string", "Its media playlist"),
+]
+CHECK_COLUMNS = [
+    ("camera", "string", "Camera"),
+    ("passed", "bool", "Whether this camera passed"),
+    ("problems", "string", "What is wrong, naming the object"),
+]
 
 
 def camera_row(result: TranscodeResult) -> dict[str, Any]:
     first = result.sources[0].probe if result.sources else None
     if result.playlist_key is None:
-        status = "failed: " + (result.failed[0].error if result.failed else "no rendition")
+        status = f"failed: {result.error or 'no rendition'}"
     else:
         status = f"ok, {len(result.failed)} source(s) left out" if result.failed else "ok"
     return {
@@ -177,10 +173,7 @@ def source_rows(result: TranscodeResult) -> list[dict[str, Any]]:
                 "error": None,
             }
         )
-    empty = dict.fromkeys(SOURCE_COLUMNS)
-    rows += [
-        {**empty, "camera": result.camera, "key": f.key, "error": f.error} for f in result.failed
-    ]
+    rows += [{"camera": result.camera, "key": f.key, "error": f.error} for f in result.failed]
     return rows
 
 
@@ -216,12 +209,15 @@ def posters_markdown(bucket: Bucket, results: list[TranscodeResult]) -> str:
     return "\n\n".join(parts) or "(no poster: no camera was transcoded)"
 
 
-def failed_camera(files: list[ProcessedFile], camera: str, error: str) -> TranscodeResult:
-    return TranscodeResult(
-        camera=camera,
-        playlist_key=None,
-        failed=[FailedVideo(key=f.key, error=f"transcode failed: {error}") for f in files],
-    )
+def failed_videos(result: TranscodeResult, files: list[ProcessedFile]) -> list[FailedVideo]:
+    """The camera's mp4s that made no video: those left out, and all the others when the
+    camera as a whole failed."""
+    left_out = {f.key for f in result.failed}
+    if result.error is None:
+        return result.failed
+    return result.failed + [
+        FailedVideo(f.key, result.error) for f in files if f.key not in left_out
+    ]
 
 
 @episode_asset(
@@ -269,15 +265,16 @@ def hls_renditions(
     if outcome.error:
         context.log.error(f"transcode: {outcome.error}")
     results: list[TranscodeResult] = []
-    for camera, files in cameras.items():
+    for camera in cameras:
         result = outcome.results.get(camera)
         if result is None:  # the process died or was stopped before this camera was done
             bucket.delete_prefix(ref.hls_prefix(camera))
-            result = failed_camera(files, camera, outcome.error or "not reported")
+            error = f"transcode failed: {outcome.error or 'not reported'}"
+            result = TranscodeResult(camera=camera, playlist_key=None, error=error)
         results.append(result)
     failed = []
     for result in results:
-        for item in result.failed:
+        for item in failed_videos(result, cameras[result.camera]):
             context.log.warning(f"camera {result.camera}: {item.error}")
             failed.append({"camera": result.camera, "key": item.key, "error": item.error})
 
@@ -285,11 +282,9 @@ def hls_renditions(
         "cameras": ", ".join(cameras) or "(none)",
         "playlists": MetadataValue.json([r.playlist_key for r in results if r.playlist_key]),
         "masters": MetadataValue.json([r.master_key for r in results if r.master_key]),
-        "per_camera": _table(CAMERA_COLUMNS, [camera_row(r) for r in results]),
-        "sources": _table(SOURCE_COLUMNS, [row for r in results for row in source_rows(r)]),
-        "renditions": _table(
-            RENDITION_COLUMNS, [row for r in results for row in rendition_rows(r)]
-        ),
+        "per_camera": table(CAMERA_COLUMNS, [camera_row(r) for r in results]),
+        "sources": table(SOURCE_COLUMNS, [row for r in results for row in source_rows(r)]),
+        "renditions": table(RENDITION_COLUMNS, [row for r in results for row in rendition_rows(r)]),
         "posters": MetadataValue.md(posters_markdown(bucket, results)),
         "segments": sum(r.segments for r in results),
         "seconds": round(sum(r.seconds for r in results), 3),
@@ -371,9 +366,7 @@ class CheckedCameras:
             metadata={
                 "cameras_checked": len(rows),
                 "failing_cameras": MetadataValue.json(failing),
-                "per_camera": _table(
-                    {"camera": "string", "passed": "bool", "problems": "string"}, rows
-                ),
+                "per_camera": table(CHECK_COLUMNS, rows),
             },
         )
 
@@ -397,7 +390,7 @@ def hls_sources_readable(
     def problems_of(camera: str) -> list[str]:
         rows = {row["key"]: row for row in checked.recorded.get(camera, [])}
         return [
-            rows[f.key]["error"] if f.key in rows else f"{f.key}: not probed"
+            rows[f.key]["error"] if f.key in rows else f"{f.key}: not probed (see the asset)"
             for f in files[camera]
             if f.key not in rows or rows[f.key].get("error")
         ]
