@@ -227,11 +227,12 @@ def failed_videos(result: TranscodeResult, files: list[ProcessedFile]) -> list[F
     # encoder settings (preset, ladder) are appended by definitions.py.
     code_version="1",
     ins={"extracted_files": AssetIn(key=extracted_files.key)},
-    description="The episode's video as HLS, one stream per camera: H.264 baseline, level 3.0, "
-    "4-second segments at `processed/hls/<camera>/playlist.m3u8`, transcoded by `python -m "
-    "episode_pipeline.transcode` through Dagster Pipes (a subprocess locally, an ECS task in "
-    "production). A video that cannot be transcoded is listed in `failed_videos`; it does not "
-    "fail the episode.",
+    description="The episode's video as HLS, per camera: the compatibility stream "
+    "`processed/hls/<camera>/playlist.m3u8` (H.264 baseline, level 3.0, 4-second segments), an "
+    "adaptive ladder beside it listed by `master.m3u8` (never above the source), and "
+    "`poster.jpg`. All cameras go to one `python -m episode_pipeline.transcode` through Dagster "
+    "Pipes (a subprocess locally, one ECS task in production). A video that cannot be "
+    "transcoded is listed in `failed_videos`; it does not fail the episode.",
 )
 def hls_renditions(
     context: AssetExecutionContext,
