@@ -1,0 +1,150 @@
+"""A small fault-injecting HTTP proxy on 127.0.0.1, between the pipeline and the moto server.
+
+Each distinct request (method, path with query, range) is given a fate from a seeded random
+plan: pass, fail its first attempts with 503 SlowDown / 500 InternalError, or answer its first
+attempt only after a delay. A retry of the same request then passes, so a client that retries
+(botocore's standard mode does) recovers, and one that does not fails — deterministically. What
+was injected is counted, so a test can show the faults really happened.
+"""
+
+from __future__ import annotations
+
+import http.client
+import random
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import urlsplit
+
+HOP_BY_HOP = {
+    "connection",
+    "keep-alive",
+    "proxy-connection",
+    "transfer-encoding",
+    "te",
+    "trailer",
+    "upgrade",
+}
+ERRORS = [(503, "SlowDown", "Please reduce your request rate."), (500, "InternalError", "Oops.")]
+
+
+@dataclass
+class FaultPlan:
+    """A share of requests fails `failures` times, another share is slow once."""
+
+    error_share: float = 0.0
+    failures: int = 2
+    slow_share: float = 0.0
+    slow_seconds: float = 0.0
+    seed: int = 9
+    injected: Counter[str] = field(default_factory=Counter)
+    _fates: dict[tuple[str, str, str], list[str]] = field(default_factory=dict)
+    _rng: random.Random = field(init=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def __post_init__(self) -> None:
+        self._rng = random.Random(self.seed)
+
+    def next_fate(self, key: tuple[str, str, str]) -> str:
+        """`pass`, `error:<n>` or `slow` for this attempt of the request `key`."""
+        with self._lock:
+            if key not in self._fates:
+                draw = self._rng.random()
+                if draw < self.error_share:
+                    fates = [f"error:{i % len(ERRORS)}" for i in range(self.failures)]
+                elif draw < self.error_share + self.slow_share:
+                    fates = ["slow"]
+                else:
+                    fates = []
+                self._fates[key] = fates
+            fates = self._fates[key]
+            fate = fates.pop(0) if fates else "pass"
+            if fate != "pass":
+                self.injected[fate.split(":")[0]] += 1
+            return fate
+
+
+class FaultProxy:
+    """`http://127.0.0.1:<port>` forwarding to `upstream` under `plan`; a context manager."""
+
+    def __init__(self, upstream: str, plan: FaultPlan) -> None:
+        target = urlsplit(upstream)
+        self.plan = plan
+        proxy = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args: object) -> None:
+                return None
+
+            def _body(self) -> bytes:
+                if "chunked" in self.headers.get("Transfer-Encoding", "").lower():
+                    chunks = []
+                    while True:
+                        size = int(self.rfile.readline().split(b";")[0].strip() or b"0", 16)
+                        if size == 0:
+                            while self.rfile.readline() not in (b"\r\n", b"\n", b""):
+                                pass  # trailers
+                            return b"".join(chunks)
+                        chunks.append(self.rfile.read(size))
+                        self.rfile.readline()
+                return self.rfile.read(int(self.headers.get("Content-Length") or 0))
+
+            def _relay(self) -> None:
+                body = self._body()
+                key = (self.command, self.path, self.headers.get("Range", ""))
+                fate = proxy.plan.next_fate(key)
+                if fate.startswith("error"):
+                    status, code, message = ERRORS[int(fate.split(":")[1])]
+                    payload = (
+                        f"<?xml version='1.0' encoding='UTF-8'?><Error><Code>{code}</Code>"
+                        f"<Message>{message}</Message></Error>"
+                    ).encode()
+                    self.send_response(status)
+                    self.send_header("Content-Type", "application/xml")
+                    self.send_header("Content-Length", str(len(payload)))
+                    self.end_headers()
+                    if self.command != "HEAD":
+                        self.wfile.write(payload)
+                    return
+                if fate == "slow":
+                    time.sleep(proxy.plan.slow_seconds)
+                headers = {k: v for k, v in self.headers.items() if k.lower() not in HOP_BY_HOP}
+                headers["Content-Length"] = str(len(body))
+                upstream_conn = http.client.HTTPConnection(target.hostname, target.port, timeout=60)
+                try:
+                    upstream_conn.request(self.command, self.path, body=body, headers=headers)
+                    response = upstream_conn.getresponse()
+                    data = response.read()
+                    self.send_response(response.status, response.reason)
+                    for name, value in response.getheaders():
+                        if name.lower() not in HOP_BY_HOP and name.lower() != "content-length":
+                            self.send_header(name, value)
+                    length = response.getheader("Content-Length")
+                    if self.command == "HEAD" and length is not None:
+                        self.send_header("Content-Length", length)
+                    else:
+                        self.send_header("Content-Length", str(len(data)))
+                    self.end_headers()
+                    if self.command != "HEAD":
+                        self.wfile.write(data)
+                finally:
+                    upstream_conn.close()
+
+            do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = _relay
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+
+    def __enter__(self) -> FaultProxy:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._server.shutdown()
+        self._server.server_close()
