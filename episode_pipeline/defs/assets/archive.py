@@ -143,7 +143,6 @@ def archive_provenance(
     # A source asset takes no `kinds=`: a kind is the tag `dagster/kind/<kind>`. Its owner is the
     # robot that uploads, not this pipeline's team.
     tags={**RAW, "dagster/kind/s3": ""},
-    metadata={"dagster/uri": "s3://<data bucket>/orgs/<org>/episodes/<episode>/*.tar.zst"},
     description="The robot's upload of one episode: the newest `.tar.zst` under "
     "`orgs/<org>/episodes/<episode>/` in the data bucket. Its data version is the upload's "
     "ETag, so new bytes mark the episode's `extracted_files` stale. *Observe* re-reads the "
