@@ -21,6 +21,7 @@ from dagster import (
 from episode_pipeline.defs.io_managers.postgres_tables import (
     PostgresPolarsIOManager,
     RowBatches,
+    SkippedRows,
     TableMismatch,
 )
 from episode_pipeline.defs.resources.database import PostgresResource
@@ -177,7 +178,7 @@ def _second_batch_fails() -> tuple[RowBatches, type[Exception]]:
         yield frames_frame(3, seed=2.0)
         raise OSError("the second data file could not be read")
 
-    return RowBatches(batches(), frames_frame(0).schema), OSError
+    return RowBatches([batches()], frames_frame(0).schema), OSError
 
 
 @pytest.mark.parametrize("bad_rows", [_not_null_in_last_row, _second_batch_fails])
@@ -197,7 +198,7 @@ def test_failed_copy_leaves_the_old_rows(
     assert db_rows(db_conn, ref) == before
 
 
-def test_row_batches_are_copied_one_after_another_with_their_metadata(
+def test_row_batches_are_copied_part_by_part_a_skipped_part_leaving_no_rows(
     manager: PostgresPolarsIOManager,
     instance: DagsterInstance,
     db_conn: psycopg.Connection,
@@ -206,15 +207,18 @@ def test_row_batches_are_copied_one_after_another_with_their_metadata(
     ref = new_episode()
     produced: list[int] = []
 
-    def batches():
-        for start in (0, 4, 8):
+    def part(starts: tuple[int, ...], fails_after: bool = False):
+        for start in starts:
             produced.append(start)
             yield frames_frame(4, start=start).with_columns(pl.col("frame_order") + start)
+        if fails_after:
+            raise SkippedRows("this file turned out unreadable after its first batch")
 
     @asset(name="frames", partitions_def=EPISODES, metadata=FRAMES_METADATA, io_manager_key="pg")
     def streamed() -> RowBatches:
-        stream = batches()
-        return RowBatches(stream, frames_frame(0).schema, lambda: {"batches_made": len(produced)})
+        # Three parts (files); the middle one is abandoned part-way: none of its rows stay.
+        parts = [part((0, 4)), part((100,), fails_after=True), part((8,))]
+        return RowBatches(parts, frames_frame(0).schema, lambda: {"batches_made": len(produced)})
 
     result = materialize(
         [streamed], partition_key=ref.partition_key, instance=instance, resources={"pg": manager}
@@ -223,7 +227,7 @@ def test_row_batches_are_copied_one_after_another_with_their_metadata(
     metadata = result.asset_materializations_for_node("frames")[0].metadata
     assert metadata["rows_written"].value == 12
     # Known only after the last batch was made: the producer's metadata comes after the COPY.
-    assert metadata["batches_made"].value == 3
+    assert metadata["batches_made"].value == 4
     assert [row[0] for row in db_rows(db_conn, ref)] == list(range(12))
 
 

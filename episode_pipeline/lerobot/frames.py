@@ -206,6 +206,39 @@ def _batches(
         raise FrameDataError(f"{path}: cannot read rows: {error}") from error
 
 
+@dataclass(frozen=True)
+class FrameStream:
+    """One data file opened for streaming: its columns now, its frame rows batch by batch."""
+
+    parquet: pq.ParquetFile
+    columns: FrameColumns
+    path: str
+
+    def batches(
+        self, frame_order_start: int = 0, batch_rows: int = BATCH_ROWS
+    ) -> Iterator[pl.DataFrame]:
+        """Frame rows in bounded batches (memory stays flat for long episodes).
+
+        A file can still turn out unreadable part-way (a non-finite timestamp, a corrupt page):
+        `FrameDataError` after some batches were already yielded.
+        """
+        return _batches(
+            self.parquet,
+            self.columns,
+            path=self.path,
+            frame_order_start=frame_order_start,
+            batch_rows=batch_rows,
+        )
+
+
+def open_frame_file(
+    source: ParquetSource, *, path: str, features: FrameFeatures | None = None
+) -> FrameStream:
+    """Read the footer and check the schema against the features; no rows are read yet."""
+    parquet = _open(source, path)
+    return FrameStream(parquet, frame_columns(parquet.schema_arrow, path, features), path)
+
+
 def iter_frames(
     source: ParquetSource,
     *,
@@ -215,11 +248,8 @@ def iter_frames(
     batch_rows: int = BATCH_ROWS,
 ) -> Iterator[pl.DataFrame]:
     """Frame rows in bounded batches (memory stays flat for long episodes)."""
-    parquet = _open(source, path)
-    columns = frame_columns(parquet.schema_arrow, path, features)
-    yield from _batches(
-        parquet, columns, path=path, frame_order_start=frame_order_start, batch_rows=batch_rows
-    )
+    stream = open_frame_file(source, path=path, features=features)
+    yield from stream.batches(frame_order_start, batch_rows)
 
 
 def read_frame_file(
@@ -235,15 +265,10 @@ def read_frame_file(
     file's columns). ``frame_order`` counts on from ``frame_order_start`` so several data files of
     one upload number their frames 0..N-1 across files (pass the running total).
     """
-    parquet = _open(source, path)
-    columns = frame_columns(parquet.schema_arrow, path, features)
-    batches = list(
-        _batches(
-            parquet, columns, path=path, frame_order_start=frame_order_start, batch_rows=BATCH_ROWS
-        )
-    )
+    stream = open_frame_file(source, path=path, features=features)
+    batches = list(stream.batches(frame_order_start))
     table = pl.concat(batches, how="vertical") if batches else pl.DataFrame(schema=FRAMES_SCHEMA)
-    return FrameFile(table, columns)
+    return FrameFile(table, stream.columns)
 
 
 def frames_table(

@@ -1,7 +1,10 @@
 """`frames`: one row per data-parquet row, replaced per episode by the PostgreSQL IO manager."""
 
+import dataclasses
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import polars as pl
 from dagster import (
@@ -12,8 +15,10 @@ from dagster import (
     TableColumnLineage,
 )
 
+from episode_pipeline.bucket import Bucket
 from episode_pipeline.db.schema_check import OPTIONAL_COLUMNS
 from episode_pipeline.defs.assets.archive import extracted_files as extracted_files_asset
+from episode_pipeline.defs.io_managers.postgres_tables import RowBatches, SkippedRows
 from episode_pipeline.defs.metadata import table_schema
 from episode_pipeline.defs.partitions import SERVING, episode_asset
 from episode_pipeline.defs.resources.s3 import S3BucketResource
@@ -26,7 +31,7 @@ from episode_pipeline.lerobot.frames import (
     TIMESTAMP,
     FrameColumns,
     FrameDataError,
-    read_frame_file,
+    open_frame_file,
 )
 
 FRAMES_TABLE = "frames"
@@ -90,53 +95,83 @@ def column_lineage(read: list[FrameColumns]) -> TableColumnLineage:
 )
 def frames(
     context: AssetExecutionContext, extracted_files: ExtractedFiles, s3: S3BucketResource
-) -> Output[pl.DataFrame]:
-    bucket = s3.get_client()
+) -> Output[RowBatches]:
     # One rule for the whole upload: state/action names from info.json (None: each file's own).
     features = features_from_info(extracted_files.dataset_info())
-    tables: list[pl.DataFrame] = []
-    read_columns: list[FrameColumns] = []
-    failed: list[dict[str, str]] = []
-    without_state: list[dict[str, str]] = []
-    next_order = 0
+    read = FramesRead(features)
+    # Streamed: the IO manager copies each batch as it is made, so memory stays flat however
+    # long the episode; what the reading found joins the metadata after the last batch.
+    parts = frame_parts(s3.get_client(), extracted_files, read, context.log)
+    return Output(
+        RowBatches(parts, FRAMES_SCHEMA, read.metadata),
+        metadata={
+            "dagster/column_schema": FRAMES_SCHEMA_METADATA,
+            STATE_FEATURE_METADATA: _feature_label(features.state if features else None, features),
+            "action_feature": _feature_label(features.action if features else None, features),
+        },
+    )
+
+
+@dataclasses.dataclass
+class FramesRead:
+    """What streaming an upload's data files found, known once the last batch was copied."""
+
+    features: FrameFeatures | None
+    rows: int = 0
+    read_columns: list[FrameColumns] = dataclasses.field(default_factory=list)
+    failed: list[dict[str, str]] = dataclasses.field(default_factory=list)
+    without_state: list[dict[str, str]] = dataclasses.field(default_factory=list)
+    lerobot_episodes: set[int | None] = dataclasses.field(default_factory=set)
+
+    def metadata(self) -> dict[str, Any]:
+        return {
+            # One materialization is one episode's rows.
+            "dagster/row_count": self.rows,
+            "dagster/partition_row_count": self.rows,
+            "dagster/column_lineage": column_lineage(self.read_columns),
+            "parquet_rows_read": self.rows,
+            "files_read": len(self.read_columns),
+            "files_failed": len(self.failed),
+            "failed_files": MetadataValue.json(self.failed),
+            "lerobot_episodes": len(self.lerobot_episodes),
+            FILES_WITHOUT_STATE_METADATA: MetadataValue.json(self.without_state),
+        }
+
+
+def frame_parts(
+    bucket: Bucket, extracted_files: ExtractedFiles, read: FramesRead, log: Any
+) -> Iterator[Iterator[pl.DataFrame]]:
+    """One part per data file, in path order, each streamed batch by batch from its download."""
     with tempfile.TemporaryDirectory(prefix="frames-") as tmp:
         for data_file in extracted_files.data_files:
             local = bucket.download_file(data_file.key, Path(tmp) / "data.parquet")
-            try:
-                read = read_frame_file(
-                    local, path=data_file.path, features=features, frame_order_start=next_order
-                )
-            except FrameDataError as error:
-                context.log.warning(f"skipped {data_file.path}: {error}")
-                failed.append({"file": data_file.path, "error": str(error)})
-                continue
-            if read.columns.missing_state:
-                context.log.warning(f"{read.columns.missing_state}: states written as null")
-                without_state.append(
-                    {"file": data_file.path, "missing": read.columns.missing_state}
-                )
-            tables.append(read.table)
-            read_columns.append(read.columns)
-            next_order += read.table.height
-    table = pl.concat(tables) if tables else pl.DataFrame(schema=FRAMES_SCHEMA)
-    return Output(
-        table,
-        metadata={
-            # One materialization is one episode's rows.
-            "dagster/row_count": table.height,
-            "dagster/partition_row_count": table.height,
-            "dagster/column_schema": FRAMES_SCHEMA_METADATA,
-            "dagster/column_lineage": column_lineage(read_columns),
-            "parquet_rows_read": table.height,
-            "files_read": len(tables),
-            "files_failed": len(failed),
-            "failed_files": MetadataValue.json(failed),
-            "lerobot_episodes": table["lerobot_episode_index"].n_unique() if table.height else 0,
-            STATE_FEATURE_METADATA: _feature_label(features.state if features else None, features),
-            "action_feature": _feature_label(features.action if features else None, features),
-            FILES_WITHOUT_STATE_METADATA: MetadataValue.json(without_state),
-        },
-    )
+            yield file_batches(local, data_file.path, read, log)
+
+
+def file_batches(local: Path, path: str, read: FramesRead, log: Any) -> Iterator[pl.DataFrame]:
+    """A data file's rows; a file found unreadable, at once or part-way, is skipped and listed.
+
+    Its rows already copied are dropped with it (`SkippedRows`: the IO manager rolls the file's
+    part back), so `frame_order` stays 0..N-1 over the files that were read.
+    """
+    rows = 0
+    episodes: set[int | None] = set()
+    try:
+        stream = open_frame_file(local, path=path, features=read.features)
+        for batch in stream.batches(frame_order_start=read.rows):
+            rows += batch.height
+            episodes.update(batch["lerobot_episode_index"].unique().to_list())
+            yield batch
+    except FrameDataError as error:
+        log.warning(f"skipped {path}: {error}")
+        read.failed.append({"file": path, "error": str(error)})
+        raise SkippedRows(str(error)) from error
+    if stream.columns.missing_state:
+        log.warning(f"{stream.columns.missing_state}: states written as null")
+        read.without_state.append({"file": path, "missing": stream.columns.missing_state})
+    read.rows += rows
+    read.read_columns.append(stream.columns)
+    read.lerobot_episodes |= episodes
 
 
 def _feature_label(name: str | None, features: FrameFeatures | None) -> str:

@@ -13,8 +13,10 @@ Dagster ships none (dagster#14080, #32700), so this one stands on its own:
 - Write: in ONE transaction, take an advisory lock on (table, partition), DELETE the partition's
   rows, then COPY the rows in COPY's text format written column-wise by polars, slice by slice.
   A failure anywhere (a NOT NULL violation in the last row included) rolls back to the old rows.
-- Streaming: an asset may return `RowBatches` (DataFrames made one after another) instead of one
-  DataFrame; each batch is copied as it comes, so memory stays flat however long the episode.
+- Streaming: an asset may return `RowBatches` (parts of DataFrames made one after another, e.g.
+  one part per source file) instead of one DataFrame; each batch is copied as it comes, so memory
+  stays flat however long the episode. Each part is copied under a savepoint: a part whose
+  producer raises `SkippedRows` (an unreadable file found mid-way) leaves none of its rows.
 - Text format, not CSV: JSON is full of commas and quotes that CSV would quote and double, which
   costs more than the COPY itself on the client; tab-separated text needs escaping only for a
   backslash, tab, newline or carriage return, which float vectors never contain. NULL is `\\N`
@@ -74,17 +76,23 @@ class TableMismatch(ValueError):
     """The frame's columns do not fit the table (or the table does not exist)."""
 
 
+class SkippedRows(Exception):
+    """Raised by a `RowBatches` part's producer: drop that part's rows, copy the other parts."""
+
+
 @dataclass(frozen=True)
 class RowBatches:
     """A partition's rows as DataFrames made one after another: an asset's streamed output.
 
     The IO manager copies each batch as it comes, so a long episode is never held in memory
-    whole. `schema` names the columns (and stands for an empty stream); `metadata`, called
-    after the last batch, is what the producer learned while producing (rows read, files
-    skipped), added to the output's metadata.
+    whole. `parts` are groups of batches (one per source file, say), each copied under a
+    savepoint so that a producer raising `SkippedRows` part-way drops exactly that part's rows.
+    `schema` names the columns (and stands for an empty stream); `metadata`, called after the
+    last batch, is what the producer learned while producing (rows read, files skipped), added
+    to the output's metadata.
     """
 
-    batches: Iterable[pl.DataFrame]
+    parts: Iterable[Iterable[pl.DataFrame]]
     schema: Mapping[str, pl.DataType]
     metadata: Callable[[], Mapping[str, Any]] | None = None
 
@@ -195,7 +203,7 @@ class PostgresPolarsIOManager(ConfigurableIOManager):
         leaves the previous rows in place.
         """
         if isinstance(rows, pl.DataFrame):
-            rows = RowBatches([rows], rows.schema)
+            rows = RowBatches([[rows]], rows.schema)
         target = sql.Identifier(self.schema_, table)
         with self.postgres.transaction() as conn:
             table_columns = self._table_columns(conn, table)
@@ -226,16 +234,26 @@ class PostgresPolarsIOManager(ConfigurableIOManager):
                 target, sql.SQL(", ").join(sql.Identifier(name) for name in columns)
             )
             written = 0
-            with conn.cursor() as cur, cur.copy(copy_sql) as copy:
-                for batch in rows.batches:
-                    if batch.height == 0:
+            with conn.cursor() as cur:
+                for part in rows.parts:
+                    cur.execute("SAVEPOINT copy_part")
+                    try:
+                        with cur.copy(copy_sql) as copy:
+                            copied = 0
+                            for batch in part:
+                                if batch.height == 0:
+                                    continue
+                                batch = self._with_partition_column(
+                                    batch, partition_column, partition_value, table
+                                ).select(columns)
+                                for chunk in copy_chunks(batch):
+                                    copy.write(chunk)
+                                copied += batch.height
+                    except SkippedRows:
+                        cur.execute("ROLLBACK TO SAVEPOINT copy_part")
                         continue
-                    batch = self._with_partition_column(
-                        batch, partition_column, partition_value, table
-                    ).select(columns)
-                    for chunk in copy_chunks(batch):
-                        copy.write(chunk)
-                    written += batch.height
+                    cur.execute("RELEASE SAVEPOINT copy_part")
+                    written += copied
         return written
 
     # -- read ----------------------------------------------------------------------------------
