@@ -16,12 +16,13 @@ import time
 from episode_pipeline.settings import armed_injection_point
 
 
-def reach(name: str) -> None:
+def reach(name: str, about: str = "") -> None:
+    """Hold here if this point is armed (and, when the test names what, `about` mentions it)."""
     point = armed_injection_point()
-    if point is None or point.name != name:
+    if point is None or point.name != name or point.about not in about:
         return
     point.marker.parent.mkdir(parents=True, exist_ok=True)
-    point.marker.write_text(f"{name} reached by pid {os.getpid()}\n")
+    point.marker.write_text(f"{name} reached by pid {os.getpid()} about {about}\n")
     deadline = time.monotonic() + point.hold_seconds
     while time.monotonic() < deadline:
         time.sleep(0.1)

@@ -120,6 +120,9 @@ class DatabaseSettings:
     statement_timeout_seconds: int = 900  # DB_STATEMENT_TIMEOUT_SECONDS: a long frames COPY fits
     lock_timeout_seconds: int = 60  # DB_LOCK_TIMEOUT_SECONDS
     idle_in_transaction_timeout_seconds: int = 600  # DB_IDLE_IN_TRANSACTION_TIMEOUT_SECONDS
+    # TCP keepalives both ways: a vanished peer is noticed within about idle + 30 s (a killed
+    # worker's locks are released, a run does not wait forever on a server that is gone).
+    keepalive_idle_seconds: int = 30  # DB_KEEPALIVE_IDLE_SECONDS
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> DatabaseSettings:
@@ -138,6 +141,7 @@ class DatabaseSettings:
             idle_in_transaction_timeout_seconds=_whole(
                 env, "DB_IDLE_IN_TRANSACTION_TIMEOUT_SECONDS", 600
             ),
+            keepalive_idle_seconds=_whole(env, "DB_KEEPALIVE_IDLE_SECONDS", 30),
         )
 
 
@@ -474,17 +478,22 @@ def apply_local_stack_env() -> bool:
 INJECTION_POINT_ENV = "EPISODE_PIPELINE_INJECTION_POINT"
 
 
+INJECTION_ABOUT_ENV = "EPISODE_PIPELINE_INJECTION_ABOUT"
+
+
 @dataclass(frozen=True)
 class InjectionPoint:
     """A test's request to stop this process at one named point (see `injection_points`)."""
 
     name: str
     marker: Path  # written when the point is reached, so the test knows when to strike
+    about: str = ""  # only when the point is reached about this (an episode's partition key)
     hold_seconds: float = 120.0
 
 
 def armed_injection_point() -> InjectionPoint | None:
-    """`EPISODE_PIPELINE_INJECTION_POINT=<point name>:<marker file>`; never set in production.
+    """`EPISODE_PIPELINE_INJECTION_POINT=<point name>:<marker file>`, optionally
+    `EPISODE_PIPELINE_INJECTION_ABOUT=<text>`; never set in production.
 
     Read when a point is reached rather than once at start: the crash tests arm one daemon
     process at a time through its environment.
@@ -493,4 +502,6 @@ def armed_injection_point() -> InjectionPoint | None:
     name, _, marker = raw.partition(":")
     if not name or not marker:
         return None
-    return InjectionPoint(name=name, marker=Path(marker))
+    return InjectionPoint(
+        name=name, marker=Path(marker), about=os.environ.get(INJECTION_ABOUT_ENV, "")
+    )

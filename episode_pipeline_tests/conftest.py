@@ -22,6 +22,9 @@ from episode_pipeline.local import aws_setup
 from episode_pipeline.local.stack import StackInfo, start_stack, stop_stack
 from episode_pipeline.settings import HOME_ENV, Settings, load_settings
 
+# Slow tests last, within the suite's time budget (see budget.py).
+pytest_plugins = ("episode_pipeline_tests.budget",)
+
 TEST_ORG = "test-org"
 # Exported to the session so the stack's values win over a developer's shell.
 _SESSION_ENV = (

@@ -9,8 +9,11 @@ was injected is counted, so a test can show the faults really happened.
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import random
+import socket
+import struct
 import threading
 import time
 from collections import Counter
@@ -148,3 +151,61 @@ class FaultProxy:
     def __exit__(self, *exc: object) -> None:
         self._server.shutdown()
         self._server.server_close()
+
+
+class CopyCuttingProxy:
+    """A TCP proxy before PostgreSQL that cuts the first connection to start a COPY, just before
+    its data reaches the server — to the client and to its transaction, what a server restart
+    mid-COPY looks like. Later connections pass untouched (the server is "back")."""
+
+    def __init__(self, upstream_host: str, upstream_port: int) -> None:
+        self._upstream = (upstream_host, upstream_port)
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self._listener.getsockname()[1]
+        self.cut = threading.Event()
+        self._sockets: list[socket.socket] = []
+        self._thread = threading.Thread(target=self._accept, daemon=True)
+
+    def __enter__(self) -> CopyCuttingProxy:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._listener.close()
+        for sock in self._sockets:
+            with contextlib.suppress(OSError):
+                sock.close()
+
+    def _accept(self) -> None:
+        with contextlib.suppress(OSError):
+            while True:
+                client, _ = self._listener.accept()
+                server = socket.create_connection(self._upstream)
+                self._sockets += [client, server]
+                threading.Thread(
+                    target=self._pump, args=(client, server, True), daemon=True
+                ).start()
+                threading.Thread(
+                    target=self._pump, args=(server, client, False), daemon=True
+                ).start()
+
+    def _pump(self, source: socket.socket, target: socket.socket, from_client: bool) -> None:
+        copy_started = False
+        with contextlib.suppress(OSError):
+            while data := source.recv(65536):
+                if from_client and not self.cut.is_set():
+                    if copy_started:  # the COPY's data: the "server" goes away instead
+                        self.cut.set()
+                        for sock in (source, target):
+                            # shutdown wakes the other pump's recv, so the close really happens
+                            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, LINGER_RESET)
+                            sock.shutdown(socket.SHUT_RDWR)
+                            sock.close()
+                        return
+                    copy_started = b"COPY " in data
+                target.sendall(data)
+        with contextlib.suppress(OSError):
+            target.shutdown(socket.SHUT_WR)
+
+
+LINGER_RESET = struct.pack("ii", 1, 0)  # close with RST, as a dying server's host would

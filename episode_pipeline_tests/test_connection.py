@@ -52,7 +52,9 @@ def test_password_and_ssl() -> None:
     # Server-side deadlines, long enough for a frames COPY (docs/faults.md).
     assert params["options"] == (
         "-c statement_timeout=900s -c lock_timeout=60s -c idle_in_transaction_session_timeout=600s"
+        " -c tcp_keepalives_idle=30 -c tcp_keepalives_interval=10 -c tcp_keepalives_count=3"
     )
+    assert (params["keepalives"], params["keepalives_idle"]) == ("1", "30")
 
 
 def test_no_ssl_no_password_locally() -> None:

@@ -19,7 +19,7 @@ from episode_pipeline.keys import EpisodeRef
 from episode_pipeline.lerobot.sample import SampleSpec, write_sample
 from episode_pipeline.runner import process_episode
 from episode_pipeline.settings import S3Deadlines, Settings
-from episode_pipeline_tests.fault_proxy import FaultPlan, FaultProxy
+from episode_pipeline_tests.fault_proxy import CopyCuttingProxy, FaultPlan, FaultProxy
 
 pytestmark = pytest.mark.integration
 
@@ -73,3 +73,36 @@ def test_s3_errors_and_slow_answers_are_retried_and_the_outputs_equal_a_clean_ru
     with connect(private.database) as conn:
         assert episode_row(conn, faulty)["status"] == "processed"
         assert frame_rows(conn, faulty) == frame_rows(conn, clean) > 0
+
+
+def test_a_database_gone_mid_copy_leaves_no_rows_and_the_retry_writes_them_all(
+    settings: Settings, archive: Path
+) -> None:
+    private = dataclasses.replace(settings, bucket=f"faults-{uuid.uuid4().hex[:8]}")
+    bucket = Bucket(private.bucket, private.aws)
+    bucket.client.create_bucket(
+        Bucket=bucket.name, CreateBucketConfiguration={"LocationConstraint": private.aws.region}
+    )
+    ref = EpisodeRef("test-org", f"ep-pg-cut-{uuid.uuid4().hex[:8]}")
+    with connect(private.database, autocommit=True) as conn:
+        ensure_episode_row(conn, ref)
+    bucket.upload_file(archive, f"{ref.prefix}take.tar.zst")
+    instance = DagsterInstance.get()
+
+    with CopyCuttingProxy(private.database.host, private.database.port) as proxy:
+        through_proxy = dataclasses.replace(
+            private, database=dataclasses.replace(private.database, port=proxy.port)
+        )
+        outcome = process_episode(ref, instance, through_proxy)
+        assert proxy.cut.is_set()  # the fault happened, during the frames COPY
+
+    assert not outcome.success
+    assert any(error.startswith("frames:") for error in outcome.errors), outcome.errors
+    with connect(private.database) as conn:
+        assert frame_rows(conn, ref) == 0  # the transaction rolled back: never half the rows
+        assert episode_row(conn, ref)["status"] == "failed"
+
+    assert process_episode(ref, instance, private).success  # the retry (the message's, or by hand)
+    with connect(private.database) as conn:
+        assert episode_row(conn, ref)["status"] == "processed"
+        assert frame_rows(conn, ref) == 30  # 1 s at 30 fps, written once

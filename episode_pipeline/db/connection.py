@@ -80,13 +80,25 @@ class IamTokenCache:
 _default_tokens = IamTokenCache()
 
 
+KEEPALIVE_INTERVAL_SECONDS = 10
+KEEPALIVE_PROBES = 3
+
+
 def session_options(db: DatabaseSettings) -> str:
-    """libpq `options`: the server-side deadlines of every session."""
+    """libpq `options`: the server-side deadlines of every session.
+
+    The server's TCP keepalives let it notice a client that vanished without closing (an ECS
+    task gone mid-COPY): its backend ends and rolls back, releasing the episode's advisory lock
+    for the retry, instead of holding it until the statement deadline.
+    """
     return " ".join(
         [
             f"-c statement_timeout={db.statement_timeout_seconds}s",
             f"-c lock_timeout={db.lock_timeout_seconds}s",
             f"-c idle_in_transaction_session_timeout={db.idle_in_transaction_timeout_seconds}s",
+            f"-c tcp_keepalives_idle={db.keepalive_idle_seconds}",
+            f"-c tcp_keepalives_interval={KEEPALIVE_INTERVAL_SECONDS}",
+            f"-c tcp_keepalives_count={KEEPALIVE_PROBES}",
         ]
     )
 
@@ -105,6 +117,11 @@ def conninfo(db: DatabaseSettings, *, tokens: IamTokenCache | None = None) -> st
         "connect_timeout": db.connect_timeout_seconds,
         "application_name": APPLICATION_NAME,
         "options": session_options(db),
+        # The client's own keepalives: a server that vanished ends the wait with an error.
+        "keepalives": 1,
+        "keepalives_idle": db.keepalive_idle_seconds,
+        "keepalives_interval": KEEPALIVE_INTERVAL_SECONDS,
+        "keepalives_count": KEEPALIVE_PROBES,
     }
     if password:
         params["password"] = password

@@ -46,6 +46,7 @@ class PostgresResource(ConfigurableResource):
     idle_in_transaction_timeout_seconds: int = Field(
         default=600, description="DB_IDLE_IN_TRANSACTION_TIMEOUT_SECONDS"
     )
+    keepalive_idle_seconds: int = Field(default=30, description="DB_KEEPALIVE_IDLE_SECONDS")
     check_schema_on_start: bool = Field(
         default=True,
         description="Before a run uses the database, check that every column the contract "
@@ -77,6 +78,7 @@ class PostgresResource(ConfigurableResource):
             statement_timeout_seconds=db.statement_timeout_seconds,
             lock_timeout_seconds=db.lock_timeout_seconds,
             idle_in_transaction_timeout_seconds=db.idle_in_transaction_timeout_seconds,
+            keepalive_idle_seconds=db.keepalive_idle_seconds,
         )
 
     def database_settings(self) -> DatabaseSettings:
@@ -93,6 +95,7 @@ class PostgresResource(ConfigurableResource):
             statement_timeout_seconds=self.statement_timeout_seconds,
             lock_timeout_seconds=self.lock_timeout_seconds,
             idle_in_transaction_timeout_seconds=self.idle_in_transaction_timeout_seconds,
+            keepalive_idle_seconds=self.keepalive_idle_seconds,
         )
 
     def setup_for_execution(self, context: InitResourceContext) -> None:

@@ -52,6 +52,7 @@ from episode_pipeline.defs.jobs import EPISODE_JOB_NAME
 from episode_pipeline.defs.resources.sqs import UploadQueueResource
 from episode_pipeline.defs.runs import (
     IN_FLIGHT_STATUSES,
+    PARTITION_TAG,
     UPLOAD_TAG,
     episode_tags,
     latest_run_of_episode,
@@ -286,7 +287,6 @@ def evaluate_uploads(
     if not queue.configured:
         return SkipReason(NOT_CONFIGURED)
     messages = receive_batch(queue)
-    reach(AFTER_RECEIVE)
     if not messages:
         return SkipReason("no messages on the upload queue")
     log = context.log
@@ -295,6 +295,7 @@ def evaluate_uploads(
         + ", ".join(f"{m.message_id} (receive {m.receive_count})" for m in messages)
     )
     plan = plan_batch(messages)
+    reach(AFTER_RECEIVE, about=" ".join(h.upload.partition_key for h in plan.handoffs))
     for receipt_handle, reason in zip(plan.delete, plan.deleted_reasons, strict=True):
         queue.delete(receipt_handle)
         log.info(f"skipped and deleted message {reason}")
@@ -371,7 +372,7 @@ def delete_messages_of_run(
                 f"{', '.join(pending)} succeed"
             )
             continue
-        reach(BEFORE_DELETE_DONE)
+        reach(BEFORE_DELETE_DONE, about=run.tags.get(PARTITION_TAG, ""))
         if queue.delete(message.receipt_handle):
             deleted += 1
         else:
@@ -385,12 +386,14 @@ def delete_messages_of_run(
 def keep_in_flight(instance: DagsterInstance, queue: UploadQueue, log: Any) -> int:
     """Renew the visibility of every message whose run is queued or running; returns how many."""
     owner: dict[str, str] = {}
+    episodes = []
     for run in runs_in_flight(instance, EPISODE_JOB_NAME):
         for message in held_messages(run.tags):
             owner[message.receipt_handle] = run.run_id
+        episodes.append(f"{run.tags.get(PARTITION_TAG, '')}:{run.status.value}")
     if not owner:
         return 0
-    reach(BEFORE_HEARTBEAT)
+    reach(BEFORE_HEARTBEAT, about=" ".join(episodes))
     failed = queue.extend_visibility_many(list(owner))
     for handle, error in failed.items():
         log.warning(
