@@ -6,9 +6,11 @@ they compare implementations rather than machines; absolute numbers are kept for
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import platform
+import resource
 import shutil
 import statistics
 import subprocess
@@ -30,10 +32,13 @@ PACKAGES = ("polars", "pyarrow", "psycopg", "zstandard", "dagster", "numpy")
 
 @dataclass
 class Result:
-    """One measured figure: ours vs the baseline on the same data.
+    """One measured figure: ours vs a baseline measured in the same run on the same data.
 
     ``ratio`` is always ``ours / baseline``; ``better`` says which direction wins, and
     ``factor`` is the advantage (>1 means ours wins) so a reader never has to invert it.
+    ``baseline_name`` says what the baseline is (the old way, or the machine's limit);
+    ``ours_samples``/``baseline_samples`` are the per-repeat values the medians come from.
+    ``target`` is the issue's target for this figure and ``met`` whether this run met it.
     """
 
     stage: str
@@ -44,6 +49,11 @@ class Result:
     better: str  # "higher" | "lower"
     repeats: int = 1
     details: dict[str, Any] = field(default_factory=dict)
+    baseline_name: str = ""
+    ours_samples: list[float] = field(default_factory=list)
+    baseline_samples: list[float] = field(default_factory=list)
+    target: str | None = None
+    met: bool | None = None
 
     @property
     def ratio(self) -> float:
@@ -55,15 +65,92 @@ class Result:
             return self.ratio
         return self.baseline / self.ours if self.ours else math.inf
 
+    def expect_factor(self, minimum: float, text: str) -> Result:
+        """Set the target: the advantage must be at least `minimum` (`text` says it in words)."""
+        self.target = text
+        self.met = self.factor >= minimum
+        return self
+
     def as_dict(self) -> dict[str, Any]:
         data = asdict(self)
         data["ratio"] = _finite(self.ratio)
         data["factor"] = _finite(self.factor)
+        data["ours_spread"] = spread(self.ours_samples)
+        data["baseline_spread"] = spread(self.baseline_samples)
         return data
+
+
+def spread(samples: list[float]) -> list[float] | None:
+    """[min, max] of the repeats (None for fewer than two)."""
+    if len(samples) < 2:
+        return None
+    return [_finite(min(samples)), _finite(max(samples))]
 
 
 def _finite(value: float) -> float | None:
     return float(f"{value:.4g}") if math.isfinite(value) else None
+
+
+def rate_result(
+    stage: str,
+    metric: str,
+    amount: float,
+    unit: str,
+    ours_s: list[float],
+    base_s: list[float],
+    *,
+    baseline_name: str,
+    details: dict[str, Any] | None = None,
+) -> Result:
+    """A throughput comparison (`amount` per second) from each repeat's seconds on each side."""
+    ours = [amount / s for s in ours_s]
+    base = [amount / s for s in base_s]
+    return Result(
+        stage=stage,
+        metric=metric,
+        ours=_round(median(ours)),
+        baseline=_round(median(base)),
+        unit=unit,
+        better="higher",
+        repeats=min(len(ours_s), len(base_s)),
+        details={
+            **(details or {}),
+            "ours_seconds": [round(s, 4) for s in ours_s],
+            "baseline_seconds": [round(s, 4) for s in base_s],
+        },
+        baseline_name=baseline_name,
+        ours_samples=[_round(v) for v in ours],
+        baseline_samples=[_round(v) for v in base],
+    )
+
+
+def seconds_result(
+    stage: str,
+    metric: str,
+    ours_s: list[float],
+    base_s: list[float],
+    *,
+    baseline_name: str,
+    details: dict[str, Any] | None = None,
+) -> Result:
+    """A wall-time comparison (lower wins) from each repeat's seconds on each side."""
+    return Result(
+        stage=stage,
+        metric=metric,
+        ours=round(median(ours_s), 3),
+        baseline=round(median(base_s), 3),
+        unit="s",
+        better="lower",
+        repeats=min(len(ours_s), len(base_s)),
+        details=details or {},
+        baseline_name=baseline_name,
+        ours_samples=[round(s, 3) for s in ours_s],
+        baseline_samples=[round(s, 3) for s in base_s],
+    )
+
+
+def _round(value: float) -> float:
+    return round(value) if abs(value) >= 100 else round(value, 3)
 
 
 @dataclass
@@ -72,7 +159,17 @@ class Config:
 
     rows: int = 100_000  # frame rows for the PostgreSQL load and the conversion
     state_dim: int = 6  # floats in observation.state and action (SO-101 arm: 6 joints)
-    archive_padding_mb: int = 160  # incompressible mp4-named members added to the sample
+    wide_state_dim: int = 50  # a humanoid's state/action vectors
+    wide_rows: int = 30_000  # rows for the wide vectors (jsonb parsing makes them slow)
+    stream_rows: int = 1_000_000  # the long episode whose load must keep memory flat
+    memory_repeats: int = 3  # child runs per side for peak-RSS figures
+    startup_seconds: float = 2.0  # the episode `process` starts up for (one camera)
+    e2e_cameras: int = 3  # the episode taken from upload to `processed` through the daemon
+    e2e_seconds: float = 60.0
+    sensor_uploads: int = 1_000  # uploads queued at once for the uploads sensor
+    heartbeat_runs: int = 5_000  # queued runs whose messages one heartbeat renews
+    archive_padding_mb: int = 64  # incompressible mp4-named members added to the sample
+    big_archive_mb: int = 2048  # the big archive whose extraction's peak RSS is checked (0: skip)
     padding_files: int = 4
     cameras: int = 2
     seconds: float = 4.0
@@ -83,7 +180,16 @@ class Config:
     def quick_config(cls) -> Config:
         return cls(
             rows=2_000,
+            wide_rows=500,
+            stream_rows=20_000,
+            memory_repeats=1,
+            startup_seconds=1.0,
+            e2e_cameras=1,
+            e2e_seconds=1.0,
+            sensor_uploads=30,
+            heartbeat_runs=25,
             archive_padding_mb=4,
+            big_archive_mb=0,
             padding_files=2,
             cameras=1,
             seconds=1.0,
@@ -112,35 +218,41 @@ def median(values: list[float]) -> float:
     return statistics.median(values)
 
 
-def rows_per_second_result(
-    stage: str,
-    rows: int,
-    ours_s: list[float],
-    base_s: list[float],
-    *,
-    repeats: int,
-    details: dict[str, Any],
-) -> Result:
-    """A rows/s comparison from the seconds each side took for the same `rows`."""
-    return Result(
-        stage=stage,
-        metric="rows_per_second",
-        ours=round(rows / median(ours_s)),
-        baseline=round(rows / median(base_s)),
-        unit="rows/s",
-        better="higher",
-        repeats=repeats,
-        details={
-            "rows": rows,
-            **details,
-            "ours_seconds": [round(s, 4) for s in ours_s],
-            "baseline_seconds": [round(s, 4) for s in base_s],
-        },
+def peak_rss_self() -> int:
+    """This process's own high-water RSS (VmHWM), in bytes.
+
+    Not ``ru_maxrss``: Linux carries that over from the parent across fork+exec, so a child of
+    the (large) runner would report the runner's size.
+    """
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) * 1024
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # pragma: no cover
+
+
+def run_child(
+    module: str, args: list[str], *, env: dict[str, str] | None = None, timeout: float = 600
+) -> dict[str, Any]:
+    """`python -m module args` from the repository; its last stdout line is JSON, returned.
+
+    Each measured side runs in its own process so its memory and imports are its own.
+    """
+    out = subprocess.run(
+        [sys.executable, "-m", module, *args],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+        env=env,
+        timeout=timeout,
     )
+    if out.returncode != 0:
+        raise RuntimeError(f"{module} {' '.join(args)} failed:\n{out.stderr[-3000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 def write_data_parquet(path: Path, rows: int, state_dim: int, *, seed: int = 0) -> Path:
-    """A LeRobot v3.0 data parquet (the column types lerobot writes) with `rows` frames."""
+    """A LeRobot v3.0 data parquet (lerobot's column types and row groups) with `rows` frames."""
     rng = np.random.default_rng(seed)
     fps = 30
     t = np.arange(rows) / fps
@@ -164,7 +276,7 @@ def write_data_parquet(path: Path, rows: int, state_dim: int, *, seed: int = 0) 
         }
     )
     path.parent.mkdir(parents=True, exist_ok=True)
-    pq.write_table(table, path)
+    pq.write_table(table, path, row_group_size=episode_len)  # v3.0: one row group per episode
     return path
 
 
@@ -245,14 +357,16 @@ def machine_facts() -> dict[str, Any]:
 
 @dataclass
 class BenchContext:
-    """What a stage gets: sizes, a scratch directory, and the database on demand.
+    """What a stage gets: sizes, a scratch directory, and the local stack on demand.
 
-    ``database()`` starts the embedded stack the first time a stage asks for it, so stages that
-    do not need PostgreSQL never pay for it. ``facts`` collects run facts a stage learns (e.g.
-    the PostgreSQL server version) for the results file.
+    ``stack()`` starts the embedded stack (PostgreSQL, moto) the first time a stage asks for it
+    and returns its `StackInfo`; ``database()`` is its PostgreSQL as a resource. Stages that need
+    neither never pay for them. ``facts`` collects run facts a stage learns (e.g. the PostgreSQL
+    server version) for the results file.
     """
 
     config: Config
     workdir: Path
+    stack: Callable[[], Any]
     database: Callable[[], Any]
     facts: dict[str, Any] = field(default_factory=dict)

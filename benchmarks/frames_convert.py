@@ -19,7 +19,7 @@ from benchmarks.common import (
     BenchContext,
     Result,
     median_of,
-    rows_per_second_result,
+    rate_result,
     timed,
     write_data_parquet,
 )
@@ -76,12 +76,19 @@ def run(ctx: BenchContext) -> list[Result]:
         lambda: timed(lambda: baseline_rows(path)),
     )
     details = {
+        "rows": config.rows,
         "state_dim": config.state_dim,
         "parquet_bytes": path.stat().st_size,
-        "baseline": "pyarrow to_pylist + per-row json.dumps",
     }
     return [
-        rows_per_second_result(
-            NAME, config.rows, ours_s, base_s, repeats=config.repeats, details=details
+        rate_result(
+            NAME,
+            "rows_per_second",
+            config.rows,
+            "rows/s",
+            ours_s,
+            base_s,
+            baseline_name="naive: pyarrow to_pylist + per-row json.dumps",
+            details=details,
         )
     ]

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
+import os
 import shutil
 import sys
 import tempfile
@@ -23,35 +24,52 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from benchmarks import archive_extract, frames_convert, pg_load
+from benchmarks import (
+    end_to_end,
+    extraction,
+    frames_convert,
+    frames_load,
+    sensor,
+    startup,
+)
 from benchmarks.common import REPO_ROOT, BenchContext, Config, Result, machine_facts
 
 STAGES: dict[str, ModuleType] = {
-    pg_load.NAME: pg_load,
+    startup.NAME: startup,
+    sensor.NAME: sensor,
+    frames_load.NAME: frames_load,
     frames_convert.NAME: frames_convert,
-    archive_extract.NAME: archive_extract,
+    extraction.NAME: extraction,
+    end_to_end.NAME: end_to_end,
 }
 DEFAULT_OUT = REPO_ROOT / "benchmarks" / "results"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: baseline_name, samples and spread, target and met per figure
 
 
-class _Database:
+class _Stack:
     """Starts the embedded stack on first use; `close()` stops it if this run started it."""
 
     def __init__(self, home: Path) -> None:
         self.home = home
+        self._info: Any = None
         self._resource: Any = None
         self._started_here = False
 
-    def __call__(self) -> Any:
-        if self._resource is None:
-            from episode_pipeline.defs.resources.database import PostgresResource
+    def info(self) -> Any:
+        if self._info is None:
             from episode_pipeline.local.stack import stack_status, start_stack
-            from episode_pipeline.settings import DatabaseSettings
 
             self._started_here = not stack_status(self.home).running
-            info = start_stack(self.home)
-            self._resource = PostgresResource.from_settings(DatabaseSettings.from_env(info.env))
+            self._info = start_stack(self.home)
+        return self._info
+
+    def database(self) -> Any:
+        if self._resource is None:
+            from episode_pipeline.defs.resources.database import PostgresResource
+            from episode_pipeline.settings import DatabaseSettings
+
+            env = self.info().env
+            self._resource = PostgresResource.from_settings(DatabaseSettings.from_env(env))
         return self._resource
 
     def close(self) -> None:
@@ -75,24 +93,37 @@ def _verdict(row: dict[str, Any]) -> str:
     factor = row["factor"]
     if factor is None:
         return "-"
-    speed = row["unit"].endswith("/s")
+    unit = row["unit"]
+    speed = unit == "s" or "/" in unit
     if factor >= 1:
         return f"{factor:.2f}x {'faster' if speed else 'less'}"
     return f"{1 / factor:.2f}x {'slower' if speed else 'more'}"
 
 
+def _spread(row: dict[str, Any]) -> str:
+    """`a..b` over the repeats of ours (the figure's own noise), or `-`."""
+    spread = row.get("ours_spread")
+    return f"{_format(spread[0])}..{_format(spread[1])}" if spread else "-"
+
+
+def _met(row: dict[str, Any]) -> str:
+    met = row.get("met")
+    return "-" if met is None else ("yes" if met else "**no**")
+
+
 def table(rows: list[dict[str, Any]]) -> str:
     """A plain-text table for the terminal."""
-    header = ("stage", "metric", "ours", "baseline", "ratio", "unit", "verdict")
+    header = ("stage", "metric", "ours", "baseline", "unit", "verdict", "target met", "against")
     lines = [
         (
             r["stage"],
             r["metric"],
             _format(r["ours"]),
             _format(r["baseline"]),
-            _format(r["ratio"]),
             r["unit"],
             _verdict(r),
+            _met(r).strip("*"),
+            r.get("baseline_name", "")[:60],
         )
         for r in rows
     ]
@@ -103,46 +134,81 @@ def table(rows: list[dict[str, Any]]) -> str:
     )
 
 
+def results_table(rows: list[dict[str, Any]]) -> list[str]:
+    """The Markdown table of every figure: what it is against, median, spread, target."""
+    out = [
+        "| stage | figure | ours (median, spread) | baseline | against | ours vs baseline "
+        "| target | met |",
+        "| --- | --- | ---: | ---: | --- | --- | --- | --- |",
+    ]
+    for r in rows:
+        out.append(
+            f"| {r['stage']} | {r['metric']} | {_format(r['ours'])} {r['unit']} ({_spread(r)}) "
+            f"| {_format(r['baseline'])} | {r.get('baseline_name', '')} | {_verdict(r)} "
+            f"| {r.get('target') or '-'} | {_met(r)} |"
+        )
+    return out
+
+
 def markdown(report: dict[str, Any]) -> str:
     """The short summary committed next to latest.json."""
     machine = report["machine"]
     packages = ", ".join(f"{k} {v}" for k, v in machine["packages"].items() if v)
+    config = report["config"]
     out = [
         "# Benchmark results",
         "",
         f"Generated {report['generated_at']} by `python -m benchmarks.run"
-        f"{' --quick' if report['config']['quick'] else ''}` in {report['total_seconds']:.0f} s. "
-        "Ratio = ours / baseline, both measured in this run on the same data.",
+        f"{' --quick' if config['quick'] else ''}` in {report['total_seconds']:.0f} s at commit "
+        f"{(machine['git_commit'] or '-')[:12]}, load average {report['facts'].get('load', '-')}"
+        ". Every baseline was measured in this run on the same data; *ours vs baseline* reads "
+        f"the ratio so that > 1 means ours wins; medians of {config['repeats']} repeats.",
         "",
-        "| stage | metric | ours | baseline | ratio | unit | verdict |",
-        "| --- | --- | ---: | ---: | ---: | --- | --- |",
+        *results_table(report["results"]),
     ]
-    for r in report["results"]:
-        out.append(
-            f"| {r['stage']} | {r['metric']} | {_format(r['ours'])} | {_format(r['baseline'])} "
-            f"| {_format(r['ratio'])} | {r['unit']} | {_verdict(r)} |"
-        )
     failed = {k: v for k, v in report["stages"].items() if v["status"] != "ok"}
     for name, status in failed.items():
         out.append(f"\n**{name} failed:** `{status.get('error', '')}`")
-    config = report["config"]
     out += [
-        "",
-        f"Sizes: {config['rows']:,} frame rows (state/action of {config['state_dim']} floats); "
-        f"archive = sample episode ({config['cameras']} cameras, {config['seconds']} s, 640x480 "
-        f"H.264) + {config['archive_padding_mb']} MiB incompressible mp4 padding; "
-        f"median of {config['repeats']} interleaved repeats.",
         "",
         f"Machine: {machine['cores']} cores ({machine['cores_usable']} usable), "
         f"{machine['cpu']}, {machine['memory_gib']} GiB RAM, {machine['platform']}; "
         f"Python {machine['python']}; {packages}; PostgreSQL {report['facts'].get('postgres', '-')}"
-        f"; {machine['zstd'] or 'no zstd'}; {machine['tar'] or 'no tar'}; "
-        f"commit {(machine['git_commit'] or '-')[:12]}.",
+        f"; {machine['zstd'] or 'no zstd'}; {machine['tar'] or 'no tar'}.",
+        "",
+        "Sizes: " + ", ".join(f"{k} {v}" for k, v in config.items() if k != "quick") + ".",
         "",
         "What each stage measures and why its baseline: see `benchmarks/README.md`.",
         "",
     ]
     return "\n".join(out)
+
+
+README_BEGIN = "<!-- benchmark table: generated by `make bench` from benchmarks/results/ -->"
+README_END = "<!-- end of the benchmark table -->"
+
+
+def update_readme(report: dict[str, Any], readme: Path = REPO_ROOT / "README.md") -> bool:
+    """Regenerate the README's table between its markers; False when the markers are absent."""
+    text = readme.read_text()
+    if README_BEGIN not in text or README_END not in text:
+        return False
+    head, rest = text.split(README_BEGIN, 1)
+    _, tail = rest.split(README_END, 1)
+    machine = report["machine"]
+    table_lines = [
+        README_BEGIN,
+        "",
+        f"Measured {report['generated_at'][:10]} at commit {(machine['git_commit'] or '-')[:12]} "
+        f"on {machine['cores']} cores ({machine['cpu']}), load average "
+        f"{report['facts'].get('load', '-')}:",
+        "",
+        *results_table(report["results"]),
+        "",
+        README_END,
+    ]
+    readme.write_text(head + "\n".join(table_lines) + tail)
+    return True
 
 
 def run(
@@ -157,13 +223,15 @@ def run(
     """Run `stages`, write latest.json / latest.md into `out_dir`, return the report."""
     started = time.perf_counter()
     workdir = Path(tempfile.mkdtemp(prefix="episode-bench-"))
-    database = _Database(stack_home or workdir / "stack-home")
-    ctx = BenchContext(config=config, workdir=workdir, database=database)
+    stack = _Stack(stack_home or workdir / "stack-home")
+    ctx = BenchContext(config=config, workdir=workdir, stack=stack.info, database=stack.database)
     results: list[Result] = []
     statuses: dict[str, dict[str, Any]] = {}
+    loads: list[float] = []  # 1-minute load average at each stage's start and end
     try:
         for name in stages:
-            log(f"[bench] {name} ...")
+            log(f"[bench] {name} ... (load average {os.getloadavg()[0]:.2f})")
+            loads.append(os.getloadavg()[0])
             stage_started = time.perf_counter()
             try:
                 results += STAGES[name].run(ctx)
@@ -172,8 +240,11 @@ def run(
                 traceback.print_exc()
                 statuses[name] = {"status": "error", "error": f"{type(error).__name__}: {error}"}
             statuses[name]["seconds"] = round(time.perf_counter() - stage_started, 2)
+            loads.append(os.getloadavg()[0])
+            statuses[name]["load_average"] = [round(loads[-2], 2), round(loads[-1], 2)]
+        ctx.facts["load"] = f"{min(loads):.1f}..{max(loads):.1f}" if loads else "-"
     finally:
-        database.close()
+        stack.close()
         if keep_workdir:
             log(f"[bench] scratch kept in {workdir}")
         else:
@@ -200,9 +271,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--stage", action="append", choices=sorted(STAGES), help="run only this stage (repeatable)"
     )
-    parser.add_argument("--rows", type=int, help="frame rows for pg_load and frame_conversion")
-    parser.add_argument("--archive-mb", type=int, help="MiB of padding added to the archive")
     parser.add_argument("--repeats", type=int, help="timed repeats per side (median reported)")
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="SIZE=N",
+        help="override one size of `benchmarks.common.Config` (e.g. big_archive_mb=0)",
+    )
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="where latest.* go")
     parser.add_argument("--stack-home", type=Path, help="use (or start) the stack in this home")
     parser.add_argument("--keep-workdir", action="store_true", help="keep the scratch directory")
@@ -212,12 +288,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     config = Config.quick_config() if args.quick else Config()
-    overrides = {
-        "rows": args.rows,
-        "archive_padding_mb": args.archive_mb,
-        "repeats": args.repeats,
-    }
-    config = replace(config, **{k: v for k, v in overrides.items() if v is not None})
+    overrides: dict[str, Any] = {"repeats": args.repeats} if args.repeats else {}
+    for item in args.set:
+        name, _, value = item.partition("=")
+        default = getattr(config, name, None)
+        if default is None or isinstance(default, bool) or not value:
+            raise SystemExit(f"--set {item}: no such size (see benchmarks/common.py Config)")
+        overrides[name] = type(default)(value)
+    config = replace(config, **overrides)
     stages = args.stage or list(STAGES)
     report = run(
         stages, config, args.out, stack_home=args.stack_home, keep_workdir=args.keep_workdir
@@ -225,6 +303,8 @@ def main(argv: list[str] | None = None) -> int:
     print()
     print(table(report["results"]))
     print(f"\nwritten: {args.out / 'latest.json'}, {args.out / 'latest.md'}")
+    if not args.quick and not args.stage and args.out == DEFAULT_OUT and update_readme(report):
+        print("README.md: benchmark table regenerated")
     return 0 if all(s["status"] == "ok" for s in report["stages"].values()) else 1
 
 

@@ -1,6 +1,9 @@
 """The benchmark runner works end to end on tiny sizes and writes the expected result files.
 
-Structure only: no figure is asserted (speed is reported by `make bench`, never tested).
+Structure only: no figure is asserted (speed is reported by `make bench`, never tested). The
+stages that start processes of their own at every size (`startup`: `episode-pipeline process`;
+`end_to_end`: a private stack and the daemon; `hls`: FFmpeg) are left to `make bench`; their
+pure parts are tested here.
 """
 
 from __future__ import annotations
@@ -12,8 +15,10 @@ import pytest
 
 from benchmarks import run as bench_run
 from benchmarks.common import Result
+from benchmarks.sensor import Drain
 from episode_pipeline.local.stack import StackInfo
 
+QUICK_STAGES = ["sensor", "frames_load", "frame_conversion", "extraction"]
 RESULT_KEYS = {
     "stage",
     "metric",
@@ -25,51 +30,92 @@ RESULT_KEYS = {
     "better",
     "repeats",
     "details",
-}
-EXPECTED_METRICS = {
-    ("pg_load", "rows_per_second"),
-    ("frame_conversion", "rows_per_second"),
-    ("archive_extraction", "throughput"),
-    ("archive_extraction", "peak_temp_disk"),
-    ("archive_extraction", "peak_rss"),
+    "baseline_name",
+    "ours_samples",
+    "baseline_samples",
+    "ours_spread",
+    "baseline_spread",
+    "target",
+    "met",
 }
 
 
-def test_result_ratio_and_factor_directions() -> None:
+def test_result_ratio_factor_spread_and_target() -> None:
     faster = Result("s", "m", ours=300.0, baseline=100.0, unit="rows/s", better="higher")
-    smaller = Result("s", "m", ours=10.0, baseline=200.0, unit="MiB", better="lower")
+    smaller = Result(
+        "s", "m", ours=10.0, baseline=200.0, unit="MiB", better="lower", ours_samples=[9.0, 12.0]
+    )
     assert (faster.ratio, faster.factor) == (3.0, 3.0)
     assert (smaller.ratio, smaller.factor) == (0.05, 20.0)
     assert smaller.as_dict()["factor"] == 20.0
+    assert smaller.as_dict()["ours_spread"] == [9.0, 12.0]
+    assert faster.as_dict()["ours_spread"] is None  # one sample has no spread
+    assert faster.expect_factor(2.5, "at least 2.5x").met is True
+    assert faster.expect_factor(3.5, "at least 3.5x").met is False
+
+
+def test_the_sensor_schedule_waits_the_interval_between_ticks_but_not_after_the_last() -> None:
+    drain = Drain(tick_seconds=[2.0, 12.0, 3.0, 0.5], tick_requests=[300, 300, 100, 0])
+    # 10 s (interval) + 12 s (a tick longer than the interval) + 3 s (the last one's own time).
+    assert drain.schedule_seconds(interval=10) == 25.0
+    assert Drain().schedule_seconds(interval=10) == 0.0
+
+
+def test_the_readme_table_is_regenerated_between_its_markers(tmp_path: Path) -> None:
+    readme = tmp_path / "README.md"
+    markers = f"{bench_run.README_BEGIN}\nold table\n{bench_run.README_END}"
+    readme.write_text(f"before\n{markers}\nafter\n")
+    result = Result("frames_load", "rows_per_second", 90.0, 100.0, "rows/s", "higher")
+    result.expect_factor(0.9, "≥ 0.9x the limit")
+    report = {
+        "generated_at": "2026-01-01T00:00:00+00:00",
+        "machine": {"git_commit": "abc123", "cores": 2, "cpu": "CPU"},
+        "facts": {"load": "0.5..1.2"},
+        "results": [result.as_dict()],
+    }
+    assert bench_run.update_readme(report, readme)
+    text = readme.read_text()
+    assert text.startswith("before\n") and text.endswith("after\n")
+    assert "old table" not in text
+    assert "| frames_load | rows_per_second | 90.0 rows/s" in text
+    assert "| ≥ 0.9x the limit | yes |" in text
+    unmarked = tmp_path / "unmarked.md"
+    unmarked.write_text("no markers here\n")
+    assert not bench_run.update_readme(report, unmarked)
+    assert unmarked.read_text() == "no markers here\n"
 
 
 @pytest.mark.integration
 def test_quick_run_writes_results(stack: StackInfo, tmp_path: Path) -> None:
     out = tmp_path / "results"
-    code = bench_run.main(["--quick", "--out", str(out), "--stack-home", stack.home])
+    stages = [arg for name in QUICK_STAGES for arg in ("--stage", name)]
+    code = bench_run.main(["--quick", *stages, "--out", str(out), "--stack-home", stack.home])
     assert code == 0
 
     report = json.loads((out / "latest.json").read_text())
     assert report["schema_version"] == bench_run.SCHEMA_VERSION
     assert {"generated_at", "config", "machine", "facts", "stages", "results"} <= set(report)
     assert report["config"]["quick"] is True
-    assert {"cores", "python", "packages", "platform"} <= set(report["machine"])
-    assert report["machine"]["packages"]["polars"]
-    assert report["facts"]["postgres"]
+    assert {"cores", "python", "packages", "platform", "git_commit"} <= set(report["machine"])
+    assert report["facts"]["postgres"] and report["facts"]["load"]
     assert {name: s["status"] for name, s in report["stages"].items()} == dict.fromkeys(
-        bench_run.STAGES, "ok"
+        QUICK_STAGES, "ok"
     )
-    assert {(r["stage"], r["metric"]) for r in report["results"]} == EXPECTED_METRICS
+    assert {r["stage"] for r in report["results"]} == set(QUICK_STAGES)
     for row in report["results"]:
         assert set(row) == RESULT_KEYS
         assert row["ours"] > 0 and row["baseline"] > 0
         assert row["better"] in {"higher", "lower"}
-    archive = next(r for r in report["results"] if r["metric"] == "peak_temp_disk")
-    # Structure, not speed: streaming never needs more scratch disk than the full extraction.
-    assert archive["ours"] < archive["baseline"]
+        assert row["baseline_name"]
+    sensor = next(r for r in report["results"] if r["metric"] == "uploads_per_minute")
+    # Structure, not speed: every queued upload got exactly one run request.
+    assert sensor["details"]["missing_runs"] == sensor["details"]["duplicate_runs"] == 0
+    disk = next(r for r in report["results"] if r["metric"] == "peak_temp_disk")
+    # Streaming never needs more scratch disk than the whole extraction.
+    assert disk["ours"] < disk["baseline"]
 
     summary = (out / "latest.md").read_text()
-    assert "| pg_load | rows_per_second |" in summary
+    assert "| frames_load |" in summary
     assert "Machine:" in summary
 
 
@@ -78,6 +124,6 @@ def test_stack_of_the_session_is_left_running(stack: StackInfo, tmp_path: Path) 
     """--stack-home on a running stack must not stop it (the smoke test shares the session's)."""
     from episode_pipeline.local.stack import stack_status
 
-    bench_run.main(["--quick", "--stage", "pg_load", "--out", str(tmp_path), "--stack-home",
-                    stack.home])  # fmt: skip
+    bench_run.main(["--quick", "--stage", "frame_conversion", "--out", str(tmp_path),
+                    "--stack-home", stack.home])  # fmt: skip
     assert stack_status(Path(stack.home)).running

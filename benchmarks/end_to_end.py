@@ -1,0 +1,234 @@
+"""Stage `end_to_end`: a 3-camera 60-second episode from upload to `processed`, as in production.
+
+The episode is uploaded as a robot does (episode row, then the object); the bucket notification
+queues the S3 event; the Dagster daemon ticks the SQS sensor, which requests a run; the run
+queue launches it (a run worker process); the run extracts, transcodes, loads the frames and
+marks the episode `processed`. Timed from the start of the upload to the moment the episode row
+says `processed`, and split with the run record and its events:
+
+- sensor: upload start → the run exists (S3 event, queue, sensor interval, tick);
+- launch: the run exists → it started (run queue, run worker process start, code load);
+- each step's work (STEP_SUCCESS durations), and Dagster's overhead between them;
+- finish: the run's last step → the row read back as `processed` (polled every 0.2 s).
+
+Limit: the sum of the stage limits, measured in the same run on the same episode: S3 alone for
+extraction (download the archive, upload its kept members, no decompression), bare FFmpeg for
+the transcode, the server's own COPY of the frame rows. The daemon works on a stack of its own
+(never a shared one: it would act on that stack's queue and runs).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from benchmarks.common import BenchContext, Result, median, run_child, seconds_result
+from episode_pipeline.keys import EpisodeRef
+
+NAME = "end_to_end"
+TARGET_FACTOR = 1.3
+POLL_SECONDS = 0.2
+DEADLINE_SECONDS = 900
+
+
+@contextmanager
+def private_stack(ctx: BenchContext) -> Iterator[Any]:
+    """A stack of this stage's own, stopped afterwards."""
+    from episode_pipeline.local.stack import start_stack, stop_stack
+
+    home = ctx.workdir / "e2e-stack-home"
+    info = start_stack(home)
+    try:
+        yield info
+    finally:
+        stop_stack(home, save_objects=False)
+
+
+@contextmanager
+def daemon(info: Any, log: Path) -> Iterator[subprocess.Popen[bytes]]:
+    """`dagster-daemon run` on the stack (as `episode-pipeline demo` runs it)."""
+    from episode_pipeline.local.dev import SHUTDOWN_GRACE_SECONDS, WORKSPACE_FILE
+
+    executable = Path(sys.executable).parent / "dagster-daemon"
+    command = [str(executable), "run", "-w", str(WORKSPACE_FILE)]
+    with log.open("wb") as stderr:
+        process = subprocess.Popen(
+            command, env={**os.environ, **info.env}, start_new_session=True,
+            stdout=subprocess.DEVNULL, stderr=stderr,
+        )  # fmt: skip
+    try:
+        yield process
+    finally:
+        process.terminate()
+        try:
+            process.wait(SHUTDOWN_GRACE_SECONDS)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def wait_for_daemon(instance: Any, process: subprocess.Popen[bytes], log: Path) -> None:
+    """Until the daemon's sensor loop has sent a heartbeat (it ticks sensors from then on)."""
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"{NAME}: the daemon exited: {log.read_text()[-2000:]}")
+        if "SENSOR" in instance.get_daemon_heartbeats():
+            return
+        time.sleep(0.5)
+    raise RuntimeError(f"{NAME}: no sensor daemon heartbeat within 120 s ({log})")
+
+
+def upload_and_wait(settings: Any, archive: Path, ref: EpisodeRef) -> tuple[float, float]:
+    """Upload like a robot; returns (upload start, `processed` seen), both time.time()."""
+    from episode_pipeline.db.connection import connect
+    from episode_pipeline.db.episodes import episode_row
+    from episode_pipeline.local.upload import upload_episode
+
+    started = time.time()
+    upload_episode(archive, ref, settings)
+    deadline = time.monotonic() + DEADLINE_SECONDS
+    with connect(settings.database, autocommit=True) as conn:
+        while time.monotonic() < deadline:
+            status = (episode_row(conn, ref) or {}).get("status")
+            if status == "processed":
+                return started, time.time()
+            if status == "failed":
+                raise RuntimeError(f"{NAME}: {ref} failed; see `episode-pipeline status {ref}`")
+            time.sleep(POLL_SECONDS)
+    raise RuntimeError(f"{NAME}: {ref} not processed within {DEADLINE_SECONDS} s")
+
+
+def breakdown(instance: Any, ref: EpisodeRef, started: float, done: float) -> dict[str, Any]:
+    """Where the time from upload to `processed` went, from the run record and its events."""
+    from dagster import RunsFilter
+
+    from episode_pipeline.defs.runs import PARTITION_TAG
+
+    [record] = instance.get_run_records(RunsFilter(tags={PARTITION_TAG: ref.partition_key}), 1)
+    steps: dict[str, float] = {}
+    last_step_end = record.start_time or started
+    for entry in instance.all_logs(record.dagster_run.run_id):
+        event = entry.dagster_event
+        if event is not None and event.event_type_value == "STEP_SUCCESS":
+            steps[entry.step_key or "?"] = event.event_specific_data.duration_ms / 1000
+            last_step_end = entry.timestamp
+    created = record.create_timestamp.timestamp()
+    run_span = last_step_end - (record.start_time or created)
+    return {
+        "total": done - started,
+        "sensor": created - started,
+        "launch": (record.start_time or created) - created,
+        "steps": steps,
+        "steps_total": sum(steps.values()),
+        "dagster_overhead": run_span - sum(steps.values()),
+        "finish": done - last_step_end,
+    }
+
+
+def stage_limits(ctx: BenchContext, info: Any, archive: Path, sample: dict[str, Any]) -> dict:
+    """The machine's limit for each stage on this episode, in seconds."""
+    from benchmarks import extraction, frames_load
+
+    env = {**os.environ, **info.env}
+    with extraction.bench_bucket(info) as bucket:
+        key = extraction.upload_archive(bucket, archive)
+        scratch = ctx.workdir / "e2e-limits"
+        scratch.mkdir(parents=True, exist_ok=True)
+        old = run_child(extraction.NAME_MODULE, ["old", bucket.name, key, str(scratch)], env=env)
+    limits = {"extraction_s3": old["download_seconds"] + old["upload_seconds"]}
+    limits["transcode_ffmpeg"] = transcode_limit(ctx, archive)
+    limits["frames_copy"] = frames_load.copy_limit_seconds(info, archive, scratch)
+    return limits
+
+
+def transcode_limit(ctx: BenchContext, archive: Path) -> float:
+    """Bare FFmpeg with the pipeline's commands, every camera at once (as the transcode runs
+    them), on the episode's mp4s already on local disk: no S3, no probe child, no checks."""
+    from benchmarks.hls import _command as transcode_command
+    from episode_pipeline.archive.stream import ArchiveReader
+    from episode_pipeline.settings import VideoSettings
+
+    folder = ctx.workdir / "e2e-ffmpeg" / uuid.uuid4().hex[:8]
+    videos = []
+    with archive.open("rb") as raw:
+        for member in ArchiveReader(raw, name=str(archive)):
+            if member.path.endswith(".mp4"):
+                target = folder / "in" / f"{len(videos)}.mp4"
+                target.parent.mkdir(parents=True, exist_ok=True)
+                with target.open("wb") as handle:
+                    shutil.copyfileobj(member.fileobj, handle, 1 << 20)
+                videos.append(target)
+    ladder = VideoSettings().ladder
+    commands = [
+        transcode_command(video, folder / "out" / video.stem, ladder, True) for video in videos
+    ]
+    started = time.perf_counter()
+    running = [
+        subprocess.Popen(c, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for c in commands
+    ]
+    if any(process.wait() != 0 for process in running):
+        raise RuntimeError(f"{NAME}: bare FFmpeg failed on {archive}")
+    seconds = time.perf_counter() - started
+    shutil.rmtree(folder, ignore_errors=True)
+    return seconds
+
+
+def run(ctx: BenchContext) -> list[Result]:
+    from dagster import DagsterInstance
+
+    from episode_pipeline.lerobot.sample import SampleSpec, write_sample
+    from episode_pipeline.settings import Settings
+
+    config = ctx.config
+    folder = ctx.workdir / "e2e"
+    folder.mkdir(parents=True, exist_ok=True)
+    spec = SampleSpec(cameras=config.e2e_cameras, seconds=config.e2e_seconds, width=640, height=480)
+    archive = folder / "episode.tar.zst"
+    sample = write_sample(archive, spec)
+    parts: list[dict[str, Any]] = []
+    limits: list[dict[str, float]] = []
+    with private_stack(ctx) as info:
+        settings = Settings.from_env(info.env, local=True)
+        log = folder / "daemon.log"
+        with (
+            daemon(info, log) as process,
+            DagsterInstance.from_config(info.env["DAGSTER_HOME"]) as instance,
+        ):
+            wait_for_daemon(instance, process, log)
+            for _ in range(config.repeats):
+                ref = EpisodeRef("bench-e2e", f"ep-{uuid.uuid4().hex[:8]}")
+                started, done = upload_and_wait(settings, archive, ref)
+                parts.append(breakdown(instance, ref, started, done))
+        for _ in range(config.repeats):
+            limits.append(stage_limits(ctx, info, archive, sample))
+    totals = [p["total"] for p in parts]
+    sums = [sum(limit.values()) for limit in limits]
+    details = {
+        "episode": f"{spec.cameras} cameras, {spec.seconds:g} s, {spec.width}x{spec.height} "
+        f"H.264, {sample['archive_bytes'] / (1 << 20):.1f} MiB archive",
+        "breakdown_s": {
+            key: round(median([p[key] for p in parts]), 3)
+            for key in ("sensor", "launch", "steps_total", "dagster_overhead", "finish")
+        },
+        "steps_s": {
+            key: round(median([p["steps"].get(key, 0.0) for p in parts]), 3)
+            for key in parts[0]["steps"]
+        },
+        "limits_s": {key: round(median([lim[key] for lim in limits]), 3) for key in limits[0]},
+    }
+    return [
+        seconds_result(
+            NAME, "upload_to_processed", totals, sums,
+            baseline_name="limit: the sum of the stage limits (S3, FFmpeg, COPY)",
+            details=details,
+        ).expect_factor(1 / TARGET_FACTOR, f"≤ {TARGET_FACTOR}x the sum of the stage limits")
+    ]  # fmt: skip

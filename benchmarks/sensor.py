@@ -1,0 +1,379 @@
+"""Stage `sensor`: the upload sensor at fleet scale, and the heartbeat over thousands of runs.
+
+Uploads: `uploads` (1,000) S3 events are queued at once on a queue of their own in moto; the
+uploads sensor's evaluation function (``evaluate_uploads``, exactly what the daemon calls) is
+ticked until the queue is drained. Between ticks the benchmark does what the daemon does with a
+tick's result: adds the requested partitions and records one queued run per new run key, with
+the tags the daemon gives it (not timed as the sensor's work; reported). Dagster starts a tick
+at most every ``UPLOADS_INTERVAL_SECONDS``, so the rate is modelled on that schedule: tick *k+1*
+starts ``max(interval, tick k's duration)`` after tick *k*; uploads/min = uploads over the time
+until the last run request. The ticks themselves run back to back (nobody waits 10 s for
+nothing). Every upload must get exactly one run request: 0 duplicates, 0 missing.
+Limit: draining the same number of messages with bare ``ReceiveMessage`` calls (10 a call), the
+queue's own rate with no bookkeeping at all.
+
+Heartbeat: `heartbeat_runs` (5,000) queued runs each hold a received message; one heartbeat
+evaluation (``keep_in_flight``) must renew all of them well within its interval. Limit: bare
+``ChangeMessageVisibilityBatch`` calls over the same receipt handles.
+
+The Dagster instance is a fresh one whose storage is a new database on the stack's PostgreSQL
+(dropped at the end), so the developer's or the test session's runs are never touched.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import logging
+import os
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psycopg
+from dagster import (
+    DagsterInstance,
+    DagsterRun,
+    DagsterRunStatus,
+    SensorResult,
+    build_sensor_context,
+)
+from dagster._core.remote_origin import (
+    GrpcServerCodeLocationOrigin,
+    RemoteJobOrigin,
+    RemoteRepositoryOrigin,
+)
+from dagster._core.storage.tags import PARTITION_NAME_TAG, RUN_KEY_TAG, SENSOR_NAME_TAG
+
+from benchmarks.common import BenchContext, Result, median, timed
+from episode_pipeline.defs.jobs import EPISODE_JOB_NAME
+from episode_pipeline.defs.sensors import sqs as upload_sensors
+from episode_pipeline.local.dagster_home import instance_config, storage_url
+from episode_pipeline.settings import AwsSettings, QueueSettings
+from episode_pipeline.upload_queue import MAX_BATCH, UploadQueue
+
+NAME = "sensor"
+LOG = logging.getLogger("benchmarks.sensor")
+SENSOR_TIME_LIMIT_SECONDS = 60  # Dagster's default gRPC deadline for one sensor evaluation
+
+
+# -- the instance and the queue ------------------------------------------------------------------
+
+
+@contextmanager
+def bench_instance(ctx: BenchContext) -> Iterator[DagsterInstance]:
+    """A Dagster instance on a new database of the stack's PostgreSQL; dropped afterwards."""
+    env = ctx.stack().env
+    password, port = env["DB_PASSWORD"], int(env["DB_PORT"])
+    database = f"bench_dagster_{uuid.uuid4().hex[:8]}"
+    admin = f"host=127.0.0.1 port={port} user=postgres password={password} dbname=postgres"
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute(f"CREATE DATABASE {database}")
+    home = ctx.workdir / "sensor-dagster-home"
+    home.mkdir(parents=True, exist_ok=True)
+    config = instance_config(password, port)
+    config["storage"] = {"postgres": {"postgres_url": storage_url(password, port, database)}}
+    (home / "dagster.yaml").write_text(json.dumps(config))  # JSON is YAML
+    try:
+        with DagsterInstance.from_config(str(home)) as instance:
+            yield instance
+    finally:
+        with psycopg.connect(admin, autocommit=True) as conn:
+            conn.execute(f"DROP DATABASE IF EXISTS {database} WITH (FORCE)")
+
+
+@contextmanager
+def bench_queue(ctx: BenchContext) -> Iterator[UploadQueue]:
+    """A queue of its own in the stack's moto, with the upload queue's visibility timeout."""
+    aws = AwsSettings.from_env(ctx.stack().env)
+    queue = UploadQueue(None, aws, QueueSettings().visibility_timeout_seconds)
+    url = queue.client.create_queue(
+        QueueName=f"bench-uploads-{uuid.uuid4().hex[:8]}",
+        Attributes={"VisibilityTimeout": str(queue.visibility_timeout_seconds)},
+    )["QueueUrl"]
+    queue.queue_url = url
+    try:
+        yield queue
+    finally:
+        queue.client.delete_queue(QueueUrl=url)
+
+
+def s3_event(bucket: str, key: str, etag: str) -> str:
+    """The body S3 sends for one uploaded object (the fields the pipeline reads)."""
+    record = {
+        "eventVersion": "2.1",
+        "eventSource": "aws:s3",
+        "eventTime": dt.datetime.now(dt.UTC).isoformat(timespec="milliseconds"),
+        "eventName": "ObjectCreated:Put",
+        "s3": {
+            "bucket": {"name": bucket},
+            "object": {"key": key, "size": 1024, "eTag": etag},
+        },
+    }
+    return json.dumps({"Records": [record]})
+
+
+def enqueue_uploads(queue: UploadQueue, prefix: str, count: int) -> list[str]:
+    """`count` upload events for distinct episodes; returns their partition keys."""
+    keys = [f"fleet/{prefix}-{index:05d}" for index in range(count)]
+    for start in range(0, count, MAX_BATCH):
+        entries = [
+            {
+                "Id": str(offset),
+                "MessageBody": s3_event(
+                    "bench-bucket", f"orgs/{key.replace('/', '/episodes/')}/take.tar.zst",
+                    uuid.uuid4().hex,
+                ),
+            }
+            for offset, key in enumerate(keys[start : start + MAX_BATCH])
+        ]  # fmt: skip
+        response = queue.client.send_message_batch(QueueUrl=queue.queue_url, Entries=entries)
+        if response.get("Failed"):
+            raise RuntimeError(f"{NAME}: send_message_batch failed: {response['Failed'][:1]}")
+    return keys
+
+
+# -- what the daemon does with a tick's result ---------------------------------------------------
+
+# Where a queued run would be launched from; the queue needs one, nothing here connects to it.
+_ORIGIN = RemoteJobOrigin(
+    RemoteRepositoryOrigin(
+        GrpcServerCodeLocationOrigin(host="localhost", port=4000, location_name="bench"),
+        "__repository__",
+    ),
+    EPISODE_JOB_NAME,
+)
+
+
+def queued_run(tags: dict[str, str]) -> DagsterRun:
+    """A run as the daemon leaves it after submitting a request to the run queue."""
+    return DagsterRun(
+        job_name=EPISODE_JOB_NAME,
+        run_id=str(uuid.uuid4()),
+        status=DagsterRunStatus.QUEUED,
+        tags=tags,
+        remote_job_origin=_ORIGIN,
+    )
+
+
+def record_runs(instance: DagsterInstance, result: SensorResult, sensor_name: str) -> list[str]:
+    """Add the requested partitions and one queued run per new run key; returns the new keys.
+
+    The daemon skips a run request whose run key this sensor already used; so does this.
+    """
+    for request in result.dynamic_partitions_requests or []:
+        instance.add_dynamic_partitions(request.partitions_def_name, list(request.partition_keys))
+    made = []
+    for request in result.run_requests or []:
+        key = request.run_key
+        if key and instance.get_run_ids(
+            filters=_run_key_filter(key, sensor_name), limit=1
+        ):  # fmt: skip
+            continue
+        tags = {**request.tags, RUN_KEY_TAG: key or "", SENSOR_NAME_TAG: sensor_name}
+        if request.partition_key:
+            tags[PARTITION_NAME_TAG] = request.partition_key
+        instance.add_run(queued_run(tags))
+        made.append(key or "")
+    return made
+
+
+def _run_key_filter(key: str, sensor_name: str) -> Any:
+    from dagster import RunsFilter
+
+    return RunsFilter(tags={RUN_KEY_TAG: key, SENSOR_NAME_TAG: sensor_name})
+
+
+# -- uploads -------------------------------------------------------------------------------------
+
+
+@contextmanager
+def stderr_to(path: Path) -> Iterator[None]:
+    """The sensor's per-upload log lines (the daemon writes them to its log) go to a file."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with path.open("ab") as target:
+        os.dup2(target.fileno(), 2)
+        try:
+            yield
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+
+
+@dataclass
+class Drain:
+    """One drain of the queue by the sensor: each tick's seconds and the run keys requested."""
+
+    tick_seconds: list[float] = field(default_factory=list)
+    tick_requests: list[int] = field(default_factory=list)
+    daemon_seconds: float = 0.0
+    run_keys: list[str] = field(default_factory=list)
+
+    def schedule_seconds(self, interval: float) -> float:
+        """Time from the uploads' arrival to the last run request, on Dagster's tick schedule."""
+        busy = [(s, n) for s, n in zip(self.tick_seconds, self.tick_requests, strict=True)]
+        while busy and busy[-1][1] == 0:  # trailing empty ticks request nothing
+            busy.pop()
+        if not busy:
+            return 0.0
+        return sum(max(interval, s) for s, _ in busy[:-1]) + busy[-1][0]
+
+
+def drain_with_sensor(
+    instance: DagsterInstance, queue: UploadQueue, expected: int, max_ticks: int
+) -> Drain:
+    drain = Drain()
+    context = build_sensor_context(
+        instance=instance, sensor_name=upload_sensors.UPLOADS_SENSOR_NAME
+    )
+    for _ in range(max_ticks):
+        started = time.perf_counter()
+        result = upload_sensors.evaluate_uploads(context, queue)
+        drain.tick_seconds.append(time.perf_counter() - started)
+        requests = result.run_requests if isinstance(result, SensorResult) else []
+        drain.tick_requests.append(len(requests or []))
+        drain.run_keys += [r.run_key or "" for r in requests or []]
+        if isinstance(result, SensorResult):
+            started = time.perf_counter()
+            record_runs(instance, result, upload_sensors.UPLOADS_SENSOR_NAME)
+            drain.daemon_seconds += time.perf_counter() - started
+        if len(drain.run_keys) >= expected or not isinstance(result, SensorResult):
+            break
+    return drain
+
+
+def drain_bare(queue: UploadQueue, expected: int) -> float:
+    """The limit: receive every message, 10 a call, nothing else."""
+    seen: set[str] = set()
+    started = time.perf_counter()
+    while len(seen) < expected:
+        messages = queue.receive()
+        if not messages:
+            break
+        seen.update(m["MessageId"] for m in messages)
+    return time.perf_counter() - started
+
+
+def measure_uploads(ctx: BenchContext, instance: DagsterInstance) -> list[Result]:
+    config = ctx.config
+    count = config.sensor_uploads
+    interval = upload_sensors.UPLOADS_INTERVAL_SECONDS
+    ours_rate: list[float] = []
+    base_rate: list[float] = []
+    drains: list[Drain] = []
+    missing = duplicates = 0
+    for repeat in range(config.repeats):
+        with bench_queue(ctx) as queue:
+            keys = enqueue_uploads(queue, f"r{repeat}", count)
+            drain = drain_with_sensor(instance, queue, count, max_ticks=count + 5)
+        with bench_queue(ctx) as queue:
+            enqueue_uploads(queue, f"bare{repeat}", count)
+            bare_seconds = drain_bare(queue, count)
+        requested = [k.split("@", 1)[0] for k in drain.run_keys]
+        missing += len(set(keys) - set(requested))
+        duplicates += len(requested) - len(set(requested))
+        ours_rate.append(count / drain.schedule_seconds(interval) * 60)
+        base_rate.append(count / bare_seconds * 60)
+        drains.append(drain)
+    tick_max = [max(d.tick_seconds) for d in drains]
+    details = {
+        "uploads": count,
+        "interval_seconds": interval,
+        "ticks": [sum(1 for n in d.tick_requests if n) for d in drains],
+        "requests_per_tick": [max(d.tick_requests) for d in drains],
+        "tick_seconds_max": [round(s, 3) for s in tick_max],
+        "tick_seconds_sum": [round(sum(d.tick_seconds), 3) for d in drains],
+        "daemon_bookkeeping_seconds": [round(d.daemon_seconds, 3) for d in drains],
+        "missing_runs": missing,
+        "duplicate_runs": duplicates,
+    }
+    rate = Result(
+        stage=NAME,
+        metric="uploads_per_minute",
+        ours=round(median(ours_rate)),
+        baseline=round(median(base_rate)),
+        unit="uploads/min",
+        better="higher",
+        repeats=config.repeats,
+        details=details,
+        baseline_name="limit: bare ReceiveMessage of the same messages (no bookkeeping)",
+        ours_samples=[round(r) for r in ours_rate],
+        baseline_samples=[round(r) for r in base_rate],
+    )
+    rate.target = "≥ 1,000 uploads/min, 0 duplicate and 0 missing runs"
+    rate.met = rate.ours >= 1000 and missing == 0 and duplicates == 0
+    if config.quick:
+        rate.met = missing == 0 and duplicates == 0
+    return [rate]
+
+
+# -- heartbeat -----------------------------------------------------------------------------------
+
+
+def hold_messages(instance: DagsterInstance, queue: UploadQueue, count: int) -> list[str]:
+    """`count` queued runs, each holding one received message as the uploads sensor tags it."""
+    enqueue_uploads(queue, "held", count)
+    handles: list[str] = []
+    runs = []
+    while len(handles) < count:
+        messages = queue.receive()
+        if not messages:
+            break
+        for message in messages:
+            held = upload_sensors.HeldMessage(message["MessageId"], message["ReceiptHandle"], 1)
+            handles.append(held.receipt_handle)
+            runs.append(queued_run(upload_sensors.sqs_tag([held])))
+    for run in runs:
+        instance.add_run(run)
+    if len(handles) != count:
+        raise RuntimeError(f"{NAME}: received {len(handles)} of {count} messages to hold")
+    return handles
+
+
+def measure_heartbeat(ctx: BenchContext, instance: DagsterInstance) -> list[Result]:
+    config = ctx.config
+    count = config.heartbeat_runs
+    interval = QueueSettings().heartbeat_seconds
+    ours: list[float] = []
+    base: list[float] = []
+    renewed: list[int] = []
+    with bench_queue(ctx) as queue:
+        handles = hold_messages(instance, queue, count)
+        for _ in range(config.repeats):
+            started = time.perf_counter()
+            renewed.append(upload_sensors.keep_in_flight(instance, queue, LOG))
+            ours.append(time.perf_counter() - started)
+            base.append(timed(lambda: queue.extend_visibility_many(handles)))
+    result = Result(
+        stage=NAME,
+        metric=f"heartbeat_{count}_runs",
+        ours=round(median(ours), 3),
+        baseline=round(median(base), 3),
+        unit="s",
+        better="lower",
+        repeats=config.repeats,
+        details={
+            "runs_in_flight": count,
+            "renewed": renewed,
+            "heartbeat_interval_seconds": interval,
+            "sensor_time_limit_seconds": SENSOR_TIME_LIMIT_SECONDS,
+        },
+        baseline_name="limit: bare ChangeMessageVisibilityBatch over the same handles",
+        ours_samples=[round(s, 3) for s in ours],
+        baseline_samples=[round(s, 3) for s in base],
+    )
+    result.target = f"all {count:,} renewed within the {interval} s interval (and the 60 s limit)"
+    result.met = all(n == count for n in renewed) and max(ours) < SENSOR_TIME_LIMIT_SECONDS
+    return [result]
+
+
+def run(ctx: BenchContext) -> list[Result]:
+    with bench_instance(ctx) as instance, stderr_to(ctx.workdir / "sensor-ticks.log"):
+        return [*measure_uploads(ctx, instance), *measure_heartbeat(ctx, instance)]
