@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import fields
 from typing import Any
 
 import psycopg
@@ -21,6 +22,8 @@ from episode_pipeline.defs.resources.secret_config import resolved, secret_field
 from episode_pipeline.settings import DEFAULT_REGION, DatabaseSettings
 
 PASSWORD_ENV = "DB_PASSWORD"
+# The resource's field for each `DatabaseSettings` field: the same name, but for the database's.
+_FIELD = {"name": "database"}
 
 
 class PostgresResource(ConfigurableResource):
@@ -65,38 +68,14 @@ class PostgresResource(ConfigurableResource):
         When the password came from the environment variable `password_env`, it is passed as an
         `EnvVar`, so Dagster never displays or stores the secret itself.
         """
-        return cls(
-            host=db.host,
-            port=db.port,
-            database=db.name,
-            user=db.user,
-            password=secret_field(db.password, password_env),
-            ssl=db.ssl,
-            iam_auth=db.iam_auth,
-            region=db.region,
-            connect_timeout_seconds=db.connect_timeout_seconds,
-            statement_timeout_seconds=db.statement_timeout_seconds,
-            lock_timeout_seconds=db.lock_timeout_seconds,
-            idle_in_transaction_timeout_seconds=db.idle_in_transaction_timeout_seconds,
-            keepalive_idle_seconds=db.keepalive_idle_seconds,
-        )
+        values = {_FIELD.get(f.name, f.name): getattr(db, f.name) for f in fields(db)}
+        return cls(**{**values, "password": secret_field(db.password, password_env)})
 
     def database_settings(self) -> DatabaseSettings:
-        return DatabaseSettings(
-            host=self.host,
-            port=self.port,
-            name=self.database,
-            user=self.user,
-            password=resolved(self.password),
-            ssl=self.ssl,
-            iam_auth=self.iam_auth,
-            region=self.region,
-            connect_timeout_seconds=self.connect_timeout_seconds,
-            statement_timeout_seconds=self.statement_timeout_seconds,
-            lock_timeout_seconds=self.lock_timeout_seconds,
-            idle_in_transaction_timeout_seconds=self.idle_in_transaction_timeout_seconds,
-            keepalive_idle_seconds=self.keepalive_idle_seconds,
-        )
+        values = {
+            f.name: getattr(self, _FIELD.get(f.name, f.name)) for f in fields(DatabaseSettings)
+        }
+        return DatabaseSettings(**{**values, "password": resolved(self.password)})
 
     def setup_for_execution(self, context: InitResourceContext) -> None:
         if self.check_schema_on_start:
