@@ -31,6 +31,16 @@ def archive(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
+@pytest.fixture
+def private(settings: Settings) -> Settings:
+    """The session's settings with a bucket of its own (no notifications: no queue involved)."""
+    own = dataclasses.replace(settings, bucket=f"faults-{uuid.uuid4().hex[:8]}")
+    Bucket(own.bucket, own.aws).client.create_bucket(
+        Bucket=own.bucket, CreateBucketConfiguration={"LocationConstraint": own.aws.region}
+    )
+    return own
+
+
 def processed_objects(bucket: Bucket, ref: EpisodeRef) -> dict[str, str]:
     """Relative key → ETag of what the run wrote (its own bookkeeping JSON names the episode)."""
     return {
@@ -41,13 +51,9 @@ def processed_objects(bucket: Bucket, ref: EpisodeRef) -> dict[str, str]:
 
 
 def test_s3_errors_and_slow_answers_are_retried_and_the_outputs_equal_a_clean_runs(
-    settings: Settings, archive: Path
+    private: Settings, archive: Path
 ) -> None:
-    private = dataclasses.replace(settings, bucket=f"faults-{uuid.uuid4().hex[:8]}")
     bucket = Bucket(private.bucket, private.aws)
-    bucket.client.create_bucket(
-        Bucket=bucket.name, CreateBucketConfiguration={"LocationConstraint": private.aws.region}
-    )
     clean, faulty = (EpisodeRef("test-org", f"ep-faults-{uuid.uuid4().hex[:8]}") for _ in "ab")
     with connect(private.database, autocommit=True) as conn:
         for ref in (clean, faulty):
@@ -76,13 +82,9 @@ def test_s3_errors_and_slow_answers_are_retried_and_the_outputs_equal_a_clean_ru
 
 
 def test_a_database_gone_mid_copy_leaves_no_rows_and_the_retry_writes_them_all(
-    settings: Settings, archive: Path
+    private: Settings, archive: Path
 ) -> None:
-    private = dataclasses.replace(settings, bucket=f"faults-{uuid.uuid4().hex[:8]}")
     bucket = Bucket(private.bucket, private.aws)
-    bucket.client.create_bucket(
-        Bucket=bucket.name, CreateBucketConfiguration={"LocationConstraint": private.aws.region}
-    )
     ref = EpisodeRef("test-org", f"ep-pg-cut-{uuid.uuid4().hex[:8]}")
     with connect(private.database, autocommit=True) as conn:
         ensure_episode_row(conn, ref)

@@ -233,14 +233,7 @@ def test_the_heartbeat_keeps_messages_of_queued_runs_in_flight(
     ref = new_ref()
     upload_episode(archive, ref, private.settings)
     (request,) = tick(instance, private.queue).run_requests
-    # A run created from the request but not yet started (as a busy run queue leaves it).
-    job = build_definitions(private.settings).resolve_job_def(EPISODE_JOB_NAME)
-    instance.add_dynamic_partitions(EPISODES_PARTITION_NAME, [ref.partition_key])
-    run = instance.create_run_for_job(
-        job_def=job,
-        tags={**request.tags, "dagster/partition": ref.partition_key},
-        status=DagsterRunStatus.NOT_STARTED,
-    )
+    run = waiting_run(instance, private, request)
     (held,) = sqs.held_messages(request.tags)
     handle = held.receipt_handle
     private.queue.extend_visibility_many([handle], 0)  # as if the visibility were about to run out
@@ -319,6 +312,22 @@ def report_done(instance: DagsterInstance, private: PrivateQueue, run_id: str) -
     sqs.episode_upload_done(context)
 
 
+def waiting_run(instance: DagsterInstance, private: PrivateQueue, run_request: Any) -> Any:
+    """The run the daemon made from the request, not started yet (as a busy run queue leaves it)."""
+    job = build_definitions(private.settings).resolve_job_def(EPISODE_JOB_NAME)
+    instance.add_dynamic_partitions(EPISODES_PARTITION_NAME, [run_request.partition_key])
+    return instance.create_run_for_job(
+        job_def=job,
+        tags={
+            **run_request.tags,
+            "dagster/partition": run_request.partition_key,
+            RUN_KEY_TAG: run_request.run_key,
+            SENSOR_NAME_TAG: sqs.UPLOADS_SENSOR_NAME,
+        },
+        status=DagsterRunStatus.NOT_STARTED,
+    )
+
+
 def redeliver(private: PrivateQueue, tags: dict[str, str]) -> None:
     """Make the run's messages visible now, as they would be after the visibility timeout."""
     handles = [m.receipt_handle for m in sqs.held_messages(tags)]
@@ -332,19 +341,7 @@ def test_a_redelivery_while_the_run_waits_joins_it_and_its_success_deletes_the_m
     ref = new_ref()
     upload_episode(archive, ref, private.settings)
     (request,) = tick(instance, private.queue).run_requests
-    # The daemon made the run from the request; it waits in the run queue.
-    job = build_definitions(private.settings).resolve_job_def(EPISODE_JOB_NAME)
-    instance.add_dynamic_partitions(EPISODES_PARTITION_NAME, [ref.partition_key])
-    waiting = instance.create_run_for_job(
-        job_def=job,
-        tags={
-            **request.tags,
-            "dagster/partition": ref.partition_key,
-            RUN_KEY_TAG: request.run_key,
-            SENSOR_NAME_TAG: sqs.UPLOADS_SENSOR_NAME,
-        },
-        status=DagsterRunStatus.NOT_STARTED,
-    )
+    waiting = waiting_run(instance, private, request)
 
     redeliver(private, request.tags)
     assert isinstance(tick(instance, private.queue), SensorResult)
