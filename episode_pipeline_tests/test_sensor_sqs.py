@@ -11,6 +11,7 @@ import dataclasses
 import uuid
 from collections.abc import Callable
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -374,3 +375,24 @@ def test_a_redelivery_after_the_run_succeeded_deletes_the_message_and_starts_not
         RunsFilter(tags={UPLOAD_TAG: request.run_key}, statuses=[DagsterRunStatus.SUCCESS])
     )
     assert len(succeeded) == 1
+
+
+def test_a_tick_logs_what_it_saw_requested_and_skipped(
+    private_queue: Callable[..., PrivateQueue], instance: DagsterInstance, archive: Path
+) -> None:
+    private = private_queue()
+    ref = new_ref()
+    key = upload_episode(archive, ref, private.settings)
+    upload = f"{ref.partition_key}@{private.storage.head(key).etag}"
+    private.queue.client.send_message(QueueUrl=private.queue.queue_url, MessageBody="garbage")
+    log = _Log()
+
+    sqs.evaluate_uploads(SimpleNamespace(instance=instance, log=log), private.queue)
+
+    text = "\n".join(log.lines)
+    assert "received 3 message(s)" in text
+    assert "s3:TestEvent" in text and "skipped and deleted" in text
+    assert "left on the queue" in text and "body is not JSON" in text  # skipped, and why
+    assert f"saw upload {upload} (s3 key {key})" in text
+    assert f"requested run key {upload}" in text
+    assert f"tick done: requested 1 run(s): {upload}" in text
