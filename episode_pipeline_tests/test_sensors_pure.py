@@ -40,6 +40,8 @@ def test_a_started_run_whose_process_is_gone_is_orphaned():
 def test_only_a_run_that_included_the_extraction_was_processing_its_episode():
     frames, extraction = AssetKey("frames"), AssetKey("extracted_files")
     assert was_processing(run())  # the whole episode job, as sensors and backfills launch it
+    in_process = DagsterRun(job_name="process_episode", run_id="r6", asset_selection=frozenset())
+    assert was_processing(in_process)  # what `episode-pipeline process` executes
     assert was_processing(
         DagsterRun(job_name="__ASSET_JOB", run_id="r2", asset_selection=frozenset({extraction}))
     )

@@ -41,9 +41,11 @@ def run_started_at(instance: DagsterInstance, run: DagsterRun) -> datetime:
 
 def was_processing(run: DagsterRun) -> bool:
     """Did the run (re)process its episode, i.e. include the extraction?"""
-    if run.asset_selection is None:  # the whole job, as the sensor and backfills launch it
-        return run.job_name == EPISODE_JOB_NAME
-    return EXTRACTION in run.asset_selection
+    selection = run.asset_selection or frozenset()
+    # The whole episode job carries no selection (sensor, backfill) or an empty one (in-process).
+    if run.job_name == EPISODE_JOB_NAME and not selection:
+        return True
+    return EXTRACTION in selection
 
 
 def fail_episode_of_run(
