@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 from episode_pipeline.keys import EpisodeRef, InvalidEpisodeKey, parse_partition_key
+from episode_pipeline.lerobot.layout import CODEBASE_VERSIONS
 
 
 def _episode_arg(value: str) -> EpisodeRef:
@@ -268,7 +269,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     sample = commands.add_parser("make-sample", help="write a realistic LeRobot episode archive")
     sample.add_argument("out")
-    sample.add_argument("--format", choices=["v3.0", "v2.1"], default="v3.0")
+    sample.add_argument("--format", choices=CODEBASE_VERSIONS, default="v3.0")
     sample.add_argument("--cameras", type=int, default=2)
     sample.add_argument("--seconds", type=float, default=4.0)
     sample.add_argument("--fps", type=int, default=30)

@@ -11,6 +11,8 @@ import re
 from collections.abc import Iterable
 from enum import StrEnum
 
+# The LeRobot dataset versions whose layouts are accepted (docs/lerobot-archives.md).
+CODEBASE_VERSIONS = ("v3.0", "v2.1", "v2.0")
 INFO_JSON = "meta/info.json"
 TASKS_PARQUET = "meta/tasks.parquet"
 TASKS_JSONL = "meta/tasks.jsonl"

@@ -29,6 +29,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import zstandard
 
+from episode_pipeline.lerobot.layout import CODEBASE_VERSIONS
 from episode_pipeline.video import ffmpeg_exe
 
 CHUNKS_SIZE = 1000
@@ -45,7 +46,6 @@ V30_DATA_PATH = "data/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet"
 V30_VIDEO_PATH = "videos/{video_key}/chunk-{chunk_index:03d}/file-{file_index:03d}.mp4"
 V2_DATA_PATH = "data/chunk-{episode_chunk:03d}/episode_{episode_index:06d}.parquet"
 V2_VIDEO_PATH = "videos/chunk-{episode_chunk:03d}/{video_key}/episode_{episode_index:06d}.mp4"
-VERSIONS = ("v3.0", "v2.1", "v2.0")
 NAMES_STYLES = ("flat", "nested", "dict", "null")
 
 
@@ -96,9 +96,9 @@ class SampleSpec:
         return [f"observation.images.{name}" for name in names]
 
     def validate(self) -> None:
-        if self.codebase_version not in VERSIONS:
+        if self.codebase_version not in CODEBASE_VERSIONS:
             raise SampleError(
-                f"codebase_version must be one of {', '.join(VERSIONS)}, "
+                f"codebase_version must be one of {', '.join(CODEBASE_VERSIONS)}, "
                 f"not {self.codebase_version}"
             )
         if self.names_style not in NAMES_STYLES:
