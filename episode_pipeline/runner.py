@@ -19,6 +19,26 @@ from episode_pipeline.defs.runs import ensure_partition, episode_tags, in_proces
 from episode_pipeline.keys import EpisodeRef
 from episode_pipeline.settings import Settings, apply_local_stack_env, load_settings
 
+# The webserver's own pooling defaults (dagster-webserver --db-pool-*).
+POOL_RECYCLE_SECONDS = 3600
+POOL_MAX_OVERFLOW = 20
+
+
+def local_instance(settings: Settings) -> DagsterInstance:
+    """The local instance, its storage holding one connection open for this whole process.
+
+    Dagster's PostgreSQL storage opens a new connection for every statement (NullPool): a run of a
+    short episode makes ~400 of them, seconds of connection set-up on a busy machine
+    (benchmarks/startup.py). This is the pooling the webserver applies to itself.
+    """
+    instance = DagsterInstance.get()
+    instance.optimize_for_webserver(
+        statement_timeout=settings.database.statement_timeout_seconds * 1000,
+        pool_recycle=POOL_RECYCLE_SECONDS,
+        max_overflow=POOL_MAX_OVERFLOW,
+    )
+    return instance
+
 
 @dataclass(frozen=True)
 class ProcessOutcome:
@@ -54,7 +74,7 @@ def process_episode(
     apply_local_stack_env()  # DAGSTER_HOME of the local instance, when nothing is exported
     settings = settings or load_settings()
     defs = build_definitions(settings)
-    instance = instance or DagsterInstance.get()
+    instance = instance or local_instance(settings)
     fail_orphaned_runs(instance)
     ensure_partition(instance, ref)
     result = defs.resolve_job_def(EPISODE_JOB_NAME).execute_in_process(
@@ -79,8 +99,9 @@ def run_checks(
 ) -> dict[str, bool]:
     """Run the episode's checks (all, or those named) on what is stored; name → passed."""
     apply_local_stack_env()
-    defs = build_definitions(settings or load_settings())
-    instance = instance or DagsterInstance.get()
+    settings = settings or load_settings()
+    defs = build_definitions(settings)
+    instance = instance or local_instance(settings)
     keys = set(defs.resolve_asset_graph().asset_check_keys)
     if names is not None:
         unknown = names - {key.name for key in keys}
