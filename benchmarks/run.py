@@ -29,6 +29,7 @@ from benchmarks import (
     extraction,
     frames_convert,
     frames_load,
+    hls,
     sensor,
     startup,
 )
@@ -40,6 +41,7 @@ STAGES: dict[str, ModuleType] = {
     frames_load.NAME: frames_load,
     frames_convert.NAME: frames_convert,
     extraction.NAME: extraction,
+    hls.NAME: hls,
     end_to_end.NAME: end_to_end,
 }
 DEFAULT_OUT = REPO_ROOT / "benchmarks" / "results"
