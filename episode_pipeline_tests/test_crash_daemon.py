@@ -141,6 +141,17 @@ def crash_stage(
         env=env,
         logs=tmp_path_factory.mktemp("crash-logs"),
     )
+    kill_leftovers({str(home), str(paused)})
+
+
+def kill_leftovers(dagster_homes: set[str]) -> None:
+    """SIGKILL whatever this module started that is still alive (a code server the kill raced,
+    a run worker spared by it): every process whose DAGSTER_HOME is one of ours."""
+    for process in psutil.process_iter():
+        with contextlib.suppress(psutil.Error):
+            ours = process.environ().get("DAGSTER_HOME") in dagster_homes
+            if ours and process.pid != os.getpid():
+                process.kill()
 
 
 class Daemon:
@@ -198,8 +209,11 @@ class Daemon:
 
 
 def _is_run_worker(process: psutil.Process) -> bool:
+    """The code server starts each run in a `multiprocessing` spawn child (Dagster's StartRun);
+    its resource tracker is not one."""
     with contextlib.suppress(psutil.Error):
-        return "execute_run" in " ".join(process.cmdline())
+        command = " ".join(process.cmdline())
+        return "spawn_main" in command and "resource_tracker" not in command
     return False
 
 
