@@ -66,9 +66,21 @@ def lost_events(tmp_path, stack, settings, db_conn):
         "s3": S3BucketResource.from_settings(settings),
     }
 
-    def upload(ref: EpisodeRef, *, status: str = "uploaded", archive_uploaded: bool = True):
+    def upload(
+        ref: EpisodeRef,
+        *,
+        status: str = "uploaded",
+        archive_uploaded: bool = True,
+        processed_minutes_from_now: int | None = None,
+    ):
         ensure_episode_row(db_conn, ref)
         db_conn.execute("UPDATE episodes SET status = %s WHERE id = %s", (status, ref.episode_id))
+        if processed_minutes_from_now is not None:
+            db_conn.execute(
+                "UPDATE episodes SET processed_at = now() + make_interval(mins => %s)"
+                " WHERE id = %s",
+                (processed_minutes_from_now, ref.episode_id),
+            )
         if archive_uploaded:
             bucket.upload_file(archive["archive"], f"{ref.prefix}take.tar.zst")
 
@@ -131,9 +143,18 @@ def test_a_reupload_of_a_processed_episode_whose_event_was_lost_is_found(lost_ev
     reuploaded = new_ref()
     # An earlier upload was processed by a run; then the robot uploaded again, event lost.
     make_run(instance, reuploaded, DagsterRunStatus.SUCCESS)
-    upload(reuploaded, status="processed")
+    upload(reuploaded, status="processed", processed_minutes_from_now=-120)
     result, _ = tick(instance)
     assert reuploaded.partition_key in requested(result)
+
+
+def test_an_upload_processed_after_it_was_written_is_not_run_again(lost_events, instance):
+    # The history: processed by the worker this pipeline replaced, so no run exists anywhere.
+    upload, tick = lost_events
+    history = new_ref()
+    upload(history, status="processed", processed_minutes_from_now=10)
+    result, _ = tick(instance)
+    assert history.partition_key not in requested(result)
 
 
 @pytest.mark.parametrize("status", [DagsterRunStatus.QUEUED, DagsterRunStatus.NOT_STARTED])

@@ -276,18 +276,23 @@ def episode_refs(conn: psycopg.Connection) -> list[EpisodeRef]:
 
 def episodes_after(
     conn: psycopg.Connection, schema: DatabaseSchema, after_id: str, limit: int
-) -> list[EpisodeRef]:
-    """Up to `limit` episodes whose id sorts after `after_id`, in id order: one page of a walk
-    over every episode that no kind of row can stall (keyset paging, not oldest-first).
+) -> list[tuple[EpisodeRef, datetime | None]]:
+    """Up to `limit` episodes whose id sorts after `after_id`, in id order, with `processed_at`:
+    one page of a walk over every episode that no kind of row can stall (keyset paging, not
+    oldest-first).
 
     Needs `episodes.org_id` (the upload's prefix): without it nothing can be reconciled.
     """
     if not schema.has("episodes", "org_id"):
         return []
+    processed_at = "processed_at" if schema.has("episodes", "processed_at") else "NULL"
     rows = conn.execute(
-        "SELECT org_id, id FROM episodes WHERE id > %s ORDER BY id LIMIT %s", (after_id, limit)
+        sql.SQL("SELECT org_id, id, {} FROM episodes WHERE id > %s ORDER BY id LIMIT %s").format(
+            sql.SQL(processed_at)
+        ),
+        (after_id, limit),
     ).fetchall()
-    return [EpisodeRef(org_id, episode_id) for org_id, episode_id in rows]
+    return [(EpisodeRef(org_id, episode_id), done) for org_id, episode_id, done in rows]
 
 
 def stale_processing(

@@ -73,10 +73,16 @@ def lost_upload(
     instance: DagsterInstance,
     bucket: Bucket,
     ref: EpisodeRef,
+    processed_at: datetime | None,
     settings: ReconcileSettings,
     now: datetime,
 ) -> RunRequest | str:
-    """The run request for the episode's lost upload, or why it needs none."""
+    """The run request for the episode's lost upload, or why it needs none.
+
+    Handled means: a run was started for the upload, or any run of the episode (a backfill,
+    the UI) was made after the archive was written, or the row says it was processed after
+    that (by whatever system: the worker this pipeline replaced processed the history).
+    """
     if has_run_in_flight(instance, ref):
         return "a run is in flight"
     try:
@@ -89,15 +95,16 @@ def lost_upload(
     written = bucket.head(archive.key)
     if written is None or written.last_modified is None:
         return f"{archive.key} vanished"
+    # S3 truncates LastModified to the second: only a second later is surely after the write.
+    written_by = written.last_modified + timedelta(seconds=1)
+    if processed_at is not None and processed_at >= written_by:
+        return f"{upload} was processed at {processed_at:%Y-%m-%d %H:%M:%S}, after it was written"
     age = (now - written.last_modified).total_seconds()
     if age < settings.lost_upload_after_seconds:
         return f"{upload} is {age:.0f} s old: the queue may still deliver it"
     latest = latest_run_of_episode(instance, ref)
     if latest is not None:
         record = instance.get_run_record_by_id(latest.run_id)
-        # S3 truncates LastModified to the second: only a run made a second later is surely
-        # after the write (and so processed this archive or a newer one).
-        written_by = written.last_modified + timedelta(seconds=1)
         if record is not None and record.create_timestamp >= written_by:
             return f"{upload}: run {latest.run_id} was started after it was written"
     report_archive_version(instance, ref.partition_key, archive.etag)
@@ -129,11 +136,11 @@ def reconciliation_sensors(settings: ReconcileSettings | None = None) -> list[Se
                 conn, read_schema(conn), context.cursor or "", settings.episodes_per_tick
             )
         # The walk starts over after the last page.
-        next_cursor = page[-1].episode_id if len(page) == settings.episodes_per_tick else ""
+        next_cursor = page[-1][0].episode_id if len(page) == settings.episodes_per_tick else ""
         now = datetime.now(UTC)
         requests = []
-        for ref in page:
-            outcome = lost_upload(context.instance, bucket, ref, settings, now)
+        for ref, processed_at in page:
+            outcome = lost_upload(context.instance, bucket, ref, processed_at, settings, now)
             if isinstance(outcome, RunRequest):
                 context.log.warning(f"{ref}: upload lost: requesting run {outcome.run_key}")
                 requests.append(outcome)
