@@ -13,8 +13,8 @@ says `processed`, and split with the run record and its events:
 
 Limit: the sum of the stage limits, measured in the same run on the same episode: S3 alone for
 extraction (its kept members uploaded from the page cache, no decompression), bare FFmpeg for
-the transcode (every camera at once), the server's own COPY of the frame rows. The daemon works on a stack of its own
-(never a shared one: it would act on that stack's queue and runs).
+the transcode (every camera at once), the server's own COPY of the frame rows. The daemon works on
+a stack of its own (never a shared one: it would act on that stack's queue and runs).
 """
 
 from __future__ import annotations
