@@ -83,6 +83,18 @@ def counts(conn: psycopg.Connection, ref: EpisodeRef) -> dict[str, int]:
     }
 
 
+def settled_counts(
+    conn: psycopg.Connection, refs: list[EpisodeRef], timeout: float
+) -> dict[EpisodeRef, dict[str, int]]:
+    """Row counts once each episode's metadata is there: it is written after `processed`."""
+    deadline = time.monotonic() + timeout
+    while True:
+        found = {ref: counts(conn, ref) for ref in refs}
+        if all(c["episode_metadata"] for c in found.values()) or time.monotonic() > deadline:
+            return found
+        time.sleep(1)
+
+
 def wait_processed(
     conn: psycopg.Connection, refs: list[EpisodeRef], dev: DagsterDev, timeout: float
 ) -> dict[EpisodeRef, datetime]:
@@ -130,7 +142,7 @@ def test_a_backfill_over_several_episodes_from_the_ui(
         upload_episode(archive, ref)
     dagster_dev.wait_until_up(STARTUP_SECONDS)
     first_processed = wait_processed(db_conn, refs, dagster_dev, PROCESS_SECONDS)
-    first_counts = {ref: counts(db_conn, ref) for ref in refs}
+    first_counts = settled_counts(db_conn, refs, PROCESS_SECONDS)
     assert all(written["frames"] > 0 for written in first_counts.values()), first_counts
 
     # What the UI sends from the job's Materialize dialog when several partitions are picked.
