@@ -183,10 +183,19 @@ def test_v21_sample_processes_and_reprocessing_changes_nothing(tmp_path, stack, 
         if path.endswith((".mp4", ".parquet"))
         or path in ("meta/info.json", "meta/tasks.jsonl", "meta/episodes.jsonl")
     }
-    # One rendition per camera: both LeRobot episodes (2 x 1 s) fit in one 4-second segment.
+    keys = set(first["objects"])
+    assert {key for key in keys if not key.startswith("hls/")} == expected_keys
+    # Per camera the baseline rendition (both LeRobot episodes, 2 x 1 s, fit in one 4-second
+    # segment), the ladder's master playlist and the poster; nothing outside a camera's folder.
     for camera in summary["cameras"]:
-        expected_keys |= {f"hls/{camera}/playlist.m3u8", f"hls/{camera}/segment_00000.ts"}
-    assert set(first["objects"]) == expected_keys
+        assert {
+            f"hls/{camera}/playlist.m3u8",
+            f"hls/{camera}/segment_00000.ts",
+            f"hls/{camera}/master.m3u8",
+            f"hls/{camera}/poster.jpg",
+        } <= keys
+    hls_cameras = {key.split("/")[1] for key in keys if key.startswith("hls/")}
+    assert hls_cameras == set(summary["cameras"])
 
     assert process_episode(ref)
     assert state_of(db_conn, s3_client, stack.bucket, ref) == first
