@@ -43,7 +43,9 @@ def hls_playlists(
     playlists = bucket.list_keys(ref.hls_root, suffix=f"/{PLAYLIST_NAME}")
     entries = []
     for key in playlists:
-        camera = key.rsplit("/", 2)[-2]
+        camera = key[len(ref.hls_root) :].removesuffix(f"/{PLAYLIST_NAME}")
+        if "/" in camera:  # a ladder variant's playlist, inside its camera's folder
+            continue
         entries.append({"camera": camera, "source": source_of.get(camera), "playlist": key})
     return entries
 
