@@ -36,7 +36,7 @@ from dagster import (
 )
 
 from episode_pipeline.bucket import Bucket
-from episode_pipeline.defs.assets.archive import extracted_files
+from episode_pipeline.defs.assets.archive import bucket_links, extracted_files
 from episode_pipeline.defs.metadata import table
 from episode_pipeline.defs.partitions import SERVING, episode_asset, episode_check
 from episode_pipeline.defs.resources.s3 import S3BucketResource
@@ -45,6 +45,7 @@ from episode_pipeline.extracted_files import ExtractedFiles, ProcessedFile
 from episode_pipeline.keys import EpisodeRef, parse_partition_key
 from episode_pipeline.lerobot.cameras import DEFAULT_CAMERA
 from episode_pipeline.lerobot.layout import path_order
+from episode_pipeline.links import BucketLinks
 from episode_pipeline.transcode.job import CameraJob, FailedVideo, TranscodeResult
 from episode_pipeline.video.stored import (
     StoredCamera,
@@ -195,15 +196,17 @@ def rendition_rows(result: TranscodeResult) -> list[dict[str, Any]]:
     ]
 
 
-def posters_markdown(bucket: Bucket, results: list[TranscodeResult]) -> str:
-    """Each camera's poster inline (a data URI: the UI shows it without S3 access) and its key."""
+def posters_markdown(bucket: Bucket, links: BucketLinks, results: list[TranscodeResult]) -> str:
+    """Each camera's poster inline (a data URI: the UI shows it without S3 access), with links
+    to the poster and the camera's master playlist."""
     parts = []
     for result in results:
-        if not result.poster_key:
+        if not result.poster_key or not result.master_key:
             continue
         jpeg = base64.b64encode(bucket.get_bytes(result.poster_key)).decode("ascii")
         parts.append(
-            f"**{result.camera}** `{bucket.uri(result.poster_key)}`\n\n"
+            f"**{result.camera}** ([poster]({links.object(result.poster_key)}), "
+            f"[master.m3u8]({links.object(result.master_key)}))\n\n"
             f"![{result.camera}](data:image/jpeg;base64,{jpeg})"
         )
     return "\n\n".join(parts) or "(no poster: no camera was transcoded)"
@@ -242,6 +245,7 @@ def hls_renditions(
 ) -> MaterializeResult:
     ref = parse_partition_key(context.partition_key)
     bucket = s3.get_client()
+    links = bucket_links(s3)
     cameras = videos_by_camera(extracted_files)
     for camera in sorted(stale_cameras(bucket, ref, set(cameras))):
         removed = bucket.delete_prefix(ref.hls_prefix(camera))
@@ -286,7 +290,7 @@ def hls_renditions(
         "per_camera": table(CAMERA_COLUMNS, [camera_row(r) for r in results]),
         "sources": table(SOURCE_COLUMNS, [row for r in results for row in source_rows(r)]),
         "renditions": table(RENDITION_COLUMNS, [row for r in results for row in rendition_rows(r)]),
-        "posters": MetadataValue.md(posters_markdown(bucket, results)),
+        "posters": MetadataValue.md(posters_markdown(bucket, links, results)),
         "segments": sum(r.segments for r in results),
         "seconds": round(sum(r.seconds for r in results), 3),
         "ffmpeg_seconds": round(sum(r.ffmpeg_seconds for r in results), 3),
@@ -294,7 +298,7 @@ def hls_renditions(
         "transcode_deadline_seconds": outcome.deadline_seconds,
         "failed_videos": MetadataValue.json(failed),
         "transcoder": transcoder.mode,
-        "hls_prefix": MetadataValue.url(bucket.uri(ref.hls_root)),
+        "hls_prefix": MetadataValue.url(links.folder(ref.hls_root)),
     }
     if outcome.task_size is not None:
         metadata["transcode_task"] = (
