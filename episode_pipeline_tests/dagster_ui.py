@@ -20,6 +20,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from episode_pipeline.local import aws_setup
 from episode_pipeline.local.dev import SHUTDOWN_GRACE_SECONDS, dagster_command, dev_environment
 from episode_pipeline.local.stack import StackInfo
 
@@ -105,7 +106,14 @@ def stop(process: subprocess.Popen[bytes]) -> None:
 
 @contextlib.contextmanager
 def running_dagster_dev(stack: StackInfo, workdir: Path) -> Iterator[DagsterDev]:
-    """`dagster dev` on `stack`, started in `workdir` (its log goes there), stopped at exit."""
+    """`dagster dev` on `stack`, started in `workdir` (its log goes there), stopped at exit.
+
+    The upload queue is purged first: earlier tests processed their uploads in-process and left
+    the S3 events behind, and this daemon's sensor would run them all again (one run per org at
+    a time) before the calling test's own uploads.
+    """
+    assert stack.s3_endpoint is not None and stack.sqs_queue_url is not None
+    aws_setup.client("sqs", stack.s3_endpoint).purge_queue(QueueUrl=stack.sqs_queue_url)
     port = free_port()
     log = workdir / "dagster-dev.log"
     with log.open("wb") as output:

@@ -137,12 +137,7 @@ def upload_sample(tmp: Path, ref: EpisodeRef, seconds: float) -> None:
 
 
 @pytest.fixture(scope="module")
-def ui(
-    stack: StackInfo, sqs_client: Any, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[DagsterDev]:
-    # Earlier tests processed their uploads in-process and left the S3 events on the queue: this
-    # daemon would run them all again before these tests' episodes.
-    sqs_client.purge_queue(QueueUrl=stack.sqs_queue_url)
+def ui(stack: StackInfo, tmp_path_factory: pytest.TempPathFactory) -> Iterator[DagsterDev]:
     with running_dagster_dev(stack, tmp_path_factory.mktemp("ui")) as dev:
         dev.wait_until_up()
         yield dev
