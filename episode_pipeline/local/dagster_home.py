@@ -57,6 +57,9 @@ def instance_config(
             "max_runtime_seconds": max_runtime_seconds,
             "poll_interval_seconds": MONITORING_POLL_SECONDS,
         },
+        # As in production: each sensor ticks on its own thread, so a long reconciliation walk
+        # never holds back the upload sensor.
+        "sensors": {"use_threads": True, "num_workers": 4},
         "telemetry": {"enabled": False},
     }
 
