@@ -20,6 +20,7 @@ from episode_pipeline.extracted_files import (
     ProcessedFile,
     SkippedFile,
 )
+from episode_pipeline.injection_points import MID_EXTRACTION, reach
 from episode_pipeline.keys import EpisodeRef, InvalidEpisodeKey, is_raw_archive_key, parse_s3_key
 from episode_pipeline.lerobot.cameras import camera_for
 from episode_pipeline.lerobot.frames import FrameDataError, parquet_row_count
@@ -138,6 +139,7 @@ def extract_archive(
             extracted.files.append(
                 ProcessedFile(member.path, key, result.size, result.sha256, kind, rows=rows)
             )
+            reach(MID_EXTRACTION, about=ref.partition_key)
             log.info(f"uploaded {member.path} → {key} ({result.size} bytes)")
         extracted.skipped += [SkippedFile(s.path, s.reason) for s in reader.skipped]
     finally:

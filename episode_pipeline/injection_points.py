@@ -4,25 +4,48 @@ injection points do for its own tests.
 `reach(name)` does nothing unless the environment arms that point
 (`settings.armed_injection_point`, never set in production). When armed, it writes the marker
 file and holds the process there, so the test can kill it with SIGKILL exactly between two steps
-(after a receive, before a delete, ...). The hold is bounded: if nobody strikes, the process goes
-on after `hold_seconds`. The points and the tests that use them are listed in docs/faults.md.
+(after a receive, before a delete, ...), or do something to the world (restart a server) and
+then `release` it. A point holds once: once its marker exists it is passed (the retry of a
+killed run goes through). The hold is bounded: if nobody strikes, the process goes on after
+`hold_seconds`. The points and the tests that use them are listed in docs/faults.md.
 """
 
 from __future__ import annotations
 
 import os
 import time
+from pathlib import Path
 
 from episode_pipeline.settings import armed_injection_point
+
+# Points inside a run (the others belong to the sensors that reach them: `defs/sensors/sqs.py`).
+MID_EXTRACTION = "extraction.after_member"  # a member uploaded under processed/, more to come
+MID_COPY = "frames.mid_copy"  # a COPY into `frames` under way, rows sent, not committed
 
 
 def reach(name: str, about: str = "") -> None:
     """Hold here if this point is armed (and, when the test names what, `about` mentions it)."""
     point = armed_injection_point()
-    if point is None or point.name != name or point.about not in about:
+    if point is None or point.name != name or point.about not in about or point.marker.exists():
         return
     point.marker.parent.mkdir(parents=True, exist_ok=True)
     point.marker.write_text(f"{name} reached by pid {os.getpid()} about {about}\n")
     deadline = time.monotonic() + point.hold_seconds
-    while time.monotonic() < deadline:
+    while time.monotonic() < deadline and not _released(point.marker):
         time.sleep(0.1)
+
+
+RELEASED = "released"
+
+
+def release(marker: Path) -> None:
+    """Let the process held at the point this marker belongs to go on."""
+    with marker.open("a") as out:
+        out.write(f"{RELEASED}\n")
+
+
+def _released(marker: Path) -> bool:
+    try:
+        return RELEASED in marker.read_text()
+    except FileNotFoundError:
+        return False

@@ -38,10 +38,12 @@ from episode_pipeline.db.connection import connect
 from episode_pipeline.db.episodes import episode_row, frame_rows
 from episode_pipeline.defs.runs import IN_FLIGHT_STATUSES, PARTITION_TAG, UPLOAD_TAG, upload_id
 from episode_pipeline.defs.sensors import sqs
+from episode_pipeline.injection_points import MID_COPY, MID_EXTRACTION
 from episode_pipeline.keys import EpisodeRef
 from episode_pipeline.lerobot.sample import SampleSpec, write_sample
 from episode_pipeline.local import aws_setup
 from episode_pipeline.local.dagster_home import instance_config
+from episode_pipeline.local.dev import WORKSPACE_FILE
 from episode_pipeline.local.stack import StackInfo
 from episode_pipeline.local.upload import upload_episode
 from episode_pipeline.settings import INJECTION_ABOUT_ENV, INJECTION_POINT_ENV, Settings
@@ -173,7 +175,7 @@ class Daemon:
         self.log = stage.logs / f"{label}.log"
         executable = Path(sys.executable).parent / "dagster-daemon"
         self.process = subprocess.Popen(
-            [str(executable), "run", "-m", "episode_pipeline.definitions"],
+            [str(executable), "run", "-w", str(WORKSPACE_FILE)],
             cwd=REPO,
             env=env,
             start_new_session=True,
@@ -184,11 +186,12 @@ class Daemon:
     def tail(self, lines: int = 40) -> str:
         return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
 
-    def crash(self) -> list[int]:
-        """SIGKILL the daemon and its code server; run workers live on (returns their pids)."""
+    def crash(self, spare_workers: bool = True) -> list[int]:
+        """SIGKILL the daemon and its code server; run workers live on, as separate ECS tasks
+        would, unless the whole machine is meant to die (returns the spared pids)."""
         root = psutil.Process(self.process.pid)
         tree = root.children(recursive=True)
-        workers = [p for p in tree if _is_run_worker(p)]
+        workers = [p for p in tree if _is_run_worker(p)] if spare_workers else []
         spared = {p.pid for w in workers for p in [w, *w.children(recursive=True)]}
         for process in [root, *tree]:
             if process.pid not in spared:
@@ -305,6 +308,75 @@ def test_after_a_sigkill_every_upload_is_processed_exactly_once(
         assert frame_rows(conn, ref) == FPS  # written once: 1 s at 30 fps
     assert depth(stage.queue) == (0, 0)  # no message left
     assert depth(stage.dlq) == (0, 0)  # and none lost to the dead-letter queue
+
+
+# Who notices a dead run worker, by what else died with it (the messages they leave on the run).
+CODE_SERVER_NOTICES = "Run execution process for"  # Dagster's code server, itself alive
+RUN_MONITORING_NOTICES = "process {pid} is gone"  # a restarted daemon (local.run_launcher)
+
+
+@pytest.mark.parametrize(
+    ("point", "about", "machine_crash"),
+    [
+        # The worker alone dies mid-extraction (an OOM kill): the code server that started it
+        # reports the run failed.
+        pytest.param(MID_EXTRACTION, "{partition_key}", False, marks=LONG),
+        # Everything dies mid-COPY (the machine): a restarted daemon's run monitoring finds the
+        # run STARTED with its worker gone and fails it at the next poll, not after the
+        # run's two-hour deadline.
+        pytest.param(MID_COPY, "frames:{episode_id}", True, marks=LONG),
+    ],
+)
+def test_a_killed_run_worker_fails_its_run_and_the_retry_converges(
+    crash_stage: CrashStage, archive: Path, point: str, about: str, machine_crash: bool
+) -> None:
+    """The run's worker is SIGKILLed at a point inside the run; the run fails naming the cause,
+    its episode is marked `failed` (the killed COPY left no rows), and the upload's message, no
+    longer renewed, brings exactly one retry that processes it."""
+    stage = crash_stage
+    ref = EpisodeRef("test-org", f"ep-worker-{uuid.uuid4().hex[:8]}")
+    upload_episode(archive, ref, stage.settings)
+    label = f"worker-{point.replace('.', '-')}"
+    about = about.format(partition_key=ref.partition_key, episode_id=ref.episode_id)
+    daemon = Daemon(stage, label, armed=point, about=about)
+    try:
+        wait_until(
+            daemon.marker.exists, POINT_SECONDS, lambda: f"{point} not reached:\n{daemon.tail()}"
+        )
+        tree = psutil.Process(daemon.process.pid).children(recursive=True)
+        (worker,) = [process for process in tree if _is_run_worker(process)]
+        if machine_crash:
+            daemon.crash(spare_workers=False)
+            daemon = Daemon(stage, f"{label}-restarted")
+        else:
+            for process in [worker, *worker.children(recursive=True)]:
+                with contextlib.suppress(psutil.NoSuchProcess):
+                    process.kill()
+        with DagsterInstance.from_config(str(stage.dagster_home)) as instance:
+            wait_until(
+                lambda: converged(stage, instance, ref),
+                CONVERGE_SECONDS,
+                lambda: f"{state(stage, instance, ref)}\n{daemon.tail()}",
+            )
+            runs = instance.get_runs(RunsFilter(tags={PARTITION_TAG: ref.partition_key}))
+            statuses = sorted(run.status.value for run in runs)
+            assert statuses == ["FAILURE", "SUCCESS"], state(stage, instance, ref)
+            (failed,) = [run for run in runs if run.status == DagsterRunStatus.FAILURE]
+            # The cause is where an operator looks: the failed run's event log.
+            messages = [
+                (entry.dagster_event.message if entry.dagster_event else None) or entry.message
+                for entry in instance.all_logs(failed.run_id)
+            ]
+            notice = RUN_MONITORING_NOTICES if machine_crash else CODE_SERVER_NOTICES
+            expected = notice.format(pid=worker.pid)
+            assert any(expected in message for message in messages), messages[-5:]
+    finally:
+        daemon.stop()
+    with connect(stage.settings.database) as conn:
+        assert episode_row(conn, ref)["status"] == "processed"
+        assert frame_rows(conn, ref) == FPS  # the killed COPY left none; the retry wrote all
+    assert depth(stage.queue) == (0, 0)
+    assert depth(stage.dlq) == (0, 0)
 
 
 def converged(stage: CrashStage, instance: DagsterInstance, ref: EpisodeRef) -> bool:

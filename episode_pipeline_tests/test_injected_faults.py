@@ -1,13 +1,22 @@
-"""Faults injected into S3 on the real stack, through a fault-injecting proxy (fault_proxy.py)
-between the pipeline and the moto server: 500/503 answers and responses slower than the read
-timeout, during extraction, the frames download and the HLS upload. The run succeeds after
-retries, and what it wrote equals a clean run's (docs/faults.md)."""
+"""Faults injected on the real stack (docs/faults.md).
+
+- S3, through a fault-injecting proxy (fault_proxy.py) between the pipeline and the moto server:
+  500/503 answers and responses slower than the read timeout, during extraction, the frames
+  download and the HLS upload. The run succeeds after retries, and what it wrote equals a clean
+  run's.
+- PostgreSQL during the frames COPY: the connection cut by a proxy, and a real server restart.
+  The transaction rolls back (never half the rows), the episode is `failed`, the retry writes
+  every row once.
+"""
 
 from __future__ import annotations
 
 import dataclasses
+import time
 import uuid
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import pytest
 from dagster import DagsterInstance
@@ -15,10 +24,19 @@ from dagster import DagsterInstance
 from episode_pipeline.bucket import Bucket
 from episode_pipeline.db.connection import connect
 from episode_pipeline.db.episodes import ensure_episode_row, episode_row, frame_rows
+from episode_pipeline.db.migrate import apply_migrations
+from episode_pipeline.injection_points import MID_COPY, release
 from episode_pipeline.keys import EpisodeRef
 from episode_pipeline.lerobot.sample import SampleSpec, write_sample
+from episode_pipeline.local.pg_server import init_cluster, start_postgres, stop_postgres
 from episode_pipeline.runner import process_episode
-from episode_pipeline.settings import S3Deadlines, Settings
+from episode_pipeline.settings import (
+    INJECTION_ABOUT_ENV,
+    INJECTION_POINT_ENV,
+    S3Deadlines,
+    Settings,
+)
+from episode_pipeline_tests.dagster_ui import free_port
 from episode_pipeline_tests.fault_proxy import CopyCuttingProxy, FaultPlan, FaultProxy
 
 pytestmark = pytest.mark.integration
@@ -108,3 +126,63 @@ def test_a_database_gone_mid_copy_leaves_no_rows_and_the_retry_writes_them_all(
     with connect(private.database) as conn:
         assert episode_row(conn, ref)["status"] == "processed"
         assert frame_rows(conn, ref) == 30  # 1 s at 30 fps, written once
+
+
+def test_a_postgresql_restart_mid_copy_rolls_back_and_the_retry_writes_every_row(
+    private: Settings, archive: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The application database's server restarts (fast shutdown, as a failover does) while the
+    frames COPY has sent rows it has not committed. The server is one of the test's own:
+    restarting the session's would cut every other test's connections."""
+    pgdata, password, port = tmp_path / "pgdata", uuid.uuid4().hex, free_port()
+    init_cluster(pgdata, password)
+    start_postgres(pgdata, port)
+    try:
+        own = dataclasses.replace(
+            private,
+            database=dataclasses.replace(private.database, port=port, password=password),
+        )
+        ref = EpisodeRef("test-org", f"ep-pg-restart-{uuid.uuid4().hex[:8]}")
+        server = dataclasses.replace(own.database, name="postgres")
+        with connect(server, autocommit=True) as conn:
+            conn.execute(f'CREATE DATABASE "{own.database.name}"')
+        with connect(own.database, autocommit=True) as conn:
+            apply_migrations(conn)
+            ensure_episode_row(conn, ref)
+        Bucket(own.bucket, own.aws).upload_file(archive, f"{ref.prefix}take.tar.zst")
+        instance = DagsterInstance.get()
+
+        marker = tmp_path / "mid-copy.reached"
+        monkeypatch.setenv(INJECTION_POINT_ENV, f"{MID_COPY}:{marker}")
+        monkeypatch.setenv(INJECTION_ABOUT_ENV, f"frames:{ref.episode_id}")
+        with ThreadPoolExecutor(1) as pool:
+            running = pool.submit(process_episode, ref, instance, own)
+            wait_for(marker, running)
+            stop_postgres(pgdata)
+            start_postgres(pgdata, port)
+            release(marker)
+            outcome = running.result(timeout=300)
+
+        assert not outcome.success
+        assert any(error.startswith("frames:") for error in outcome.errors), outcome.errors
+        with connect(own.database) as conn:
+            assert frame_rows(conn, ref) == 0  # rolled back with the server: never half the rows
+            assert episode_row(conn, ref)["status"] == "failed"
+
+        monkeypatch.delenv(INJECTION_POINT_ENV)
+        assert process_episode(ref, instance, own).success  # the retry
+        with connect(own.database) as conn:
+            assert episode_row(conn, ref)["status"] == "processed"
+            assert frame_rows(conn, ref) == 30  # 1 s at 30 fps, written once
+    finally:
+        stop_postgres(pgdata)
+
+
+def wait_for(marker: Path, running: Future[Any], timeout: float = 180) -> None:
+    """Until the run holds at the armed point (or has ended without reaching it)."""
+    deadline = time.monotonic() + timeout
+    while not marker.exists():
+        if running.done():
+            raise AssertionError(f"the run ended before {MID_COPY}: {running.result()}")
+        assert time.monotonic() < deadline, f"{MID_COPY} not reached in {timeout} s"
+        time.sleep(0.2)

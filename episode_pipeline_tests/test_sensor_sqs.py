@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 from dagster import (
+    AssetRecordsFilter,
     DagsterEventType,
     DagsterInstance,
     DagsterRunStatus,
@@ -25,10 +26,12 @@ from dagster import (
     build_run_status_sensor_context,
     build_sensor_context,
 )
+from dagster._core.definitions.data_version import DATA_VERSION_TAG
 from dagster._core.storage.tags import RUN_KEY_TAG, SENSOR_NAME_TAG
 
 from episode_pipeline.bucket import Bucket
 from episode_pipeline.definitions import build_definitions
+from episode_pipeline.defs.assets.archive import RAW_ARCHIVE_KEY
 from episode_pipeline.defs.jobs import EPISODE_JOB_NAME
 from episode_pipeline.defs.partitions import EPISODES_PARTITION_NAME
 from episode_pipeline.defs.resources.aws import aws_fields
@@ -167,6 +170,12 @@ def test_upload_becomes_one_run_and_its_message_is_deleted_after_success(
     assert request.tags["org"] == ref.org_id
     assert request.tags["episode"] == ref.episode_id
     assert request.tags[UPLOAD_TAG] == request.run_key
+    # The upload's version is recorded before its run starts: the episode shows stale at once.
+    (observed,) = instance.fetch_observations(
+        AssetRecordsFilter(asset_key=RAW_ARCHIVE_KEY, asset_partitions=[ref.partition_key]), limit=1
+    ).records
+    assert observed.asset_observation is not None
+    assert observed.asset_observation.tags[DATA_VERSION_TAG] == etag
     (held,) = sqs.held_messages(request.tags)
     assert held.receive_count == 1 and held.message_id and held.receipt_handle
     (add,) = result.dynamic_partitions_requests

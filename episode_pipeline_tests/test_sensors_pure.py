@@ -4,15 +4,19 @@ import os
 import subprocess
 import sys
 
-from dagster import AssetKey, DagsterRun, DagsterRunStatus
+from dagster import AssetKey, DagsterInstance, DagsterRun, DagsterRunStatus
+from dagster._core.events import EngineEventData
+from dagster._core.launcher.base import WorkerStatus
+from dagster._core.utils import make_new_run_id
 
-from episode_pipeline.defs.failures import is_orphaned, was_processing
+from episode_pipeline.defs.failures import WORKER_STARTED_PREFIX, is_orphaned, was_processing
 from episode_pipeline.defs.runs import HOST_TAG, PID_TAG, episode_of_run
 from episode_pipeline.keys import EpisodeRef
+from episode_pipeline.local.run_launcher import LocalRunLauncher
 
 
-def run(status=DagsterRunStatus.STARTED, **tags) -> DagsterRun:
-    return DagsterRun(job_name="process_episode", run_id="r1", status=status, tags=tags)
+def run(status=DagsterRunStatus.STARTED, run_id="r1", **tags) -> DagsterRun:
+    return DagsterRun(job_name="process_episode", run_id=run_id, status=status, tags=tags)
 
 
 def dead_pid() -> int:
@@ -51,3 +55,25 @@ def test_only_a_run_that_included_the_extraction_was_processing_its_episode():
     one_asset = DagsterRun(job_name="__ASSET_JOB", run_id="r4", asset_selection=frozenset({frames}))
     assert not was_processing(one_asset)
     assert not was_processing(DagsterRun(job_name="some_other_job", run_id="r5"))
+
+
+def test_the_local_launcher_reports_a_launched_run_whose_worker_is_gone_as_failed():
+    """Run monitoring asks the launcher; the answer comes from the pid Dagster recorded."""
+    with DagsterInstance.ephemeral() as instance:
+        launcher = LocalRunLauncher()
+        launcher.register_instance(instance)
+
+        def worker_started(pid: int | None) -> DagsterRun:
+            launched = instance.add_run(run(run_id=make_new_run_id()))
+            if pid is not None:
+                message = f"{WORKER_STARTED_PREFIX}{pid})."
+                instance.report_engine_event(message, launched, EngineEventData.in_process(pid))
+            return launched
+
+        gone = launcher.check_run_worker_health(worker_started(dead_pid()))
+        assert gone.status == WorkerStatus.FAILED and "is gone" in (gone.msg or "")
+        alive = launcher.check_run_worker_health(worker_started(os.getpid()))
+        assert alive.status == WorkerStatus.RUNNING
+        # An in-process run has no launched worker: the orphaned_runs sensor's to judge.
+        in_process = launcher.check_run_worker_health(worker_started(None))
+        assert in_process.status == WorkerStatus.RUNNING

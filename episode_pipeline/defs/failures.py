@@ -8,8 +8,12 @@
   process died is not watched by Dagster's run monitoring: it would stay STARTED forever. Such
   runs carry the host and pid that executed them (`runs.in_process_tags`), so a dead pid on this
   host means a dead run, which is reported failed — and then the rule above applies.
+- A run the local daemon launched runs in a worker process the code server started; Dagster
+  records its pid ("Started process for run (pid: N)"). Dagster's default launcher cannot tell
+  whether that process lives, so the local instance's launcher (`local.run_launcher`) answers
+  run monitoring from `launched_worker_pid` — and run monitoring fails the run.
 
-The run-failure and orphaned-runs sensors and the runner all call these functions.
+The run-failure and orphaned-runs sensors, the local run launcher and the runner call these.
 """
 
 from __future__ import annotations
@@ -19,7 +23,14 @@ import socket
 from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
 
-from dagster import AssetKey, DagsterInstance, DagsterRun, DagsterRunStatus, RunsFilter
+from dagster import (
+    AssetKey,
+    DagsterEventType,
+    DagsterInstance,
+    DagsterRun,
+    DagsterRunStatus,
+    RunsFilter,
+)
 
 from episode_pipeline.db.episodes import mark_failed
 from episode_pipeline.defs.jobs import EPISODE_JOB_NAME
@@ -60,7 +71,22 @@ def fail_episode_of_run(
     return ref if changed else None
 
 
-def _pid_alive(pid: int) -> bool:
+# The engine event the code server's run worker reports first (dagster/_grpc/impl.py).
+WORKER_STARTED_PREFIX = "Started process for run (pid: "
+
+
+def launched_worker_pid(instance: DagsterInstance, run: DagsterRun) -> int | None:
+    """The pid of the newest worker process started for a launched run, or None."""
+    pid = None
+    for entry in instance.all_logs(run.run_id, of_type=DagsterEventType.ENGINE_EVENT):
+        if entry.message.startswith(WORKER_STARTED_PREFIX) and entry.dagster_event is not None:
+            value = entry.dagster_event.engine_event_data.metadata.get("pid")
+            text = str(getattr(value, "value", ""))
+            pid = int(text) if text.isdigit() else pid
+    return pid
+
+
+def process_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -71,7 +97,7 @@ def _pid_alive(pid: int) -> bool:
 
 
 def is_orphaned(
-    run: DagsterRun, *, host: str, pid_alive: Callable[[int], bool] = _pid_alive
+    run: DagsterRun, *, host: str, pid_alive: Callable[[int], bool] = process_alive
 ) -> bool:
     """A STARTED run executed in a process on this host that no longer exists."""
     if run.status != DagsterRunStatus.STARTED or run.tags.get(HOST_TAG) != host:

@@ -17,8 +17,8 @@ import yaml
 MAX_CONCURRENT_RUNS = 2  # a laptop has few cores; FFmpeg runs fill them
 DEFAULT_POOL_LIMIT = 2
 # The whole run's deadline, as in production's dagster.yaml: past it run monitoring terminates
-# the run and fails it. Locally it is also what ends a run whose worker died (the default run
-# launcher cannot tell), checked every poll.
+# the run and fails it. A run whose worker died is failed sooner, at the next poll
+# (`local.run_launcher`).
 RUN_MAX_RUNTIME_SECONDS = 2 * 3600
 MONITORING_POLL_SECONDS = 30
 
@@ -37,6 +37,10 @@ def instance_config(
     """dagster.yaml for the local instance (pure: the tests read it back)."""
     return {
         "storage": {"postgres": {"postgres_url": storage_url(password, port, database)}},
+        "run_launcher": {
+            "module": "episode_pipeline.local.run_launcher",
+            "class": "LocalRunLauncher",
+        },
         "run_coordinator": {
             "module": "dagster._core.run_coordinator",
             "class": "QueuedRunCoordinator",

@@ -42,6 +42,7 @@ from psycopg.types.string import TextLoader
 from pydantic import Field
 
 from episode_pipeline.defs.resources.database import PostgresResource
+from episode_pipeline.injection_points import MID_COPY, reach
 from episode_pipeline.keys import parse_partition_key
 
 # Rows per COPY write: a few MB of text at most, so the client's memory stays flat.
@@ -249,6 +250,7 @@ class PostgresPolarsIOManager(ConfigurableIOManager):
                                 for chunk in copy_chunks(batch):
                                     copy.write(chunk)
                                 copied += batch.height
+                                reach(MID_COPY, about=f"{table}:{partition_value}")
                     except SkippedRows:
                         cur.execute("ROLLBACK TO SAVEPOINT copy_part")
                         continue

@@ -48,6 +48,7 @@ from dagster import (
     sensor,
 )
 
+from episode_pipeline.defs.assets.archive import report_archive_version
 from episode_pipeline.defs.jobs import EPISODE_JOB_NAME
 from episode_pipeline.defs.resources.sqs import UploadQueueResource
 from episode_pipeline.defs.runs import (
@@ -318,6 +319,8 @@ def evaluate_uploads(
         latest = latest_runs.get(upload)
         decision = decide(upload, latest)
         if decision.outcome in (Outcome.START, Outcome.RETRY):
+            if handoff.upload.etag:  # the episode shows stale while its run waits in the queue
+                report_archive_version(instance, handoff.upload.partition_key, handoff.upload.etag)
             run_requests.append(
                 RunRequest(
                     run_key=decision.run_key,
