@@ -9,7 +9,7 @@ After the restart every upload must be processed exactly once: one successful ru
 version and no other run, its frames rows written once, and its message neither lost nor left
 on the queue or in the dead-letter queue.
 
-The queue's visibility timeout is 40 s (heartbeat every 4 s) instead of 15 minutes, so a
+The queue's visibility timeout is 24 s (heartbeat every 3 s) instead of 15 minutes, so a
 message held by the killed daemon comes back within the test. Each case starts the daemon twice
 and processes one 1-second, 1-camera episode.
 """
@@ -53,8 +53,8 @@ from episode_pipeline_tests.crash_support import AFTER_SUBMIT_RUN
 pytestmark = pytest.mark.integration
 
 REPO = Path(__file__).parents[1]
-VISIBILITY_SECONDS = 40
-HEARTBEAT_SECONDS = 4
+VISIBILITY_SECONDS = 24
+HEARTBEAT_SECONDS = 3
 POINT_SECONDS = 180  # until the armed point is reached
 CONVERGE_SECONDS = 420  # until the restarted daemon has processed everything
 FPS = 30

@@ -4,8 +4,8 @@ Two uploads reach Dagster the production way (S3 event → SQS → the daemon's 
 Then the tests read what the UI's pages read, through the same GraphQL API: staleness (fresh
 after the run; a re-upload of new bytes makes exactly that episode stale until it is reprocessed;
 a new code version makes exactly that asset stale), metadata types, owners, kinds and groups;
-and a real headless browser (Debian's chromium driven by Playwright) renders the asset graph and
-an episode's partition page.
+a backfill over both episodes launched as the UI launches it; and a real headless browser
+(Debian's chromium driven by Playwright) renders the asset graph and an episode's partition page.
 
 One `dagster dev` and one pair of episodes serve the whole module (starting it costs ~15 s).
 """
@@ -17,15 +17,17 @@ import shutil
 import time
 import urllib.request
 from collections.abc import Iterator
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
+import psycopg
 import pytest
 from dagster import DagsterInstance, DagsterRunStatus, RunsFilter
 
 from episode_pipeline.defs.assets.archive import RAW_ARCHIVE_KEY
-from episode_pipeline.defs.jobs import EPISODE_ASSETS
+from episode_pipeline.defs.jobs import EPISODE_ASSETS, EPISODE_JOB_NAME
 from episode_pipeline.defs.partitions import EPISODE_GROUP, EPISODE_OWNERS
 from episode_pipeline.keys import EpisodeRef
 from episode_pipeline.lerobot.sample import SampleSpec, write_sample
@@ -46,6 +48,34 @@ CHROMIUM = "/usr/bin/chromium"
 NUX_KEY = "communityNux"  # the UI's localStorage flag for "community modal dismissed"
 # Set to a folder (e.g. docs/images) to keep the browser test's screenshots for the README.
 SCREENSHOTS_ENV = "EPISODE_PIPELINE_UI_SCREENSHOTS"
+
+BACKFILL_SECONDS = 180
+BACKFILL_TAG = "dagster/backfill"
+DONE_STATUSES = {"COMPLETED", "COMPLETED_SUCCESS", "COMPLETED_FAILED", "FAILED", "CANCELED"}
+# The UI's LAUNCH_PARTITION_BACKFILL_MUTATION (ui-core), minus its error fragment's stack.
+LAUNCH_BACKFILL_MUTATION = """
+mutation LaunchPartitionBackfill($backfillParams: LaunchBackfillParams!) {
+  launchPartitionBackfill(backfillParams: $backfillParams) {
+    __typename
+    ... on LaunchBackfillSuccess { backfillId launchedRunIds }
+    ... on PartitionSetNotFoundError { message }
+    ... on PartitionKeysNotFoundError { message }
+    ... on InvalidSubsetError { message }
+    ... on UnauthorizedError { message }
+    ... on PythonError { message stack }
+  }
+}
+"""
+BACKFILL_QUERY = """
+query Backfill($backfillId: String!) {
+  partitionBackfillOrError(backfillId: $backfillId) {
+    __typename
+    ... on PartitionBackfill { id status numPartitions partitionNames }
+    ... on PythonError { message }
+  }
+}
+"""
+
 
 ASSET_NODES_QUERY = """
 fragment Entry on MetadataEntry {
@@ -379,3 +409,114 @@ def test_the_asset_graph_and_an_episode_page_render_in_a_browser(
                 page.screenshot(path=shots / "ui-poster.png")
         finally:
             browser.close()
+
+
+def episode_state(conn: psycopg.Connection, ref: EpisodeRef) -> tuple[str, datetime | None]:
+    row = conn.execute(
+        "SELECT status, processed_at FROM episodes WHERE id = %s AND org_id = %s",
+        (ref.episode_id, ref.org_id),
+    ).fetchone()
+    assert row is not None, f"no episodes row for {ref}"
+    return row[0], row[1]
+
+
+def counts(conn: psycopg.Connection, ref: EpisodeRef) -> dict[str, int]:
+    return {
+        table: conn.execute(
+            f"SELECT count(*) FROM {table} WHERE episode_id = %s", (ref.episode_id,)
+        ).fetchone()[0]
+        for table in ("frames", "episode_metadata")
+    }
+
+
+def settled_counts(
+    conn: psycopg.Connection, refs: list[EpisodeRef], timeout: float
+) -> dict[EpisodeRef, dict[str, int]]:
+    """Row counts once each episode's metadata is there: it is written after `processed`."""
+    deadline = time.monotonic() + timeout
+    while True:
+        found = {ref: counts(conn, ref) for ref in refs}
+        if all(c["episode_metadata"] for c in found.values()) or time.monotonic() > deadline:
+            return found
+        time.sleep(1)
+
+
+def wait_processed(
+    conn: psycopg.Connection, refs: list[EpisodeRef], dev: DagsterDev, timeout: float
+) -> dict[EpisodeRef, datetime]:
+    deadline = time.monotonic() + timeout
+    while True:
+        states = {ref: episode_state(conn, ref) for ref in refs}
+        if all(status == "processed" for status, _ in states.values()):
+            return {ref: processed_at for ref, (_, processed_at) in states.items()}
+        failed = {ref: status for ref, (status, _) in states.items() if status == "failed"}
+        assert not failed, f"uploads failed: {failed}\n{dev.tail()}"
+        assert time.monotonic() < deadline, f"uploads not processed: {states}\n{dev.tail()}"
+        time.sleep(1)
+
+
+def backfill_runs(backfill_id: str) -> list[Any]:
+    return list(DagsterInstance.get().get_runs(RunsFilter(tags={BACKFILL_TAG: backfill_id})))
+
+
+def wait_backfill(dev: DagsterDev, id_: str, timeout: float) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout
+    while True:
+        backfill = dev.graphql(BACKFILL_QUERY, {"backfillId": id_})
+        backfill = backfill["partitionBackfillOrError"]
+        assert backfill["__typename"] == "PartitionBackfill", backfill
+        if backfill["status"] in DONE_STATUSES:
+            return backfill
+        runs = [(run.tags.get(PARTITION_TAG), run.status.value) for run in backfill_runs(id_)]
+        assert time.monotonic() < deadline, f"backfill {backfill}, runs {runs}\n{dev.tail()}"
+        time.sleep(2)
+
+
+def test_a_backfill_over_several_episodes_from_the_ui(
+    ui: DagsterDev, episodes: list[EpisodeRef], db_conn: psycopg.Connection
+) -> None:
+    """A backfill of both episodes launched exactly as the UI does (*Jobs → process_episode →
+    Materialize*, pick partitions, *Launch backfill*: the same GraphQL mutation with the same
+    parameters). The backfill daemon runs one run per partition, and the re-runs replace what
+    the first runs wrote, not add to it."""
+    refs = list(episodes)
+    wait_for_runs(ui, refs, succeeded=1)  # nothing of the earlier tests still in flight
+    first_processed = wait_processed(db_conn, refs, ui, BACKFILL_SECONDS)
+    first_counts = settled_counts(db_conn, refs, BACKFILL_SECONDS)
+    assert all(written["frames"] > 0 for written in first_counts.values()), first_counts
+
+    # What the UI sends from the job's Materialize dialog when several partitions are picked.
+    repository = ui.repository_of(EPISODE_JOB_NAME)
+    partitions = [ref.partition_key for ref in refs]
+    params = {
+        "selector": {
+            "partitionSetName": f"{EPISODE_JOB_NAME}_partition_set",
+            "repositorySelector": repository,
+        },
+        "assetSelection": [{"path": [name]} for name in EPISODE_ASSETS],
+        "partitionNames": partitions,
+        "fromFailure": False,
+        "tags": [{"key": "dagster/from_ui", "value": "true"}],
+    }
+    launched = ui.graphql(LAUNCH_BACKFILL_MUTATION, {"backfillParams": params})
+    launched = launched["launchPartitionBackfill"]
+    assert launched["__typename"] == "LaunchBackfillSuccess", launched
+    backfill_id = launched["backfillId"]
+
+    backfill = wait_backfill(ui, backfill_id, BACKFILL_SECONDS)
+    runs = backfill_runs(backfill_id)
+    assert backfill["status"] == "COMPLETED_SUCCESS", (backfill, runs, ui.tail())
+    assert sorted(backfill["partitionNames"]) == sorted(partitions)
+    assert sorted(run.tags[PARTITION_TAG] for run in runs) == sorted(partitions)
+    assert all(run.status.value == "SUCCESS" for run in runs), [
+        (run.run_id, run.status.value) for run in runs
+    ]
+    assert {run.job_name for run in runs} == {EPISODE_JOB_NAME}
+    # The per-org run limit applies to backfills too: the job tags every run with its org.
+    assert {run.tags.get("org") for run in runs} == {ref.org_id for ref in refs}
+
+    for ref in refs:
+        status, processed_at = episode_state(db_conn, ref)
+        assert status == "processed"
+        assert processed_at is not None and processed_at > first_processed[ref]
+        assert counts(db_conn, ref) == first_counts[ref]  # replaced, not duplicated
