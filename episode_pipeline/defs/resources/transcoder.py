@@ -85,32 +85,25 @@ def messages_only_cloudwatch_reader(logs_client: Any) -> Any:
     return MessagesOnlyCloudWatchReader(client=logs_client)
 
 
-def deadline_ecs_client(ecs_client: Any, message_reader: Any, deadline_seconds: float) -> Any:
-    """`PipesECSClient` whose wait for the task ends at the deadline by stopping the task.
+class TaskRecordingEcs:
+    """The ECS client `PipesECSClient` is given, remembering the tasks it starts.
 
-    PipesECSClient waits with botocore's `tasks_stopped` waiter; its `MaxAttempts` x `Delay` is
-    the deadline. When the waiter gives up, the task is stopped (it would otherwise run on,
-    unwatched) and `TranscodeDeadlineExceeded` is raised.
+    The step's deadline is the `tasks_stopped` waiter's MaxAttempts x Delay. When the waiter gives
+    up, the task must be stopped (it would otherwise run on, unwatched and billed); this is how
+    the step knows its ARN without reaching into the Pipes client.
     """
-    import botocore.exceptions
-    from dagster_aws.pipes import PipesECSClient
 
-    class DeadlineECSClient(PipesECSClient):
-        def _wait_for_completion(
-            self, start_response: Any, cluster: Any = None, waiter_config: Any = None
-        ) -> Any:
-            try:
-                return super()._wait_for_completion(start_response, cluster, waiter_config)
-            except botocore.exceptions.WaiterError as error:
-                task = start_response["tasks"][0]["taskArn"]
-                reason = f"transcode deadline of {deadline_seconds:g} s passed"
-                self._client.stop_task(cluster=cluster, task=task, reason=reason)
-                raise TranscodeDeadlineExceeded(
-                    f"ECS task {task} ran past its deadline of {deadline_seconds:g} s and was "
-                    f"stopped ({error})"
-                ) from error
+    def __init__(self, client: Any) -> None:
+        self._client = client
+        self.task_arns: list[str] = []
 
-    return DeadlineECSClient(client=ecs_client, message_reader=message_reader)
+    def run_task(self, **kwargs: Any) -> Any:
+        response = self._client.run_task(**kwargs)
+        self.task_arns += [task["taskArn"] for task in response.get("tasks", [])]
+        return response
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._client, name)
 
 
 class TranscodeFailed(RuntimeError):
@@ -259,22 +252,34 @@ class HlsTranscoder(AwsResource):
         deadline: float,
         size: TaskSize,
     ) -> tuple[Sequence[Any], str | None]:
+        import botocore.exceptions
+        from dagster_aws.pipes import PipesECSClient
         from dagster_aws.pipes.clients.ecs import WaiterConfig
 
         # A new reader per task: the CloudWatch reader keeps per-session state (stream, start).
         reader = messages_only_cloudwatch_reader(self.logs_client())
-        client = deadline_ecs_client(self.ecs_client(), reader, deadline)
+        ecs = TaskRecordingEcs(self.ecs_client())
+        # startedBy: the ECS console shows which Dagster run a transcode task belongs to.
+        params = {**self.run_task_params(size), "startedBy": f"dagster-run/{context.run.run_id}"}
         attempts = max(1, math.ceil(deadline / self.poll_seconds))
         try:
-            invocation = client.run(
+            invocation = PipesECSClient(client=ecs, message_reader=reader).run(
                 context=context,
-                run_task_params=self.run_task_params(size),  # type: ignore[arg-type]
+                run_task_params=params,  # type: ignore[arg-type]
                 extras=extras,
                 pipes_container_name=self.container_name,
                 waiter_config=WaiterConfig(Delay=self.poll_seconds, MaxAttempts=attempts),
             )
-        except Exception as error:  # the task failed or was stopped: keep what it reported
+        except Exception as error:  # the task failed, was stopped or ran past its deadline
             messages = reader.handler.get_custom_messages() if reader.handler else []
+            if isinstance(error, botocore.exceptions.WaiterError):
+                reason = f"transcode deadline of {deadline:g} s passed"
+                for arn in ecs.task_arns:
+                    ecs.stop_task(cluster=params["cluster"], task=arn, reason=reason)
+                error = TranscodeDeadlineExceeded(
+                    f"ECS task {', '.join(ecs.task_arns)} ran past its deadline of {deadline:g} s "
+                    f"and was stopped ({error})"
+                )
             return messages, str(error)
         return invocation.get_custom_messages(), None
 
