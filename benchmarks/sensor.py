@@ -30,7 +30,7 @@ import sys
 import time
 import uuid
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -262,15 +262,22 @@ def drain_with_sensor(
 
 
 def drain_bare(queue: UploadQueue, expected: int) -> float:
-    """The limit: receive every message, 10 a call, nothing else."""
-    seen: set[str] = set()
+    """The limit: receive every message, 10 a call, nothing else; then make them visible again
+    (untimed), so the sensor drains the very same messages."""
+    seen: dict[str, str] = {}
     started = time.perf_counter()
     while len(seen) < expected:
         messages = queue.receive()
         if not messages:
             break
-        seen.update(m["MessageId"] for m in messages)
-    return time.perf_counter() - started
+        seen |= {m["MessageId"]: m["ReceiptHandle"] for m in messages}
+    seconds = time.perf_counter() - started
+    if len(seen) != expected:
+        raise RuntimeError(f"{NAME}: the bare drain received {len(seen)} of {expected} messages")
+    failed = queue.extend_visibility_many(list(seen.values()), seconds=0)
+    if failed:
+        raise RuntimeError(f"{NAME}: {len(failed)} messages not made visible again: {failed}")
+    return seconds
 
 
 def measure_uploads(
@@ -286,10 +293,8 @@ def measure_uploads(
     for repeat in range(config.repeats):
         with bench_queue(ctx) as queue:
             keys = enqueue_uploads(queue, f"r{repeat}", count)
-            drain = drain_with_sensor(instances, queue, count, max_ticks=count + 5)
-        with bench_queue(ctx) as queue:
-            enqueue_uploads(queue, f"bare{repeat}", count)
             bare_seconds = drain_bare(queue, count)
+            drain = drain_with_sensor(instances, queue, count, max_ticks=count + 5)
         requested = [k.split("@", 1)[0] for k in drain.run_keys]
         missing += len(set(keys) - set(requested))
         duplicates += len(requested) - len(set(requested))
@@ -331,24 +336,55 @@ def measure_uploads(
 # -- heartbeat -----------------------------------------------------------------------------------
 
 
-def hold_messages(instance: DagsterInstance, queue: UploadQueue, count: int) -> list[str]:
+class ShardedQueue:
+    """Several moto queues behind the one call `keep_in_flight` makes.
+
+    moto checks the visibility of every message of a queue, in flight too, for each message it
+    returns, so holding 5,000 received messages of one queue costs minutes of moto's own time
+    (quadratic; SQS is not). The
+    heartbeat's messages are spread over queues of `HELD_PER_QUEUE`, and each handle is renewed
+    through the queue that gave it: the same ChangeMessageVisibilityBatch calls, ten handles
+    each, as against one queue.
+    """
+
+    def __init__(self, queues: list[UploadQueue]) -> None:
+        self.queues = queues
+        self.owner: dict[str, UploadQueue] = {}
+
+    def extend_visibility_many(self, receipt_handles: list[str]) -> dict[str, str]:
+        by_queue: dict[int, list[str]] = {}
+        for handle in receipt_handles:
+            by_queue.setdefault(id(self.owner[handle]), []).append(handle)
+        failed: dict[str, str] = {}
+        for handles in by_queue.values():
+            failed |= self.owner[handles[0]].extend_visibility_many(handles)
+        return failed
+
+
+HELD_PER_QUEUE = 50  # 5,000 held in 100 queues: moto's setup minutes become seconds
+
+
+def hold_messages(instance: DagsterInstance, sharded: ShardedQueue, count: int) -> list[str]:
     """`count` queued runs, each holding one received message as the uploads sensor tags it."""
-    enqueue_uploads(queue, "held", count)
-    handles: list[str] = []
     runs = []
-    while len(handles) < count:
-        messages = queue.receive()
-        if not messages:
-            break
-        for message in messages:
-            held = upload_sensors.HeldMessage(message["MessageId"], message["ReceiptHandle"], 1)
-            handles.append(held.receipt_handle)
-            runs.append(queued_run(upload_sensors.sqs_tag([held])))
+    for index, queue in enumerate(sharded.queues):
+        share = min(HELD_PER_QUEUE, count - index * HELD_PER_QUEUE)
+        enqueue_uploads(queue, f"held{index}", share)
+        got = 0
+        while got < share:
+            messages = queue.receive()
+            if not messages:
+                break
+            for message in messages:
+                held = upload_sensors.HeldMessage(message["MessageId"], message["ReceiptHandle"], 1)
+                sharded.owner[held.receipt_handle] = queue
+                runs.append(queued_run(upload_sensors.sqs_tag([held])))
+                got += 1
     for run in runs:
         instance.add_run(run)
-    if len(handles) != count:
-        raise RuntimeError(f"{NAME}: received {len(handles)} of {count} messages to hold")
-    return handles
+    if len(sharded.owner) != count:
+        raise RuntimeError(f"{NAME}: received {len(sharded.owner)} of {count} messages to hold")
+    return list(sharded.owner)
 
 
 def measure_heartbeat(
@@ -361,11 +397,13 @@ def measure_heartbeat(
     ours: list[float] = []
     base: list[float] = []
     renewed: list[int] = []
-    with bench_queue(ctx) as queue:
+    shards = -(-count // HELD_PER_QUEUE)
+    with ExitStack() as stack:
+        queue = ShardedQueue([stack.enter_context(bench_queue(ctx)) for _ in range(shards)])
         handles = hold_messages(bookkeeping, queue, count)
         for _ in range(config.repeats):
             started = time.perf_counter()
-            renewed.append(upload_sensors.keep_in_flight(instance, queue, LOG))
+            renewed.append(upload_sensors.keep_in_flight(instance, queue, LOG))  # type: ignore[arg-type]
             ours.append(time.perf_counter() - started)
             base.append(timed(lambda: queue.extend_visibility_many(handles)))
     result = Result(
@@ -378,6 +416,7 @@ def measure_heartbeat(
         repeats=config.repeats,
         details={
             "runs_in_flight": count,
+            "queues": f"{shards} moto queues of ≤ {HELD_PER_QUEUE} (moto is quadratic in one)",
             "renewed": renewed,
             "heartbeat_interval_seconds": interval,
             "sensor_time_limit_seconds": SENSOR_TIME_LIMIT_SECONDS,
