@@ -10,6 +10,7 @@ from dagster import DagsterInstance, DagsterRun, DagsterRunStatus
 from episode_pipeline.defs.partitions import EPISODES_PARTITION_NAME
 from episode_pipeline.defs.runs import (
     UPLOAD_TAG,
+    known_partitions,
     latest_run_of_upload,
     latest_runs_of_uploads,
     new_partitions_request,
@@ -56,10 +57,11 @@ def test_each_upload_gets_its_newest_run_and_uploads_without_runs_are_absent(
 def test_only_unknown_partitions_are_requested_each_once(instance: DagsterInstance) -> None:
     instance.add_dynamic_partitions(EPISODES_PARTITION_NAME, ["acme/ep-1"])
 
-    [request] = new_partitions_request(
-        instance, ["acme/ep-1", "acme/ep-2", "acme/ep-2", "zeta/ep-9"]
-    )
+    keys = ["acme/ep-1", "acme/ep-2", "acme/ep-2", "zeta/ep-9"]
+    known = known_partitions(instance, keys)
+    [request] = new_partitions_request(keys, known)
 
+    assert known == {"acme/ep-1"}
     assert list(request.partition_keys) == ["acme/ep-2", "zeta/ep-9"]
-    assert new_partitions_request(instance, ["acme/ep-1"]) == []
-    assert new_partitions_request(instance, []) == []
+    assert new_partitions_request(["acme/ep-1"], known) == []
+    assert new_partitions_request([], known_partitions(instance, [])) == []

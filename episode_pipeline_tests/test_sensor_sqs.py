@@ -170,12 +170,8 @@ def test_upload_becomes_one_run_and_its_message_is_deleted_after_success(
     assert request.tags["org"] == ref.org_id
     assert request.tags["episode"] == ref.episode_id
     assert request.tags[UPLOAD_TAG] == request.run_key
-    # The upload's version is recorded before its run starts: the episode shows stale at once.
-    (observed,) = instance.fetch_observations(
-        AssetRecordsFilter(asset_key=RAW_ARCHIVE_KEY, asset_partitions=[ref.partition_key]), limit=1
-    ).records
-    assert observed.asset_observation is not None
-    assert observed.asset_observation.tags[DATA_VERSION_TAG] == etag
+    # A new episode has nothing to be stale: no archive version is recorded for it yet.
+    assert observed_archive_version(instance, ref) is None
     (held,) = sqs.held_messages(request.tags)
     assert held.receive_count == 1 and held.message_id and held.receipt_handle
     (add,) = result.dynamic_partitions_requests
@@ -306,7 +302,20 @@ def test_a_reupload_after_a_failed_run_is_retried_at_once(
     upload_episode(archive, ref, private.settings)
     (retry,) = tick(instance, private.queue).run_requests
     assert retry.run_key == retry_run_key(first.run_key, failed.dagster_run.run_id)
+    # A re-upload of a known episode: its version is recorded before the run starts, so the
+    # episode shows stale while the run waits in the queue.
+    assert observed_archive_version(instance, ref) == private.storage.head(key).etag
     assert execute(instance, private, retry).success
+
+
+def observed_archive_version(instance: DagsterInstance, ref: EpisodeRef) -> str | None:
+    """The data version of the episode's newest `raw_archive` observation, if any."""
+    records = instance.fetch_observations(
+        AssetRecordsFilter(asset_key=RAW_ARCHIVE_KEY, asset_partitions=[ref.partition_key]), limit=1
+    ).records
+    if not records or records[0].asset_observation is None:
+        return None
+    return records[0].asset_observation.tags.get(DATA_VERSION_TAG)
 
 
 def report_done(instance: DagsterInstance, private: PrivateQueue, run_id: str) -> None:

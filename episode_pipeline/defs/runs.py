@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 import socket
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -183,18 +183,22 @@ def runs_in_flight(instance: DagsterInstance, job_name: str) -> list[DagsterRun]
 # -- partitions ---------------------------------------------------------------------------------
 
 
-def new_partitions_request(
-    instance: DagsterInstance, partition_keys: Iterable[str]
-) -> list[AddDynamicPartitionsRequest]:
-    """The request that adds the episode partitions Dagster does not know yet ([] if none).
-
-    Deduplicated: a key repeated inside one request fails the whole tick. One query for all.
-    """
+def known_partitions(instance: DagsterInstance, partition_keys: Iterable[str]) -> set[str]:
+    """Which of these episode partitions Dagster already knows: one query for all."""
     keys = list(dict.fromkeys(partition_keys))
-    existing = (
+    return (
         instance.get_existing_dynamic_partitions(EPISODES_PARTITION_NAME, keys) if keys else set()
     )
-    new_keys = [key for key in keys if key not in existing]
+
+
+def new_partitions_request(
+    partition_keys: Iterable[str], known: Collection[str]
+) -> list[AddDynamicPartitionsRequest]:
+    """The request that adds the episode partitions not `known` yet ([] if none).
+
+    Deduplicated: a key repeated inside one request fails the whole tick.
+    """
+    new_keys = [key for key in dict.fromkeys(partition_keys) if key not in known]
     return [episode_partitions.build_add_request(new_keys)] if new_keys else []
 
 

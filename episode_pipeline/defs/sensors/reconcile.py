@@ -42,6 +42,7 @@ from episode_pipeline.defs.runs import (
     UPLOAD_TAG,
     episode_tags,
     has_run_in_flight,
+    known_partitions,
     latest_run_of_episode,
     latest_run_of_upload,
     new_partitions_request,
@@ -155,7 +156,8 @@ def reconciliation_sensors(settings: ReconcileSettings | None = None) -> list[Se
         return SensorResult(
             run_requests=requests,
             dynamic_partitions_requests=new_partitions_request(
-                context.instance, [r.partition_key for r in requests if r.partition_key]
+                keys := [r.partition_key for r in requests if r.partition_key],
+                known_partitions(context.instance, keys),
             ),
         )
 

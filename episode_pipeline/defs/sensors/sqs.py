@@ -56,6 +56,7 @@ from episode_pipeline.defs.runs import (
     PARTITION_TAG,
     UPLOAD_TAG,
     episode_tags,
+    known_partitions,
     latest_run_of_episode,
     latest_runs_of_uploads,
     new_partitions_request,
@@ -309,6 +310,7 @@ def evaluate_uploads(
     instance = context.instance
     run_requests: list[RunRequest] = []
     latest_runs = latest_runs_of_uploads(instance, [upload_of(h) for h in plan.handoffs])
+    known = known_partitions(instance, [h.upload.partition_key for h in plan.handoffs])
     for handoff in plan.handoffs:
         upload = upload_of(handoff)
         held = held_by(handoff, messages)
@@ -319,7 +321,9 @@ def evaluate_uploads(
         latest = latest_runs.get(upload)
         decision = decide(upload, latest)
         if decision.outcome in (Outcome.START, Outcome.RETRY):
-            if handoff.upload.etag:  # the episode shows stale while its run waits in the queue
+            # A re-upload of a known episode shows stale while its run waits in the queue (a new
+            # episode has nothing to be stale; one event per upload would halve the tick rate).
+            if handoff.upload.etag and handoff.upload.partition_key in known:
                 report_archive_version(instance, handoff.upload.partition_key, handoff.upload.etag)
             run_requests.append(
                 RunRequest(
@@ -343,7 +347,7 @@ def evaluate_uploads(
     return SensorResult(
         run_requests=run_requests,
         dynamic_partitions_requests=new_partitions_request(
-            instance, [r.partition_key for r in run_requests if r.partition_key]
+            [r.partition_key for r in run_requests if r.partition_key], known
         ),
     )
 
