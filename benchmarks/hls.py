@@ -67,6 +67,10 @@ def _camera_videos(workdir: Path, cameras: int, seconds: float) -> list[Path]:
     return sorted(root.glob("videos/*/chunk-*/*.mp4"))
 
 
+# One FFmpeg invocation of a benchmark camera takes seconds; a hung one ends the stage, named.
+FFMPEG_TIMEOUT_SECONDS = 600
+
+
 def _command(source: Path, out_dir: Path, ladder: tuple[str, ...], poster: bool) -> list[str]:
     """The transcode's FFmpeg invocation for one camera (`ladder=()`: today's single rendition)."""
     facts = probe(source)
@@ -88,7 +92,7 @@ def _command(source: Path, out_dir: Path, ladder: tuple[str, ...], poster: bool)
 def _ffmpeg_cpu(command: list[str], out_dir: Path) -> float:
     """CPU seconds (user + system) of one FFmpeg run, from this process's reaped children."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    subprocess.run(command, check=True, capture_output=True)
+    subprocess.run(command, check=True, capture_output=True, timeout=FFMPEG_TIMEOUT_SECONDS)
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     shutil.rmtree(out_dir, ignore_errors=True)
     return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
@@ -149,7 +153,8 @@ def transcode_wall(ctx: BenchContext, videos: list[Path], ladder: tuple[str, ...
         started = time.perf_counter()
         for video in videos:
             out = ctx.workdir / "bare" / uuid.uuid4().hex[:8]
-            subprocess.run(_command(video, out, ladder, True), check=True, capture_output=True)
+            command = _command(video, out, ladder, True)
+            subprocess.run(command, check=True, capture_output=True, timeout=FFMPEG_TIMEOUT_SECONDS)
             shutil.rmtree(out, ignore_errors=True)
         return time.perf_counter() - started
 
