@@ -166,10 +166,7 @@ class Config:
     startup_seconds: float = 2.0  # the episode `process` starts up for (one camera)
     e2e_cameras: int = 3  # the episode taken from upload to `processed` through the daemon
     e2e_seconds: float = 60.0
-    # Uploads queued at once for the uploads sensor: 2 ticks (300 + 50). The 1,000 costs
-    # 25 minutes here, all of it moto's: its ReceiveMessage checks every message of the queue
-    # (in flight too) per message returned, so a drain is quadratic (`--set sensor_uploads=1000`).
-    sensor_uploads: int = 350
+    sensor_uploads: int = 1_000  # uploads queued at once for the uploads sensor (4 ticks)
     heartbeat_runs: int = 5_000  # queued runs whose messages one heartbeat renews
     archive_padding_mb: int = 64  # incompressible mp4-named members added to the sample
     big_archive_mb: int = 2048  # the big archive whose extraction's peak RSS is checked (0: skip)

@@ -1,8 +1,9 @@
 """Stage `sensor`: the upload sensor at fleet scale, and the heartbeat over thousands of runs.
 
-Uploads: `uploads` (1,000) S3 events are queued at once on a queue of their own in moto; the
-uploads sensor's evaluation function (``evaluate_uploads``, exactly what the daemon calls) is
-ticked until the queue is drained. Between ticks the benchmark does what the daemon does with a
+Uploads: `sensor_uploads` (1,000) S3 events are queued at once in moto (spread over queues of
+50, see `ShardedQueue`: moto, unlike SQS, slows with a queue's size); the uploads sensor's
+evaluation function (``evaluate_uploads``, exactly what the daemon calls) is ticked until the
+queue is drained. Between ticks the benchmark does what the daemon does with a
 tick's result: adds the requested partitions and records one queued run per new run key, with
 the tags the daemon gives it (not timed as the sensor's work; reported). Dagster starts a tick
 at most every ``UPLOADS_INTERVAL_SECONDS``, so the rate is modelled on that schedule: tick *k+1*
@@ -22,6 +23,7 @@ The Dagster instance is a fresh one whose storage is a new database on the stack
 
 from __future__ import annotations
 
+import copy
 import datetime as dt
 import json
 import logging
@@ -29,17 +31,19 @@ import os
 import sys
 import time
 import uuid
-from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import psycopg
 from dagster import (
     DagsterInstance,
     DagsterRun,
     DagsterRunStatus,
+    RunRequest,
     SensorResult,
     build_sensor_context,
 )
@@ -95,22 +99,6 @@ def bench_instances(ctx: BenchContext) -> Iterator[tuple[DagsterInstance, Dagste
             conn.execute(f"DROP DATABASE IF EXISTS {database} WITH (FORCE)")
 
 
-@contextmanager
-def bench_queue(ctx: BenchContext) -> Iterator[UploadQueue]:
-    """A queue of its own in the stack's moto, with the upload queue's visibility timeout."""
-    aws = AwsSettings.from_env(ctx.stack().env)
-    queue = UploadQueue(None, aws, QueueSettings().visibility_timeout_seconds)
-    url = queue.client.create_queue(
-        QueueName=f"bench-uploads-{uuid.uuid4().hex[:8]}",
-        Attributes={"VisibilityTimeout": str(queue.visibility_timeout_seconds)},
-    )["QueueUrl"]
-    queue.queue_url = url
-    try:
-        yield queue
-    finally:
-        queue.client.delete_queue(QueueUrl=url)
-
-
 def s3_event(bucket: str, key: str, etag: str) -> str:
     """The body S3 sends for one uploaded object (the fields the pipeline reads)."""
     record = {
@@ -146,6 +134,117 @@ def enqueue_uploads(queue: UploadQueue, prefix: str, count: int) -> list[str]:
     return keys
 
 
+# -- the queue, spread over moto queues ----------------------------------------------------------
+
+SHARD_SIZE = MAX_BATCH  # messages per moto queue (see ShardedQueue)
+SETUP_THREADS = 4  # untimed set-up (queues, messages, queued runs) goes side by side
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+class ShardedQueue:
+    """Several moto queues behind the calls the sensors make of one `UploadQueue`.
+
+    moto checks the visibility of every message of a queue, in flight too, for each message it
+    returns, so one queue of thousands costs seconds a call (quadratic in its size; SQS answers
+    in tens of milliseconds whatever the size). The messages are spread over queues of
+    `SHARD_SIZE` (ten: one receive's worth, about 20 ms a call in moto, as in SQS): each
+    `receive` asks the next queue that still holds messages, once all are drained one call
+    answers empty, as one queue would; each handle is renewed or deleted through the queue that
+    gave it. The same calls, ten messages or handles each, as against one queue; the bare
+    baselines go through it too.
+    """
+
+    configured = True
+
+    def __init__(self, queues: list[UploadQueue], messages: int) -> None:
+        self.queues = queues
+        self.owner: dict[str, UploadQueue] = {}
+        self.message_ids: dict[str, str] = {}  # receipt handle → message id
+        self._left = shard_sizes(len(queues), messages)
+        self._turn = 0
+
+    def receive(self, max_messages: int = MAX_BATCH, wait_seconds: int = 0) -> list[dict[str, Any]]:
+        for _ in range(len(self.queues)):
+            index, self._turn = self._turn, (self._turn + 1) % len(self.queues)
+            if self._left[index] > 0:
+                queue = self.queues[index]
+                messages = queue.receive(max_messages)
+                self._left[index] = self._left[index] - len(messages) if messages else 0
+                if messages:
+                    self.own(queue, messages)
+                    return messages
+        return self.queues[0].receive(max_messages)  # drained: the one empty answer
+
+    def own(self, queue: UploadQueue, messages: list[dict[str, Any]]) -> None:
+        """Remember that `queue` gave these messages (their handles go back to it)."""
+        for message in messages:
+            self.owner[message["ReceiptHandle"]] = queue
+            self.message_ids[message["ReceiptHandle"]] = message["MessageId"]
+
+    def delete(self, receipt_handle: str) -> bool:
+        return self.owner[receipt_handle].delete(receipt_handle)
+
+    def extend_visibility_many(
+        self, receipt_handles: list[str], seconds: int | None = None
+    ) -> dict[str, str]:
+        by_queue: dict[int, list[str]] = {}
+        for handle in receipt_handles:
+            by_queue.setdefault(id(self.owner[handle]), []).append(handle)
+        failed: dict[str, str] = {}
+        for handles in by_queue.values():
+            failed |= self.owner[handles[0]].extend_visibility_many(handles, seconds)
+        return failed
+
+
+@contextmanager
+def sharded_queue(ctx: BenchContext, messages: int) -> Iterator[list[UploadQueue]]:
+    """Enough new moto queues of `SHARD_SIZE` for `messages`, made and deleted side by side.
+
+    Each has the upload queue's visibility timeout; all share one client (a copy of one
+    `UploadQueue`), as the sensors' one queue would.
+    """
+    aws = AwsSettings.from_env(ctx.stack().env)
+    template = UploadQueue(None, aws, QueueSettings().visibility_timeout_seconds)
+    attributes = {"VisibilityTimeout": str(template.visibility_timeout_seconds)}
+
+    def create(_: int) -> UploadQueue:
+        queue = copy.copy(template)
+        name = f"bench-uploads-{uuid.uuid4().hex[:8]}"
+        queue.queue_url = template.client.create_queue(QueueName=name, Attributes=attributes)[
+            "QueueUrl"
+        ]
+        return queue
+
+    queues = in_parallel(create, range(-(-messages // SHARD_SIZE)))
+    try:
+        yield queues
+    finally:
+        in_parallel(lambda q: template.client.delete_queue(QueueUrl=q.queue_url), queues)
+
+
+def shards_note(messages: int) -> str:
+    return f"{-(-messages // SHARD_SIZE)} moto queues of ≤ {SHARD_SIZE} (moto is quadratic in one)"
+
+
+def shard_sizes(queues: int, messages: int) -> list[int]:
+    """How many of `messages` each of `queues` holds: `SHARD_SIZE` each, the rest in the last."""
+    return [min(SHARD_SIZE, messages - index * SHARD_SIZE) for index in range(queues)]
+
+
+def enqueue_sharded(queues: list[UploadQueue], prefix: str, count: int) -> list[str]:
+    """`count` upload events spread over `queues` (`shard_sizes`); their partition keys."""
+    shares = list(enumerate(shard_sizes(len(queues), count)))
+    keys = in_parallel(lambda s: enqueue_uploads(queues[s[0]], f"{prefix}-q{s[0]}", s[1]), shares)
+    return [key for shard in keys for key in shard]
+
+
+def in_parallel(call: Callable[[T], R], items: Iterable[T]) -> list[R]:
+    """`call` over `items` on a few threads (set-up work, never the timed part), in order."""
+    with ThreadPoolExecutor(max_workers=SETUP_THREADS) as pool:
+        return list(pool.map(call, items))
+
+
 # -- what the daemon does with a tick's result ---------------------------------------------------
 
 # Where a queued run would be launched from; the queue needs one, nothing here connects to it.
@@ -172,23 +271,23 @@ def queued_run(tags: dict[str, str]) -> DagsterRun:
 def record_runs(instance: DagsterInstance, result: SensorResult, sensor_name: str) -> list[str]:
     """Add the requested partitions and one queued run per new run key; returns the new keys.
 
-    The daemon skips a run request whose run key this sensor already used; so does this.
+    The daemon skips a run request whose run key this sensor already used; so does this (each
+    request on its own, as the daemon looks them up; side by side, to keep the stage short).
     """
     for request in result.dynamic_partitions_requests or []:
         instance.add_dynamic_partitions(request.partitions_def_name, list(request.partition_keys))
-    made = []
-    for request in result.run_requests or []:
+
+    def submit(request: RunRequest) -> str | None:
         key = request.run_key
-        if key and instance.get_run_ids(
-            filters=_run_key_filter(key, sensor_name), limit=1
-        ):  # fmt: skip
-            continue
+        if key and instance.get_run_ids(filters=_run_key_filter(key, sensor_name), limit=1):
+            return None
         tags = {**request.tags, RUN_KEY_TAG: key or "", SENSOR_NAME_TAG: sensor_name}
         if request.partition_key:
             tags[PARTITION_NAME_TAG] = request.partition_key
         instance.add_run(queued_run(tags))
-        made.append(key or "")
-    return made
+        return key or ""
+
+    return [key for key in in_parallel(submit, result.run_requests or []) if key is not None]
 
 
 def _run_key_filter(key: str, sensor_name: str) -> Any:
@@ -236,7 +335,7 @@ class Drain:
 
 def drain_with_sensor(
     instances: tuple[DagsterInstance, DagsterInstance],
-    queue: UploadQueue,
+    queue: ShardedQueue,
     expected: int,
     max_ticks: int,
 ) -> Drain:
@@ -247,7 +346,7 @@ def drain_with_sensor(
     )
     for _ in range(max_ticks):
         started = time.perf_counter()
-        result = upload_sensors.evaluate_uploads(context, queue)
+        result = upload_sensors.evaluate_uploads(context, queue)  # type: ignore[arg-type]
         drain.tick_seconds.append(time.perf_counter() - started)
         requests = result.run_requests if isinstance(result, SensorResult) else []
         drain.tick_requests.append(len(requests or []))
@@ -261,7 +360,7 @@ def drain_with_sensor(
     return drain
 
 
-def drain_bare(queue: UploadQueue, expected: int) -> float:
+def drain_bare(queue: ShardedQueue, expected: int) -> float:
     """The limit: receive every message, 10 a call, nothing else; then make them visible again
     (untimed), so the sensor drains the very same messages."""
     seen: dict[str, str] = {}
@@ -291,10 +390,12 @@ def measure_uploads(
     drains: list[Drain] = []
     missing = duplicates = 0
     for repeat in range(config.repeats):
-        with bench_queue(ctx) as queue:
-            keys = enqueue_uploads(queue, f"r{repeat}", count)
-            bare_seconds = drain_bare(queue, count)
-            drain = drain_with_sensor(instances, queue, count, max_ticks=count + 5)
+        with sharded_queue(ctx, count) as queues:
+            keys = enqueue_sharded(queues, f"r{repeat}", count)
+            bare_seconds = drain_bare(ShardedQueue(queues, count), count)
+            drain = drain_with_sensor(
+                instances, ShardedQueue(queues, count), count, max_ticks=count + 5
+            )
         requested = [k.split("@", 1)[0] for k in drain.run_keys]
         missing += len(set(keys) - set(requested))
         duplicates += len(requested) - len(set(requested))
@@ -304,6 +405,7 @@ def measure_uploads(
     tick_max = [max(d.tick_seconds) for d in drains]
     details = {
         "uploads": count,
+        "queues": shards_note(count),
         "interval_seconds": interval,
         "ticks": [sum(1 for n in d.tick_requests if n) for d in drains],
         "requests_per_tick": [max(d.tick_requests) for d in drains],
@@ -336,55 +438,30 @@ def measure_uploads(
 # -- heartbeat -----------------------------------------------------------------------------------
 
 
-class ShardedQueue:
-    """Several moto queues behind the one call `keep_in_flight` makes.
-
-    moto checks the visibility of every message of a queue, in flight too, for each message it
-    returns, so holding 5,000 received messages of one queue costs minutes of moto's own time
-    (quadratic; SQS is not). The
-    heartbeat's messages are spread over queues of `HELD_PER_QUEUE`, and each handle is renewed
-    through the queue that gave it: the same ChangeMessageVisibilityBatch calls, ten handles
-    each, as against one queue.
-    """
-
-    def __init__(self, queues: list[UploadQueue]) -> None:
-        self.queues = queues
-        self.owner: dict[str, UploadQueue] = {}
-
-    def extend_visibility_many(self, receipt_handles: list[str]) -> dict[str, str]:
-        by_queue: dict[int, list[str]] = {}
-        for handle in receipt_handles:
-            by_queue.setdefault(id(self.owner[handle]), []).append(handle)
-        failed: dict[str, str] = {}
-        for handles in by_queue.values():
-            failed |= self.owner[handles[0]].extend_visibility_many(handles)
-        return failed
-
-
-HELD_PER_QUEUE = 50  # 5,000 held in 100 queues: moto's setup minutes become seconds
-
-
-def hold_messages(instance: DagsterInstance, sharded: ShardedQueue, count: int) -> list[str]:
+def hold_messages(instance: DagsterInstance, queues: list[UploadQueue], count: int) -> ShardedQueue:
     """`count` queued runs, each holding one received message as the uploads sensor tags it."""
-    runs = []
-    for index, queue in enumerate(sharded.queues):
-        share = min(HELD_PER_QUEUE, count - index * HELD_PER_QUEUE)
-        enqueue_uploads(queue, f"held{index}", share)
-        got = 0
-        while got < share:
-            messages = queue.receive()
-            if not messages:
-                break
-            for message in messages:
-                held = upload_sensors.HeldMessage(message["MessageId"], message["ReceiptHandle"], 1)
-                sharded.owner[held.receipt_handle] = queue
-                runs.append(queued_run(upload_sensors.sqs_tag([held])))
-                got += 1
-    for run in runs:
-        instance.add_run(run)
-    if len(sharded.owner) != count:
-        raise RuntimeError(f"{NAME}: received {len(sharded.owner)} of {count} messages to hold")
-    return list(sharded.owner)
+    enqueue_sharded(queues, "held", count)
+    sharded = ShardedQueue(queues, count)
+    shares = zip(queues, shard_sizes(len(queues), count), strict=True)
+    for queue, messages in zip(queues, in_parallel(receive_all, shares), strict=True):
+        sharded.own(queue, messages)
+    runs = [
+        queued_run(upload_sensors.sqs_tag([upload_sensors.HeldMessage(message_id, handle, 1)]))
+        for handle, message_id in sharded.message_ids.items()
+    ]
+    in_parallel(instance.add_run, runs)
+    if len(runs) != count:
+        raise RuntimeError(f"{NAME}: received {len(runs)} of {count} messages to hold")
+    return sharded
+
+
+def receive_all(queue_and_size: tuple[UploadQueue, int]) -> list[dict[str, Any]]:
+    """Every message of one shard (it holds `size`)."""
+    queue, size = queue_and_size
+    messages: list[dict[str, Any]] = []
+    while len(messages) < size and (batch := queue.receive()):
+        messages += batch
+    return messages
 
 
 def measure_heartbeat(
@@ -397,15 +474,14 @@ def measure_heartbeat(
     ours: list[float] = []
     base: list[float] = []
     renewed: list[int] = []
-    shards = -(-count // HELD_PER_QUEUE)
-    with ExitStack() as stack:
-        queue = ShardedQueue([stack.enter_context(bench_queue(ctx)) for _ in range(shards)])
-        handles = hold_messages(bookkeeping, queue, count)
+    with sharded_queue(ctx, count) as queues:
+        sharded = hold_messages(bookkeeping, queues, count)
+        handles = list(sharded.owner)
         for _ in range(config.repeats):
             started = time.perf_counter()
-            renewed.append(upload_sensors.keep_in_flight(instance, queue, LOG))  # type: ignore[arg-type]
+            renewed.append(upload_sensors.keep_in_flight(instance, sharded, LOG))  # type: ignore[arg-type]
             ours.append(time.perf_counter() - started)
-            base.append(timed(lambda: queue.extend_visibility_many(handles)))
+            base.append(timed(lambda: sharded.extend_visibility_many(handles)))
     result = Result(
         stage=NAME,
         metric=f"heartbeat_{count}_runs",
@@ -416,7 +492,7 @@ def measure_heartbeat(
         repeats=config.repeats,
         details={
             "runs_in_flight": count,
-            "queues": f"{shards} moto queues of ≤ {HELD_PER_QUEUE} (moto is quadratic in one)",
+            "queues": shards_note(count),
             "renewed": renewed,
             "heartbeat_interval_seconds": interval,
             "sensor_time_limit_seconds": SENSOR_TIME_LIMIT_SECONDS,

@@ -15,7 +15,7 @@ import pytest
 
 from benchmarks import run as bench_run
 from benchmarks.common import Result
-from benchmarks.sensor import Drain
+from benchmarks.sensor import Drain, ShardedQueue, shard_sizes
 from episode_pipeline.local.stack import StackInfo
 
 QUICK_STAGES = ["sensor", "frames_load", "frame_conversion", "extraction"]
@@ -59,6 +59,37 @@ def test_the_sensor_schedule_waits_the_interval_between_ticks_but_not_after_the_
     # 10 s (interval) + 12 s (a tick longer than the interval) + 3 s (the last one's own time).
     assert drain.schedule_seconds(interval=10) == 25.0
     assert Drain().schedule_seconds(interval=10) == 0.0
+
+
+class FakeShard:
+    """A queue holding `size` messages; counts its calls (a hand-written fake of UploadQueue)."""
+
+    def __init__(self, name: str, size: int) -> None:
+        self.name = name
+        self.waiting = [f"{name}-{index}" for index in range(size)]
+        self.receives = 0
+        self.renewed: list[str] = []
+
+    def receive(self, max_messages: int = 10) -> list[dict[str, str]]:
+        self.receives += 1
+        batch, self.waiting = self.waiting[:max_messages], self.waiting[max_messages:]
+        return [{"MessageId": m, "ReceiptHandle": f"handle-{m}"} for m in batch]
+
+    def extend_visibility_many(self, handles: list[str], seconds: int | None = None) -> dict:
+        self.renewed += handles
+        return {}
+
+
+def test_a_sharded_queue_drains_every_shard_once_and_answers_empty_once() -> None:
+    assert shard_sizes(3, 25) == [10, 10, 5]
+    shards = [FakeShard(name, size) for name, size in (("a", 10), ("b", 10), ("c", 5))]
+    queue = ShardedQueue(shards, 25)  # type: ignore[arg-type]
+    received = [m["MessageId"] for _ in range(3) for m in queue.receive()]
+    assert len(set(received)) == 25 and not any(s.waiting for s in shards)
+    assert queue.receive() == []  # drained: one empty answer, as one queue gives
+    assert sum(s.receives for s in shards) == 4
+    queue.extend_visibility_many(["handle-c-0", "handle-a-3"])
+    assert (shards[0].renewed, shards[2].renewed) == (["handle-a-3"], ["handle-c-0"])
 
 
 def test_the_readme_table_is_regenerated_between_its_markers(tmp_path: Path) -> None:
