@@ -149,3 +149,25 @@ def test_unpartitioned_output_lives_under_dagster_prefix(
 
     assert materialize([plain], resources={"io_manager": S3IOManager(s3=s3)}).success
     assert json.loads(storage.get_bytes(f"_dagster/{name}.json")) == {"ok": True}
+
+
+def test_a_later_run_loads_the_bucket_not_what_an_earlier_run_wrote(
+    storage: Bucket,
+    s3: S3BucketResource,
+    instance: DagsterInstance,
+    new_partition: Callable[[], EpisodeRef],
+) -> None:
+    """Outputs are kept in memory for the run that wrote them only."""
+    ref = new_partition()
+    io_manager = S3IOManager(s3=s3)
+    run = {"partition_key": ref.partition_key, "instance": instance}
+    assert materialize([manifest], resources={"io_manager": io_manager}, **run).success
+    replaced = {"keys": ["c.mp4"], "cameras": {}}
+    storage.put_bytes(
+        f"{ref.processed_prefix}_dagster/manifest.json", json.dumps(replaced).encode()
+    )
+
+    result = materialize(
+        [manifest, summary], selection=[summary], resources={"io_manager": io_manager}, **run
+    )
+    assert result.output_for_node("summary") == {"files": 1, "cams": {}}

@@ -27,6 +27,7 @@ from dagster import (
     MetadataValue,
     OutputContext,
 )
+from pydantic import PrivateAttr
 
 from episode_pipeline.bucket import is_not_found
 from episode_pipeline.defs.resources.s3 import S3BucketResource
@@ -86,9 +87,14 @@ class S3IOManager(ConfigurableIOManager):
     Loading returns the parsed JSON; when the input is annotated with a class that has a
     `from_json_dict` classmethod, that class is built from it. One partition per load: every
     asset of the graph reads its own episode's upstream output.
+
+    What this instance wrote is loaded back from memory: Dagster makes an instance per run (per
+    step process under a multiprocess executor), and a run's steps and checks load
+    `extracted_files` about ten times. An output of another run is read from the bucket.
     """
 
     s3: S3BucketResource
+    _written: dict[str, bytes] = PrivateAttr(default_factory=dict)
 
     def handle_output(self, context: OutputContext, obj: Any) -> None:
         if obj is None and context.dagster_type.is_nothing:
@@ -98,6 +104,7 @@ class S3IOManager(ConfigurableIOManager):
         key = object_key(context.asset_key, partition)
         bucket = self.s3.get_client()
         bucket.put_bytes(key, data)
+        self._written[key] = data
         context.add_output_metadata(
             {"s3_uri": MetadataValue.path(bucket.uri(key)), "bytes": len(data)}
         )
@@ -105,17 +112,22 @@ class S3IOManager(ConfigurableIOManager):
     def load_input(self, context: InputContext) -> Any:
         partition = context.asset_partition_key if context.has_asset_partitions else None
         key = object_key(context.asset_key, partition)
+        data = self._written.get(key)
+        if data is None:
+            data = self._read(key, context.asset_key, partition)
+        value = json.loads(data)
+        wanted = context.dagster_type.typing_type
+        return wanted.from_json_dict(value) if hasattr(wanted, "from_json_dict") else value
+
+    def _read(self, key: str, asset_key: AssetKey, partition: str | None) -> bytes:
         bucket = self.s3.get_client()
         try:
-            data = bucket.get_bytes(key)
+            return bucket.get_bytes(key)
         except ClientError as error:
             if not is_not_found(error):
                 raise
             raise MissingStoredOutput(
-                f"no stored output for {_describe(context.asset_key, partition)}: "
+                f"no stored output for {_describe(asset_key, partition)}: "
                 f"{bucket.uri(key)} does not exist; materialize that asset (for that partition) "
                 "first"
             ) from error
-        value = json.loads(data)
-        wanted = context.dagster_type.typing_type
-        return wanted.from_json_dict(value) if hasattr(wanted, "from_json_dict") else value
