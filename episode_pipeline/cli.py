@@ -11,6 +11,7 @@ import json
 import sys
 from pathlib import Path
 
+from episode_pipeline.fast_exit import skip_teardown
 from episode_pipeline.keys import EpisodeRef, InvalidEpisodeKey, parse_partition_key
 from episode_pipeline.lerobot.layout import CODEBASE_VERSIONS
 
@@ -281,13 +282,15 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    # The command itself (not a caller in Python, a test): exit without freeing Dagster & co.
+    exiting = skip_teardown() if argv is None else int
     try:
-        return int(args.handler(args))
+        return exiting(int(args.handler(args)))
     except KeyboardInterrupt:
-        return 130
+        return exiting(130)
     except (ValueError, FileNotFoundError) as error:  # bad input: say what, no traceback
         print(f"episode-pipeline: {error}", file=sys.stderr)
-        return 2
+        return exiting(2)
 
 
 if __name__ == "__main__":

@@ -2,7 +2,10 @@
 
 import sys
 
-from episode_pipeline.transcode.program import main
+from episode_pipeline.fast_exit import skip_teardown
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exiting = skip_teardown()  # before the program's imports: its handler must run last
+    from episode_pipeline.transcode.program import main
+
+    sys.exit(exiting(main()))
