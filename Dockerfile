@@ -14,8 +14,11 @@ RUN apt-get update \
     && apt-get install -y --no-install-recommends ffmpeg zstd \
     && rm -rf /var/lib/apt/lists/*
 
+# MALLOC_ARENA_MAX: a run worker's upload threads would each get a glibc malloc arena holding
+# freed part buffers; two arenas keep an extraction's peak RSS ≤ 300 MiB (benchmarks/extraction.py).
 ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
+    MALLOC_ARENA_MAX=2 \
     PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
     DAGSTER_HOME=/opt/dagster/dagster_home \

@@ -101,10 +101,12 @@ def rate_result(
     *,
     baseline_name: str,
     details: dict[str, Any] | None = None,
+    baseline_amount: float | None = None,
 ) -> Result:
-    """A throughput comparison (`amount` per second) from each repeat's seconds on each side."""
+    """A throughput comparison (`amount` per second) from each repeat's seconds on each side
+    (the baseline's `baseline_amount`, when it did less of the same work)."""
     ours = [amount / s for s in ours_s]
-    base = [amount / s for s in base_s]
+    base = [(amount if baseline_amount is None else baseline_amount) / s for s in base_s]
     return Result(
         stage=stage,
         metric=metric,
@@ -161,6 +163,7 @@ class Config:
     state_dim: int = 6  # floats in observation.state and action (SO-101 arm: 6 joints)
     wide_state_dim: int = 50  # a humanoid's state/action vectors
     wide_rows: int = 30_000  # rows for the wide vectors (jsonb parsing makes them slow)
+    old_rows: int = 20_000  # rows the old INSERT batches load (their rows/s is flat in the count)
     stream_rows: int = 1_000_000  # the long episode whose load must keep memory flat
     memory_repeats: int = 3  # child runs per side for peak-RSS figures
     startup_seconds: float = 2.0  # the episode `process` starts up for (one camera)
@@ -181,6 +184,7 @@ class Config:
         return cls(
             rows=2_000,
             wide_rows=500,
+            old_rows=1_500,
             stream_rows=20_000,
             memory_repeats=1,
             startup_seconds=1.0,

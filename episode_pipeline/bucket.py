@@ -120,11 +120,11 @@ def _sha256_file(path: Path) -> str:
 
 
 def transfer_config(size: int | None = None) -> TransferConfig:
-    """Multipart settings: 16 MiB parts (bigger when `size` needs it to stay under 10k parts).
+    """Multipart settings: 8 MiB parts (bigger when `size` needs it to stay under 10k parts).
 
     Memory for a non-seekable stream is about part size x concurrency, so concurrency stays at 4.
     """
-    part = 16 * MiB
+    part = 8 * MiB
     if size is not None:
         part = max(part, math.ceil(size / MAX_PARTS / MiB) * MiB)
     return TransferConfig(

@@ -210,6 +210,9 @@ def _build_info(
         "DB_PASSWORD": password,
         "DB_SSL": "false",
         "DAGSTER_HOME": dagster_dir,
+        # As in the image: each upload thread would get a glibc malloc arena that keeps freed
+        # part buffers; two cap an extraction's peak RSS (2 GiB archive: ~430 → ~260 MiB).
+        "MALLOC_ARENA_MAX": "2",
     }
     return StackInfo(
         running=True,
