@@ -9,7 +9,11 @@ says `processed`, and split with the run record and its events:
 - sensor: upload start → the run exists (S3 event, queue, sensor interval, tick);
 - launch: the run exists → it started (run queue, run worker process start, code load);
 - the steps' work until `processed` (STEP_SUCCESS durations), and Dagster's overhead around
-  them, up to the moment the row reads `processed` (polled every 0.2 s).
+  them, up to the moment the row reads `processed` (polled every 0.2 s);
+- within `hls_renditions` (`transcode_split_s`): until the transcode program started, until its
+  first FFmpeg, the cameras' FFmpeg span, and after the last camera; and the CPU seconds each
+  kind of process used during the step (`cpu_during_transcode_s`: FFmpeg, or the daemon, code
+  server, run worker, moto... around it), from /proc sampled every second.
 
 Limit: the sum of the stage limits, measured in the same run on the same episode: S3 alone for
 extraction (its kept members uploaded from the page cache, no decompression), bare FFmpeg for
@@ -19,12 +23,16 @@ a stack of its own (never a shared one: it would act on that stack's queue and r
 
 from __future__ import annotations
 
+import itertools
 import os
+import re
 import shutil
 import subprocess
 import sys
+import threading
 import time
 import uuid
+from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -37,6 +45,23 @@ NAME = "end_to_end"
 TARGET_FACTOR = 1.3
 POLL_SECONDS = 0.2
 DEADLINE_SECONDS = 900
+HLS_STEP = "hls_renditions"
+CAMERA_DONE = re.compile(r"^camera \S+: .* ffmpeg ([0-9.]+) s")  # the transcode's per-camera log
+CPU_SAMPLE_SECONDS = 1.0  # one sample costs ~9 ms of CPU
+# Who a process is, by its command line, first match wins (the rest of the machine: `other`).
+PROCESS_KINDS = (
+    ("ffmpeg", "ffmpeg"),
+    ("episode_pipeline.video.probe", "probe child"),
+    ("episode_pipeline.transcode", "transcode program"),
+    ("dagster-daemon", "daemon"),
+    ("dagster api grpc", "code server"),
+    ("dagster code-server", "code server"),
+    ("multiprocessing", "run worker"),
+    ("dagster api execute_run", "run worker"),
+    ("moto", "moto"),
+    ("postgres", "postgres"),
+    ("benchmarks", "benchmark"),
+)
 
 
 @contextmanager
@@ -136,12 +161,105 @@ def breakdown(instance: Any, ref: EpisodeRef, started: float, done: float) -> di
     created = record.create_timestamp.timestamp()
     run_started = record.start_time or created
     return {
+        "transcode": transcode_split(instance, record.dagster_run.run_id),
         "total": done - started,
         "sensor": created - started,
         "launch": run_started - created,
         "steps_before_processed": before_processed,
         "dagster_overhead": (done - run_started) - before_processed,
         "steps": steps,
+    }
+
+
+class CpuSampler:
+    """Every process's CPU time, sampled from /proc every second on a thread, so that a window
+    (the transcode step) can be charged to who used the 2 cores: FFmpeg, or the processes
+    around it. A process living less than one interval between samples is missed; kinds go by
+    command line, so another run's processes of the same kinds on the machine count too."""
+
+    def __init__(self) -> None:
+        self.samples: list[tuple[float, dict[int, tuple[str, float]]]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="cpu-sampler", daemon=True)
+        self._ticks = os.sysconf("SC_CLK_TCK")
+        self._kinds: dict[tuple[int, str], str] = {}  # (pid, start time) → kind
+
+    def __enter__(self) -> CpuSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.samples.append((time.time(), self._read()))
+            self._stop.wait(CPU_SAMPLE_SECONDS)
+
+    def _read(self) -> dict[int, tuple[str, float]]:
+        found = {}
+        for entry in os.scandir("/proc"):
+            if not entry.name.isdigit():
+                continue
+            try:
+                stat = Path(entry.path, "stat").read_text()
+                fields = stat[stat.rfind(")") + 2 :].split()
+                key = (int(entry.name), fields[19])  # a pid and its start time: one process
+                if key not in self._kinds:
+                    command = Path(entry.path, "cmdline").read_bytes().replace(b"\0", b" ")
+                    self._kinds[key] = process_kind(command.decode(errors="replace"))
+            except OSError:
+                continue
+            seconds = (int(fields[11]) + int(fields[12])) / self._ticks  # utime + stime
+            found[key[0]] = (self._kinds[key], seconds)
+        return found
+
+    def cpu_by_kind(self, start: float, end: float) -> dict[str, float]:
+        """CPU seconds each kind of process used between `start` and `end` (time.time())."""
+        used: Counter[str] = Counter()
+        window = [s for s in self.samples if start <= s[0] <= end]
+        for (_, before), (_, after) in itertools.pairwise(window):
+            for pid, (kind, seconds) in after.items():
+                earlier = before.get(pid)
+                used[kind] += seconds - (earlier[1] if earlier and earlier[0] == kind else 0.0)
+        return {kind: round(seconds, 2) for kind, seconds in used.most_common()}
+
+
+def process_kind(command: str) -> str:
+    return next((kind for pattern, kind in PROCESS_KINDS if pattern in command), "other")
+
+
+def transcode_split(instance: Any, run_id: str) -> dict[str, float]:
+    """The `hls_renditions` step from its events and the transcode's logs: until the program
+    said it started, the cameras' FFmpeg span (first start to last end, each camera's start
+    being its end less its FFmpeg seconds), and after the last camera until the step's end."""
+    start = end = ready = None
+    cameras: list[tuple[float, float]] = []  # (logged at, ffmpeg seconds)
+    for entry in instance.all_logs(run_id):
+        if entry.step_key != HLS_STEP:
+            continue
+        event = entry.dagster_event
+        kind = event.event_type_value if event is not None else None
+        if kind == "STEP_START":
+            start = entry.timestamp
+        elif kind == "STEP_SUCCESS":
+            end = entry.timestamp
+        elif entry.user_message.startswith("transcoding ") and ready is None:
+            ready = entry.timestamp
+        elif match := CAMERA_DONE.match(entry.user_message):
+            cameras.append((entry.timestamp, float(match[1])))
+    if start is None or end is None or ready is None or not cameras:
+        return {}
+    first_ffmpeg = min(done - ffmpeg for done, ffmpeg in cameras)
+    last_done = max(done for done, _ in cameras)
+    return {
+        "step": end - start,
+        "to_program_start": ready - start,
+        "program_start_to_first_ffmpeg": first_ffmpeg - ready,
+        "ffmpeg_span": last_done - first_ffmpeg,
+        "after_last_camera": end - last_done,
+        "window": (start, end),  # dropped from the details; for the CPU sampler
     }
 
 
@@ -193,6 +311,12 @@ def transcode_limit(ctx: BenchContext, archive: Path) -> float:
     return seconds
 
 
+def medians(dicts: list[dict[str, float]]) -> dict[str, float]:
+    """Key by key, the median over the repeats (a key missing in one counts as 0)."""
+    keys = dict.fromkeys(key for d in dicts for key in d)
+    return {key: round(median([d.get(key, 0.0) for d in dicts]), 3) for key in keys}
+
+
 def run(ctx: BenchContext) -> list[Result]:
     from dagster import DagsterInstance
 
@@ -215,10 +339,14 @@ def run(ctx: BenchContext) -> list[Result]:
             DagsterInstance.from_config(info.env["DAGSTER_HOME"]) as instance,
         ):
             wait_for_daemon(instance, process, log)
-            for _ in range(config.repeats):
-                ref = EpisodeRef("bench-e2e", f"ep-{uuid.uuid4().hex[:8]}")
-                started, done = upload_and_wait(settings, archive, ref)
-                parts.append(breakdown(instance, ref, started, done))
+            with CpuSampler() as sampler:
+                for _ in range(config.repeats):
+                    ref = EpisodeRef("bench-e2e", f"ep-{uuid.uuid4().hex[:8]}")
+                    started, done = upload_and_wait(settings, archive, ref)
+                    parts.append(breakdown(instance, ref, started, done))
+            for part in parts:
+                window = part["transcode"].pop("window", None)
+                part["cpu"] = sampler.cpu_by_kind(*window) if window else {}
         for _ in range(config.repeats):
             limits.append(stage_limits(ctx, info, archive, sample))
     totals = [p["total"] for p in parts]
@@ -235,6 +363,9 @@ def run(ctx: BenchContext) -> list[Result]:
             for key in parts[0]["steps"]
         },
         "limits_s": {key: round(median([lim[key] for lim in limits]), 3) for key in limits[0]},
+        # hls_renditions' own split, and the CPU seconds each kind of process used meanwhile
+        "transcode_split_s": medians([p["transcode"] for p in parts]),
+        "cpu_during_transcode_s": medians([p["cpu"] for p in parts]),
     }
     return [
         seconds_result(
