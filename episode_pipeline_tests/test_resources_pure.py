@@ -92,7 +92,7 @@ def test_content_type_for(key: str, expected: str) -> None:
 
 
 def test_transfer_config_keeps_parts_under_the_s3_limit() -> None:
-    assert transfer_config().multipart_chunksize == 16 * MiB
+    assert transfer_config().multipart_chunksize == 8 * MiB
     huge = 500 * 1024 * MiB  # 500 GiB
     part = transfer_config(huge).multipart_chunksize
     assert part % MiB == 0
