@@ -8,7 +8,9 @@ name.
 PyAV runs FFmpeg's demuxers inside the calling process, where a hostile file could hang it
 beyond reach. So the transcode and the checks never call `probe` directly: `examine` (and
 `probe_files`) run this module as a child (`python -m episode_pipeline.video.probe`) under a
-deadline (`video.process`), one JSON line per file on its stdout.
+deadline (`video.process`), one JSON line per file on its stdout. The child answers its
+requests on two threads per CPU: PyAV releases the GIL while it demuxes and decodes, so the HLS
+check's three cameras decode side by side instead of one after another.
 """
 
 from __future__ import annotations
@@ -16,15 +18,17 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
-from episode_pipeline.video.process import DeadlineExceeded, run_with_deadline
+from episode_pipeline.video.process import DeadlineExceeded, available_cpus, run_with_deadline
 
 PROBE = "probe"
 COUNT_FRAMES = "count-frames"
+THREADS_PER_CPU = 2  # requests the child answers at once, per CPU
 
 
 class ProbeError(ValueError):
@@ -172,19 +176,31 @@ def probe_files(
     return [a if isinstance(a, VideoProbe | ProbeError) else ProbeError(str(a)) for a in answers]
 
 
+def answer(mode: str, path: str) -> dict[str, Any]:
+    """One request's JSON answer; a ProbeError is an answer too."""
+    try:
+        if mode == PROBE:
+            return {"probe": asdict(probe(path))}
+        if mode == COUNT_FRAMES:
+            return {"frames": decoded_frames(path)}
+        return {"error": f"{path}: unknown request {mode!r}"}
+    except ProbeError as error:
+        return {"error": str(error)}
+
+
 def main(argv: Sequence[str]) -> int:
-    """The child: `MODE PATH [MODE PATH ...]`, one JSON line per request, in order, flushed."""
-    for mode, path in zip(argv[::2], argv[1::2], strict=True):
-        try:
-            if mode == PROBE:
-                answer: dict[str, Any] = {"probe": asdict(probe(path))}
-            elif mode == COUNT_FRAMES:
-                answer = {"frames": decoded_frames(path)}
-            else:
-                answer = {"error": f"{path}: unknown request {mode!r}"}
-        except ProbeError as error:
-            answer = {"error": str(error)}
-        print(json.dumps(answer), flush=True)
+    """The child: `MODE PATH [MODE PATH ...]`, one JSON line per request, in order, each flushed
+    as soon as it and those before it are answered.
+
+    Requests run side by side, two per CPU: with one per CPU the last long decode (the third
+    camera on 2 cores) runs alone on one core at the end. Three 60 s 640x480 baselines on 2
+    cores: 2.9 s one after another, 2.0 s one per CPU, 1.8 s two per CPU.
+    """
+    requests = list(zip(argv[::2], argv[1::2], strict=True))
+    workers = max(1, min(THREADS_PER_CPU * available_cpus(), len(requests)))
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        for line in pool.map(lambda request: answer(*request), requests):
+            print(json.dumps(line), flush=True)
     return 0
 
 

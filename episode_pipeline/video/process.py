@@ -37,6 +37,11 @@ class DeadlineExceeded(RuntimeError):
         self.stderr = stderr
 
 
+def available_cpus() -> int:
+    """CPUs this process may run on (a Fargate task's vCPUs; a container's cpuset)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
 def kill_group(process: subprocess.Popen, sig: int = signal.SIGKILL) -> None:
     """Signal the child's process group (it leads its own session); quiet if already gone."""
     with contextlib.suppress(ProcessLookupError):

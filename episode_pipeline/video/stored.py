@@ -2,8 +2,9 @@
 
 Everything is recomputed from the stored objects: the master and media playlists are parsed
 again, segment names are matched against the listing, and the baseline is downloaded and decoded
-end to end in a PyAV child under a deadline (`probe.examine`). The sources' facts (`SourceFacts`)
-come from the caller: probing them again would mean downloading every mp4 a second time.
+end to end in a PyAV child under a deadline (`probe.examine`), the cameras side by side. The
+sources' facts (`SourceFacts`) come from the caller: probing them again would mean downloading
+every mp4 a second time.
 """
 
 from __future__ import annotations
@@ -156,40 +157,66 @@ def baseline_fps(sources: Sequence[SourceFacts]) -> float:
     return fit_level_30(first.width, first.height, first.fps).fps if first else 0.0
 
 
+@dataclass(frozen=True)
+class DecodeRequest:
+    """One file the decode child examines: a camera's baseline playlist (its frames counted) or
+    a variant's first segment (probed for its size)."""
+
+    camera: str
+    uri: str
+    mode: str  # COUNT_FRAMES | PROBE
+    local: Path
+    variant: Variant | None = None  # None: the baseline
+
+
+def download_for_decoding(name: str, camera: StoredCamera, into: Path) -> list[DecodeRequest] | str:
+    """The camera's baseline with every segment, and each variant's first segment, into `into`;
+    what stops the baseline's download is returned instead."""
+    local = camera.download(PLAYLIST_NAME, into)
+    if isinstance(local, str):
+        return local
+    requests = [DecodeRequest(name, PLAYLIST_NAME, COUNT_FRAMES, local)]
+    for variant in camera.variants():
+        first = camera.download(variant.uri, into / "first", first_segment_only=True)
+        if isinstance(first, Path):  # else the playlists check reports it
+            requests.append(DecodeRequest(name, variant.uri, PROBE, first, variant))
+    return requests
+
+
 def decode_problems(
     cameras: Mapping[str, tuple[StoredCamera, Sequence[SourceFacts]]], workdir: Path
 ) -> dict[str, list[str]]:
     """Per camera: the baseline decodes end to end to the sources' frames (± one per source) and
-    each variant's first segment decodes at the size the master claims. One PyAV child for all.
+    each variant's first segment decodes at the size the master claims.
+
+    The cameras download side by side, then one PyAV child decodes them all, side by side too.
     """
     problems: dict[str, list[str]] = {name: [] for name in cameras}
-    requests: list[tuple[str, Path]] = []
-    asked: list[tuple[str, str, Variant | None]] = []  # camera, uri, variant (None: baseline)
-    for index, (name, (camera, _)) in enumerate(cameras.items()):
-        into = workdir / f"{index:03d}"
-        local = camera.download(PLAYLIST_NAME, into)
-        if isinstance(local, str):
-            problems[name].append(local)
-            continue
-        requests.append((COUNT_FRAMES, local))
-        asked.append((name, PLAYLIST_NAME, None))
-        for variant in camera.variants():
-            first = camera.download(variant.uri, into / "first", first_segment_only=True)
-            if isinstance(first, Path):  # else the playlists check reports it
-                requests.append((PROBE, first))
-                asked.append((name, variant.uri, variant))
+    with ThreadPoolExecutor(max_workers=max(1, len(cameras))) as pool:
+        downloads = [
+            pool.submit(download_for_decoding, name, camera, workdir / f"{index:03d}")
+            for index, (name, (camera, _)) in enumerate(cameras.items())
+        ]
+    requests: list[DecodeRequest] = []
+    for name, download in zip(cameras, downloads, strict=True):
+        found = download.result()
+        if isinstance(found, str):
+            problems[name].append(found)
+        else:
+            requests += found
     seconds = sum(s.seconds for _, sources in cameras.values() for s in sources)
     answers = examine(
-        requests, DECODE_DEADLINE_BASE_SECONDS + DECODE_DEADLINE_PER_HLS_SECOND * seconds
+        [(r.mode, r.local) for r in requests],
+        DECODE_DEADLINE_BASE_SECONDS + DECODE_DEADLINE_PER_HLS_SECOND * seconds,
     )
-    for (name, uri, variant), (_, local), answer in zip(asked, requests, answers, strict=True):
-        camera, sources = cameras[name]
+    for request, answer in zip(requests, answers, strict=True):
+        camera, sources = cameras[request.camera]
         if isinstance(answer, int):
             problem = frame_count_problem(answer, sources, baseline_fps(sources))
-        elif isinstance(answer, VideoProbe) and variant is not None:
-            problem = size_problem(variant.resolution, (answer.width, answer.height))
+        elif isinstance(answer, VideoProbe) and request.variant is not None:
+            problem = size_problem(request.variant.resolution, (answer.width, answer.height))
         else:  # the error names the local copy: the key is named below
-            problem = str(answer).replace(f"{local}: ", "")
+            problem = str(answer).replace(f"{request.local}: ", "")
         if problem:
-            problems[name].append(f"{camera.prefix}{uri}: {problem}")
+            problems[request.camera].append(f"{camera.prefix}{request.uri}: {problem}")
     return problems
