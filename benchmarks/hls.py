@@ -32,9 +32,7 @@ from episode_pipeline.keys import EpisodeRef
 from episode_pipeline.lerobot.sample import SampleSpec, write_dataset
 from episode_pipeline.settings import AwsSettings, VideoSettings
 from episode_pipeline.transcode.job import CameraJob, TranscodeJob
-from episode_pipeline.transcode.program import run_episode
-from episode_pipeline.video import ffmpeg_exe
-from episode_pipeline.video.hls import hls_command
+from episode_pipeline.transcode.program import camera_command, run_episode
 from episode_pipeline.video.ladder import plan_renditions
 from episode_pipeline.video.probe import probe
 
@@ -73,20 +71,8 @@ FFMPEG_TIMEOUT_SECONDS = 600
 
 def _command(source: Path, out_dir: Path, ladder: tuple[str, ...], poster: bool) -> list[str]:
     """The transcode's FFmpeg invocation for one camera (`ladder=()`: today's single rendition)."""
-    facts = probe(source)
-    renditions = plan_renditions(facts.width, facts.height, facts.fps, ladder)
-    for rendition in renditions:
-        (out_dir / rendition.folder).mkdir(parents=True, exist_ok=True)
-    return hls_command(
-        ffmpeg_exe(),
-        source,
-        out_dir,
-        renditions,
-        source_width=facts.width,
-        source_height=facts.height,
-        source_fps=facts.fps,
-        poster=poster,
-    )
+    video = VideoSettings(ladder=ladder)
+    return camera_command(video, source, out_dir, probe(source), poster=poster)[1]
 
 
 def _ffmpeg_cpu(command: list[str], out_dir: Path) -> float:

@@ -2,16 +2,19 @@
 
 Runs as `python -m episode_pipeline.transcode` under Dagster Pipes: the job (every camera of one
 episode) comes in the Pipes extras, and each camera's result goes back as a custom message as
-soon as that camera is done. Cameras run in parallel, up to the CPUs this process may use (or
-TRANSCODE_CAMERA_WORKERS). The bucket is in the job; the S3 endpoint and credentials come from
-the environment (the parent's resource locally; the task role on AWS). This module imports
-`dagster_pipes` and the core only, never `dagster`: it starts in a fraction of the time.
+soon as that camera is done. Every camera starts at once (download, probe); their FFmpegs run up
+to the CPUs this process may use at a time (or TRANSCODE_CAMERA_WORKERS), so a waiting camera's
+download and probe overlap the others' encodes and its FFmpeg starts the moment a slot frees.
+The bucket is in the job; the S3 endpoint and credentials come from the environment (the
+parent's resource locally; the task role on AWS). This module imports `dagster_pipes` and the
+core only, never `dagster`: it starts in a fraction of the time.
 
 Per camera:
 1. the old objects under `hls/<camera>/` are deleted, so nothing of an earlier run mixes in;
 2. every source is downloaded, then all are probed in one PyAV child under a deadline;
-3. one FFmpeg invocation (under a deadline, killed with its process group when late) writes
-   every rendition and the poster; finished segments are uploaded while it runs;
+3. when an FFmpeg slot is free, one FFmpeg invocation (under a deadline, killed with its process
+   group when late) writes every rendition and the poster; finished segments are uploaded while
+   it runs;
 4. each rendition's playlist is checked, the master is written from what was made (peak
    bandwidth, codecs from the stream), the poster and the playlists go up, the master last.
 
@@ -36,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from episode_pipeline.bucket import Bucket
-from episode_pipeline.settings import AwsSettings
+from episode_pipeline.settings import AwsSettings, VideoSettings
 from episode_pipeline.transcode.job import (
     CameraJob,
     FailedVideo,
@@ -49,6 +52,7 @@ from episode_pipeline.transcode.uploads import SegmentUploader
 from episode_pipeline.video import ffmpeg_exe
 from episode_pipeline.video.hls import (
     POSTER_NAME,
+    SEGMENT_SECONDS,
     EncodeSettings,
     Rendition,
     concat_list,
@@ -68,6 +72,7 @@ from episode_pipeline.video.playlist import PlaylistError, check_playlist, parse
 from episode_pipeline.video.probe import VideoProbe, probe_files
 from episode_pipeline.video.process import (
     DeadlineExceeded,
+    available_cpus,
     kill_running_children,
     run_with_deadline,
 )
@@ -80,11 +85,6 @@ Log = Callable[[str], Any]
 
 class TranscodeError(RuntimeError):
     """FFmpeg failed, or wrote a rendition that breaks the contract."""
-
-
-def available_cpus() -> int:
-    """CPUs this process may run on (a Fargate task's vCPUs; a container's cpuset)."""
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
 def fetch_sources(
@@ -117,34 +117,63 @@ def fetch_sources(
     return usable, failed
 
 
-def encode(
-    job: TranscodeJob,
-    camera: CameraJob,
-    sources: list[tuple[Path, SourceVideo]],
-    renditions: list[Rendition],
+def camera_command(
+    video: VideoSettings,
+    source: Path,
     out_dir: Path,
-) -> float:
-    """Run the camera's one FFmpeg invocation under its deadline; returns FFmpeg's wall time."""
-    first = sources[0][1].probe
-    if len(sources) > 1:
-        listing = out_dir.parent / "sources.ffconcat"
-        listing.write_text(concat_list([path.name for path, _ in sources]))
-        source, concat = listing, True
-    else:
-        source, concat = sources[0][0], False
+    first: VideoProbe,
+    *,
+    segment_seconds: int = SEGMENT_SECONDS,
+    has_audio: bool = False,
+    concat: bool = False,
+    poster: bool = True,
+) -> tuple[list[Rendition], list[str]]:
+    """The renditions a camera gets (from its first source's probe) and the one FFmpeg
+    invocation writing them and the poster under `out_dir`, their folders made. The transcode
+    runs it; the benchmarks run it bare, so both sides of a comparison share one command."""
+    baseline = EncodeSettings(segment_seconds=segment_seconds, preset=video.preset)
+    renditions = plan_renditions(
+        first.width,
+        first.height,
+        first.fps,
+        video.ladder,
+        baseline=baseline,
+        ladder_preset=video.ladder_preset,
+    )
+    for rendition in renditions:
+        (out_dir / rendition.folder).mkdir(parents=True, exist_ok=True)
     command = hls_command(
-        job.video.ffmpeg or ffmpeg_exe(),
+        video.ffmpeg or ffmpeg_exe(),
         source,
         out_dir,
         renditions,
         source_width=first.width,
         source_height=first.height,
         source_fps=first.fps,
-        has_audio=all(s.probe.has_audio for _, s in sources),
+        has_audio=has_audio,
         concat=concat,
-        poster=True,
-        settings=EncodeSettings(segment_seconds=job.segment_seconds, preset=job.video.preset),
+        poster=poster,
+        settings=baseline,
     )
+    return renditions, command
+
+
+def ffmpeg_input(sources: list[tuple[Path, SourceVideo]], workdir: Path) -> tuple[Path, bool]:
+    """What FFmpeg reads: the one mp4, or an ffconcat list playing several back to back."""
+    if len(sources) == 1:
+        return sources[0][0], False
+    listing = workdir / "sources.ffconcat"
+    listing.write_text(concat_list([path.name for path, _ in sources]))
+    return listing, True
+
+
+def encode(
+    job: TranscodeJob,
+    camera: CameraJob,
+    sources: list[tuple[Path, SourceVideo]],
+    command: list[str],
+) -> float:
+    """Run the camera's one FFmpeg invocation under its deadline; returns FFmpeg's wall time."""
     source_seconds = sum(s.probe.duration_ms for _, s in sources) / 1000
     started = time.monotonic()
     done = run_with_deadline(
@@ -210,26 +239,28 @@ def publish(
     sources: list[tuple[Path, SourceVideo]],
     bucket: Bucket,
     workdir: Path,
+    ffmpeg_slots: threading.Semaphore,
 ) -> tuple[list[RenditionResult], float]:
-    """Encode, upload segments as they come, check, then the poster, playlists and master."""
-    first = sources[0][1].probe
-    renditions = plan_renditions(
-        first.width,
-        first.height,
-        first.fps,
-        job.video.ladder,
-        baseline=EncodeSettings(segment_seconds=job.segment_seconds, preset=job.video.preset),
-        ladder_preset=job.video.ladder_preset,
-    )
+    """Encode in a free FFmpeg slot, upload segments as they come, check, then the poster,
+    playlists and master (the slot is already free for the next camera by then)."""
     out_dir = workdir / "hls"
-    for rendition in renditions:
-        (out_dir / rendition.folder).mkdir(parents=True, exist_ok=True)
+    source, concat = ffmpeg_input(sources, workdir)
+    has_audio = all(s.probe.has_audio for _, s in sources)
+    renditions, command = camera_command(
+        job.video,
+        source,
+        out_dir,
+        sources[0][1].probe,
+        segment_seconds=job.segment_seconds,
+        has_audio=has_audio,
+        concat=concat,
+    )
     with SegmentUploader(
         bucket, out_dir, camera.output_prefix, [r.folder for r in renditions]
     ) as uploader:
-        ffmpeg_seconds = encode(job, camera, sources, renditions, out_dir)
+        with ffmpeg_slots:
+            ffmpeg_seconds = encode(job, camera, sources, command)
         uploaded = uploader.finish()
-    has_audio = all(s.probe.has_audio for _, s in sources)
     described = [describe_rendition(job, camera, r, out_dir, has_audio) for r in renditions]
     listed = set().union(*(keys for _, _, keys in described))
     if listed - uploaded:
@@ -246,9 +277,15 @@ def publish(
 
 
 def run_camera(
-    job: TranscodeJob, camera: CameraJob, bucket: Bucket, workdir: Path, log: Log
+    job: TranscodeJob,
+    camera: CameraJob,
+    bucket: Bucket,
+    workdir: Path,
+    log: Log,
+    ffmpeg_slots: threading.Semaphore,
 ) -> TranscodeResult:
-    """Do one camera in `workdir`; see the module docstring for what fails how."""
+    """Do one camera in `workdir`, its FFmpeg in one of `ffmpeg_slots`; see the module docstring
+    for what fails how."""
     started = time.time()
     workdir.mkdir(parents=True)
     bucket.delete_prefix(camera.output_prefix)
@@ -263,7 +300,9 @@ def run_camera(
     )
     if sources:
         try:
-            renditions, ffmpeg_seconds = publish(job, camera, sources, bucket, workdir)
+            renditions, ffmpeg_seconds = publish(
+                job, camera, sources, bucket, workdir, ffmpeg_slots
+            )
         except (TranscodeError, DeadlineExceeded, PlaylistError, OSError, ValueError) as error:
             log(f"camera {camera.camera}: {error}")
             bucket.delete_prefix(camera.output_prefix)
@@ -288,18 +327,23 @@ def run_episode(
     report: Callable[[TranscodeResult], Any],
     log: Log,
 ) -> list[TranscodeResult]:
-    """Every camera of the job, in parallel up to the CPUs; `report` gets each as it finishes.
+    """Every camera of the job at once, FFmpeg up to the CPUs at a time; `report` gets each
+    camera as it finishes.
 
-    A camera that fails in a way `run_camera` does not foresee (an S3 error) is reported failed
-    with that error; the others go on.
+    A camera waits for its FFmpeg slot after its download and probe, not before: with more
+    cameras than CPUs the next camera's fetch (a probe child, 0.3-2 s with the cores busy) no
+    longer sits between one FFmpeg's end and the next one's start. A camera that fails in a way
+    `run_camera` does not foresee (an S3 error) is reported failed with that error; the others
+    go on.
     """
-    workers = max(1, min(job.video.camera_workers or available_cpus(), len(job.cameras)))
+    slots = threading.BoundedSemaphore(max(1, job.video.camera_workers or available_cpus()))
     results = []
-    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="camera") as pool:
+    cameras = max(1, len(job.cameras))
+    with ThreadPoolExecutor(max_workers=cameras, thread_name_prefix="camera") as pool:
         futures = {
             # A camera name is one path component (docs/contract.md#camera-names).
             pool.submit(
-                run_camera, job, camera, bucket, workdir / f"{i:03d}-{camera.camera}", log
+                run_camera, job, camera, bucket, workdir / f"{i:03d}-{camera.camera}", log, slots
             ): camera
             for i, camera in enumerate(job.cameras)
         }
