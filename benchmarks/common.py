@@ -16,7 +16,8 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from importlib import metadata
 from pathlib import Path
@@ -163,7 +164,7 @@ class Config:
     state_dim: int = 6  # floats in observation.state and action (SO-101 arm: 6 joints)
     wide_state_dim: int = 50  # a humanoid's state/action vectors
     wide_rows: int = 30_000  # rows for the wide vectors (jsonb parsing makes them slow)
-    old_rows: int = 20_000  # rows the old INSERT batches load (their rows/s is flat in the count)
+    old_rows: int = 10_000  # rows the old INSERT batches load (their rows/s is flat in the count)
     stream_rows: int = 1_000_000  # the long episode whose load must keep memory flat
     memory_repeats: int = 3  # child runs per side for peak-RSS figures
     startup_seconds: float = 2.0  # the episode `process` starts up for (one camera)
@@ -374,3 +375,14 @@ class BenchContext:
     stack: Callable[[], Any]
     database: Callable[[], Any]
     facts: dict[str, Any] = field(default_factory=dict)
+    phases: dict[str, float] = field(default_factory=dict)  # the running stage's, reset per stage
+
+    @contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        """Time a part of the stage (set-up, one side's repeats...): where `make bench`'s minutes
+        go, in the results beside the stage's total."""
+        started = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.phases[name] = round(self.phases.get(name, 0.0) + time.perf_counter() - started, 2)

@@ -7,7 +7,7 @@ same format, in the same transaction shape (DELETE first): what this schema cost
 with no client at all (jsonb parsing and the index are the bound). Old way: what the replaced
 worker did ("Rows are inserted into frames in batches of 1,000"), made as fair as possible: the
 same transaction and DELETE, parameterised multi-row ``INSERT … VALUES`` of 1,000 rows, on the
-first `old_rows` (20,000) of the rows: its rows/s is the same for any count of whole batches, and
+first `old_rows` (10,000) of the rows: its rows/s is the same for any count of whole batches, and
 the whole 100,000 took 45 s a width.
 
 All three load the same pre-converted rows (conversion is the `frame_conversion` stage), into the
@@ -333,11 +333,13 @@ def measure_memory(ctx: BenchContext) -> list[Result]:
 
 def run(ctx: BenchContext) -> list[Result]:
     config = ctx.config
-    return [
-        *measure_width(ctx, config.state_dim, config.rows),
-        *measure_width(ctx, config.wide_state_dim, config.wide_rows),
-        *measure_memory(ctx),
-    ]
+    with ctx.phase(f"{config.state_dim} floats"):
+        narrow = measure_width(ctx, config.state_dim, config.rows)
+    with ctx.phase(f"{config.wide_state_dim} floats"):
+        wide = measure_width(ctx, config.wide_state_dim, config.wide_rows)
+    with ctx.phase("memory"):
+        memory = measure_memory(ctx)
+    return [*narrow, *wide, *memory]
 
 
 def main(argv: list[str]) -> None:

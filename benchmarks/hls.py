@@ -159,6 +159,10 @@ def transcode_wall(ctx: BenchContext, videos: list[Path], ladder: tuple[str, ...
 def run(ctx: BenchContext) -> list[Result]:
     sizes = _sizes(ctx.config.quick)
     ladder = VideoSettings().ladder  # the default, as production runs it
-    (ladder_source,) = _camera_videos(ctx.workdir, 1, sizes["ladder_seconds"])
-    episode = _camera_videos(ctx.workdir, sizes["cameras"], sizes["episode_seconds"])
-    return [ladder_cpu(ctx, ladder_source, ladder), transcode_wall(ctx, episode, ladder)]
+    with ctx.phase("set-up: sources"):
+        (ladder_source,) = _camera_videos(ctx.workdir, 1, sizes["ladder_seconds"])
+        episode = _camera_videos(ctx.workdir, sizes["cameras"], sizes["episode_seconds"])
+    with ctx.phase("ladder"):
+        ladder_result = ladder_cpu(ctx, ladder_source, ladder)
+    with ctx.phase("transcode"):
+        return [ladder_result, transcode_wall(ctx, episode, ladder)]

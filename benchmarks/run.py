@@ -235,6 +235,7 @@ def run(
             log(f"[bench] {name} ... (load average {os.getloadavg()[0]:.2f})")
             loads.append(os.getloadavg()[0])
             stage_started = time.perf_counter()
+            ctx.phases = {}
             try:
                 results += STAGES[name].run(ctx)
                 statuses[name] = {"status": "ok"}
@@ -242,6 +243,9 @@ def run(
                 traceback.print_exc()
                 statuses[name] = {"status": "error", "error": f"{type(error).__name__}: {error}"}
             statuses[name]["seconds"] = round(time.perf_counter() - stage_started, 2)
+            if ctx.phases:
+                statuses[name]["phases_s"] = ctx.phases
+                log(f"[bench] {name}: {statuses[name]['seconds']:.0f} s, of which {ctx.phases}")
             loads.append(os.getloadavg()[0])
             statuses[name]["load_average"] = [round(loads[-2], 2), round(loads[-1], 2)]
         ctx.facts["load"] = f"{min(loads):.1f}..{max(loads):.1f}" if loads else "-"

@@ -370,7 +370,7 @@ def measure_uploads(
     drains: list[Drain] = []
     missing = duplicates = 0
     for repeat in range(config.repeats):
-        with sharded_queue(ctx, count) as queues:
+        with sharded_queue(ctx, count) as queues, ctx.phase("uploads (set-up and timed)"):
             keys = enqueue_sharded(queues, f"r{repeat}", count)
             bare_seconds = drain_bare(ShardedQueue(queues, count), count)
             drain = drain_with_sensor(
@@ -455,13 +455,15 @@ def measure_heartbeat(
     base: list[float] = []
     renewed: list[int] = []
     with sharded_queue(ctx, count) as queues:
-        sharded = hold_messages(bookkeeping, queues, count)
+        with ctx.phase("heartbeat set-up: queues, messages, runs"):
+            sharded = hold_messages(bookkeeping, queues, count)
         handles = list(sharded.owner)
         for _ in range(config.repeats):
             started = time.perf_counter()
             renewed.append(upload_sensors.keep_in_flight(instance, sharded, LOG))  # type: ignore[arg-type]
             ours.append(time.perf_counter() - started)
             base.append(timed(lambda: sharded.extend_visibility_many(handles)))
+        ctx.phases["heartbeat timed"] = round(sum(ours) + sum(base), 2)
     result = Result(
         stage=NAME,
         metric=f"heartbeat_{count}_runs",

@@ -100,7 +100,8 @@ def prepare(ctx: BenchContext) -> tuple[EpisodeRef, dict[str, str]]:
 def run(ctx: BenchContext) -> list[Result]:
     from dagster import DagsterInstance
 
-    ref, env = prepare(ctx)
+    with ctx.phase("set-up: sample, upload"):
+        ref, env = prepare(ctx)
     no_pyc = ctx.workdir / "startup" / "empty-pycache"
     no_pyc.mkdir(parents=True, exist_ok=True)
     cold_env = {**env, "PYTHONPYCACHEPREFIX": str(no_pyc), "PYTHONDONTWRITEBYTECODE": "1"}
@@ -109,8 +110,10 @@ def run(ctx: BenchContext) -> list[Result]:
     warm: list[dict[str, Any]] = []
     cold: list[dict[str, Any]] = []
     for _ in range(ctx.config.repeats):
-        warm.append(process_once(env, ref))
-        cold.append(process_once(cold_env, ref))
+        with ctx.phase("ours"):
+            warm.append(process_once(env, ref))
+        with ctx.phase("without bytecode"):
+            cold.append(process_once(cold_env, ref))
     with DagsterInstance.from_config(ctx.stack().env["DAGSTER_HOME"]) as instance:
         warm_parts = [breakdown(instance, r) for r in warm]
         cold_parts = [breakdown(instance, r) for r in cold]

@@ -152,6 +152,7 @@ def test_dagster_instance_runs_on_the_embedded_postgres(stack: StackInfo) -> Non
         assert result.success
         assert instance.get_runs_count() == before + 1
         assert type(instance.run_coordinator).__name__ == "QueuedRunCoordinator"
+        assert instance.run_coordinator.dequeue_interval_seconds == 1  # not the default 5
 
 
 # --- a private stack: start in another process, restart, stop ------------------------------
