@@ -170,6 +170,10 @@ class Config:
     startup_seconds: float = 2.0  # the episode `process` starts up for (one camera)
     e2e_cameras: int = 3  # the episode taken from upload to `processed` through the daemon
     e2e_seconds: float = 60.0
+    # 320x240 keeps `make bench` inside ten minutes on 2 cores: at 640x480 (common LeRobot
+    # cameras) this stage alone takes over four (results/end_to_end-640x480/).
+    e2e_width: int = 320
+    e2e_height: int = 240
     sensor_uploads: int = 1_000  # uploads queued at once for the uploads sensor (4 ticks)
     heartbeat_runs: int = 5_000  # queued runs whose messages one heartbeat renews
     archive_padding_mb: int = 64  # incompressible mp4-named members added to the sample

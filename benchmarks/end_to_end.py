@@ -327,7 +327,12 @@ def run(ctx: BenchContext) -> list[Result]:
     config = ctx.config
     folder = ctx.workdir / "e2e"
     folder.mkdir(parents=True, exist_ok=True)
-    spec = SampleSpec(cameras=config.e2e_cameras, seconds=config.e2e_seconds, width=640, height=480)
+    spec = SampleSpec(
+        cameras=config.e2e_cameras,
+        seconds=config.e2e_seconds,
+        width=config.e2e_width,
+        height=config.e2e_height,
+    )
     archive = folder / "episode.tar.zst"
     parts: list[dict[str, Any]] = []
     limits: list[dict[str, float]] = []

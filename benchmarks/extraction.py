@@ -28,10 +28,10 @@ import os
 import shutil
 import subprocess
 import sys
-import tarfile
 import time
 import uuid
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -168,14 +168,14 @@ def _read_to_nowhere(bucket: Any, key: str) -> None:
 # -- the archive ----------------------------------------------------------------------------------
 
 
-def build_archive(folder: Path, config: Any, padding_mb: int) -> tuple[Path, dict[str, Any]]:
+def padded_dataset(folder: Path, config: Any, padding_mb: int) -> tuple[Path, dict[str, Any]]:
     """A real sample episode (mp4s, parquets, meta) plus incompressible mp4-named padding.
 
     Encoded video is already compressed, so random bytes are the honest stand-in for a long
     multi-camera recording, without minutes of FFmpeg encoding; a long data parquet beside the
-    sample's short one is what ours has to spool.
+    sample's short one is what ours has to spool. Returns the dataset folder and its facts.
     """
-    from episode_pipeline.lerobot.sample import SampleSpec, pack_archive, write_dataset
+    from episode_pipeline.lerobot.sample import SampleSpec, write_dataset
 
     dataset = folder / "dataset"
     spec = SampleSpec(cameras=config.cameras, seconds=config.seconds, width=640, height=480)
@@ -190,30 +190,64 @@ def build_archive(folder: Path, config: Any, padding_mb: int) -> tuple[Path, dic
             for start in range(0, per_file, 8 * MiB):
                 handle.write(noise.bytes(min(8 * MiB, per_file - start)))
     write_data_parquet(dataset / "data/chunk-000/file-001.parquet", config.rows, config.state_dim)
-    archive = folder / "episode.tar.zst"
-    pack_archive(dataset, archive, root_folder=spec.root_folder)
-    shutil.rmtree(dataset)
-    with (
-        subprocess.Popen(["zstd", "-dcq", str(archive)], stdout=subprocess.PIPE) as unzstd,
-        tarfile.open(fileobj=unzstd.stdout, mode="r|") as tar,
-    ):
-        sizes = [m.size for m in tar if m.isfile()]
-    return archive, {
-        "archive_bytes": archive.stat().st_size,
+    sizes = [path.stat().st_size for path in dataset.rglob("*") if path.is_file()]
+    return dataset, {
         "members": len(sizes),
         "member_bytes": sum(sizes),
         "largest_member_bytes": max(sizes),
         "padding_bytes": per_file * files if padding_mb else 0,
         "sample": f"{spec.cameras} cameras, {spec.seconds:g} s, {spec.width}x{spec.height} H.264",
+        "root_folder": spec.root_folder,
     }
+
+
+def build_archive(folder: Path, config: Any, padding_mb: int) -> tuple[Path, dict[str, Any]]:
+    """`padded_dataset` packed into a local `.tar.zst`; the archive and its facts."""
+    from episode_pipeline.lerobot.sample import pack_archive
+
+    dataset, facts = padded_dataset(folder, config, padding_mb)
+    archive = folder / "episode.tar.zst"
+    pack_archive(dataset, archive, root_folder=facts.pop("root_folder"))
+    shutil.rmtree(dataset)
+    return archive, {"archive_bytes": archive.stat().st_size, **facts}
+
+
+def _new_upload_key(name: str) -> tuple[str, str]:
+    """A new episode of the bench org: (partition key, the archive's key)."""
+    partition_key = f"bench/ep-{uuid.uuid4().hex[:8]}"
+    org, episode = partition_key.split("/")
+    return partition_key, f"orgs/{org}/episodes/{episode}/{name}"
 
 
 def upload_archive(bucket: Any, archive: Path) -> str:
     """The archive as a robot's upload in the bench bucket; returns the partition key."""
-    partition_key = f"bench/ep-{uuid.uuid4().hex[:8]}"
-    org, episode = partition_key.split("/")
-    bucket.upload_file(archive, f"orgs/{org}/episodes/{episode}/{archive.name}")
+    partition_key, key = _new_upload_key(archive.name)
+    bucket.upload_file(archive, key)
     return partition_key
+
+
+def upload_packed(bucket: Any, folder: Path, config: Any, padding_mb: int) -> tuple[str, dict]:
+    """`padded_dataset` packed straight into its upload through a pipe (the big archive: its
+    compression overlaps moto's receiving, and it never takes 2 GiB of local disk); returns the
+    partition key and the facts."""
+    from episode_pipeline.lerobot.sample import pack_archive
+
+    dataset, facts = padded_dataset(folder, config, padding_mb)
+    partition_key, key = _new_upload_key("episode.tar.zst")
+    root_folder = facts.pop("root_folder")
+    read_end, write_end = os.pipe()
+
+    def pack() -> None:
+        with open(write_end, "wb") as pipe:
+            pack_archive(dataset, pipe, root_folder=root_folder)
+
+    # The reader closes first: a failed upload breaks the pipe, so the packer stops too.
+    with ThreadPoolExecutor(1) as pool, open(read_end, "rb") as pipe:
+        packing = pool.submit(pack)
+        uploaded = bucket.upload_stream(key, pipe)
+    packing.result()
+    shutil.rmtree(dataset)
+    return partition_key, {"archive_bytes": uploaded.size, **facts}
 
 
 @contextlib.contextmanager
@@ -334,12 +368,8 @@ def _big_archive(ctx: BenchContext, bucket: Any, env: dict[str, str]) -> dict[st
     size = ctx.config.big_archive_mb
     if not size:
         return {}
-    folder = ctx.workdir / "extraction-big"
-    with ctx.phase("big archive: build"):
-        archive, facts = build_archive(folder, ctx.config, size)
-    with ctx.phase("big archive: upload"):
-        key = upload_archive(bucket, archive)
-    archive.unlink()  # the disk it took is not the extraction's
+    with ctx.phase("big archive: build and upload"):
+        key, facts = upload_packed(bucket, ctx.workdir / "extraction-big", ctx.config, size)
     with ctx.phase("big archive: ours"):
         result = run_child(NAME_MODULE, ["ours", bucket.name, key], env=env)
     with ctx.phase("big archive: delete"):

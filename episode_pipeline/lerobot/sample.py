@@ -10,6 +10,7 @@ totals, fewer videos than data episodes).
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import math
@@ -21,7 +22,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, BinaryIO, Literal
 
 import numpy as np
 import pandas as pd
@@ -423,14 +424,15 @@ def default_member_order(relative: str) -> tuple:
 
 def pack_archive(
     folder: Path,
-    out: Path,
+    out: Path | BinaryIO,
     *,
     root_folder: str | None,
     order: Callable[[str], tuple] = default_member_order,
     level: int = 3,
     extra_members: Sequence[tuple[str | bytes, bytes]] = (),
 ) -> list[str]:
-    """Tar ``folder`` (under ``root_folder`` or flat) into a zstd-compressed ``out``.
+    """Tar ``folder`` (under ``root_folder`` or flat) into a zstd-compressed ``out`` (a path, or
+    a binary file written front to back and left open: a pipe into an upload).
 
     Returns the member paths in archive order. ``order`` lets tests put info.json last.
     ``extra_members`` (path relative to the root folder, content) are appended after the
@@ -440,9 +442,10 @@ def pack_archive(
     files = sorted(
         (p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file()), key=order
     )
-    out.parent.mkdir(parents=True, exist_ok=True)
     names = []
-    with out.open("wb") as raw:
+    if isinstance(out, Path):
+        out.parent.mkdir(parents=True, exist_ok=True)
+    with out.open("wb") if isinstance(out, Path) else contextlib.nullcontext(out) as raw:
         compressor = zstandard.ZstdCompressor(level=level)
         with (
             compressor.stream_writer(raw, closefd=False) as compressed,
