@@ -115,7 +115,8 @@ def child_old(bucket_name: str, partition_key: str, scratch: str) -> dict[str, A
     ref = parse_partition_key(partition_key)
     tree = Path(scratch) / f"old-{uuid.uuid4().hex[:8]}"
     tree.mkdir(parents=True)
-    download = timed(lambda: _read_to_nowhere(bucket, find_archive(bucket, ref).key))
+    archive_key = find_archive(bucket, ref).key
+    download = timed(lambda: _read_to_nowhere(bucket, archive_key))
     started = time.perf_counter()
     archive = find_archive(bucket, ref)
     unzstd = subprocess.Popen(["zstd", "-dcq"], stdin=subprocess.PIPE, stdout=subprocess.PIPE)

@@ -279,7 +279,7 @@ def sink_table(postgres: PostgresResource) -> Iterator[str]:
 
 
 # Holding the rows whole is a reference, not a target: twice the streamed peak, a gap no run's
-# noise could close, so it runs once (its two more runs cost 15 s of `make bench`).
+# noise could close, so it runs once (its two more runs cost 14 s of `make bench`).
 WHOLE_REPEATS = 1
 
 

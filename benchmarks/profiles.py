@@ -37,7 +37,7 @@ MiB = 1 << 20
 SAMPLE_SECONDS = 0.2
 
 
-def _cumulative(stats: pstats.Stats | cProfile.Profile | str, sort: str, lines: int) -> str:
+def _stats_text(stats: pstats.Stats | cProfile.Profile | str, sort: str, lines: int) -> str:
     text = io.StringIO()
     pstats.Stats(stats, stream=text).sort_stats(sort).print_stats(lines)  # type: ignore[arg-type]
     return text.getvalue()
@@ -59,12 +59,12 @@ def profile_startup(ctx: BenchContext) -> str:
     wall = startup.process_once(env, ref)["wall"]
     command = [startup._cli(), "process", ref.partition_key]
     prof = ctx.workdir / "process.prof"
+    run = {"env": env, "capture_output": True, "check": True,
+           "timeout": startup.PROCESS_TIMEOUT_SECONDS}  # fmt: skip
     started = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "cProfile", "-o", str(prof), *command], env=env,
-                   capture_output=True, check=True)  # fmt: skip
+    subprocess.run([sys.executable, "-m", "cProfile", "-o", str(prof), *command], **run)
     profiled = time.perf_counter() - started
-    imports = subprocess.run([sys.executable, "-X", "importtime", *command], env=env,
-                             capture_output=True, text=True, check=True).stderr  # fmt: skip
+    imports = subprocess.run([sys.executable, "-X", "importtime", *command], text=True, **run)
     return "\n".join([
         "startup: one `episode-pipeline process` of the stage's episode on a running stack",
         "(precompiled; in-process executor, so the steps run in this process; the transcode is",
@@ -73,9 +73,9 @@ def profile_startup(ctx: BenchContext) -> str:
         f"process wall {wall:.2f} s unprofiled, {profiled:.2f} s under cProfile",
         "",
         "## cumulative (cProfile of the CLI process)",
-        _cumulative(str(prof), "cumulative", 45),
+        _stats_text(str(prof), "cumulative", 45),
         "## -X importtime: the slowest cumulative imports (µs, module)",
-        *_import_times(imports),
+        *_import_times(imports.stderr),
     ])  # fmt: skip
 
 
@@ -114,9 +114,9 @@ def profile_extraction(ctx: BenchContext, big_mb: int) -> str:
         started = time.perf_counter()
         prof.runcall(extraction.child_ours, bucket.name, key)
         seconds = time.perf_counter() - started
-        big, big_facts = extraction.build_archive(ctx.workdir / "big", ctx.config, big_mb)
-        big_key = extraction.upload_archive(bucket, big)
-        big.unlink()
+        big_key, big_facts = extraction.upload_packed(
+            bucket, ctx.workdir / "big", ctx.config, big_mb
+        )
         traced, snapshot = _traced_peak(lambda: extraction.child_ours(bucket.name, big_key))
     where = []
     for stat in snapshot.statistics("traceback")[:6] if snapshot else []:
@@ -135,7 +135,7 @@ def profile_extraction(ctx: BenchContext, big_mb: int) -> str:
         *where,
         "",
         "## CPU of ours on the stage's archive (cProfile, own time)",
-        _cumulative(prof, "tottime", 25),
+        _stats_text(prof, "tottime", 25),
     ])  # fmt: skip
 
 

@@ -134,7 +134,7 @@ def enqueue_uploads(queue: UploadQueue, prefix: str, count: int) -> list[str]:
 # -- the queue, spread over moto queues ----------------------------------------------------------
 
 SHARD_SIZE = MAX_BATCH  # messages per moto queue (see ShardedQueue)
-SETUP_THREADS = 4  # untimed set-up (queues, messages, queued runs) goes side by side
+SETUP_THREADS = 4  # untimed set-up (queues, messages) goes side by side
 T = TypeVar("T")
 R = TypeVar("R")
 

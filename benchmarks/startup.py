@@ -32,8 +32,9 @@ from episode_pipeline.keys import EpisodeRef
 
 NAME = "startup"
 TARGET_SECONDS = 3.0
+PROCESS_TIMEOUT_SECONDS = 900  # one `process` of a 2 s episode; a hang fails the stage
 # The baseline without bytecode is a reference, not a target: ~19 s against ~8 s, a gap no run's
-# noise could close, so it runs once (three runs cost 40 s of `make bench`'s ten minutes).
+# noise could close, so it runs once (its two more runs cost 38 s of `make bench`).
 COLD_REPEATS = 1
 _RUN_LINE = re.compile(r"run (\S+) (processed|failed)")
 
@@ -48,7 +49,7 @@ def process_once(env: dict[str, str], ref: EpisodeRef) -> dict[str, Any]:
     started = time.perf_counter()
     out = subprocess.run(
         [_cli(), "process", ref.partition_key], env=env, capture_output=True, text=True,
-        timeout=900, check=False,
+        timeout=PROCESS_TIMEOUT_SECONDS, check=False,
     )  # fmt: skip
     wall = time.perf_counter() - started
     found = _RUN_LINE.search(out.stdout)
@@ -110,7 +111,8 @@ def run(ctx: BenchContext) -> list[Result]:
     no_pyc.mkdir(parents=True, exist_ok=True)
     cold_env = {**env, "PYTHONPYCACHEPREFIX": str(no_pyc), "PYTHONDONTWRITEBYTECODE": "1"}
     # Warm the page cache with the modules `process` reads (its first run would pay the disk).
-    subprocess.run([sys.executable, "-c", "import episode_pipeline.runner"], env=env, check=True)
+    warm_up = [sys.executable, "-c", "import episode_pipeline.runner"]
+    subprocess.run(warm_up, env=env, check=True, timeout=PROCESS_TIMEOUT_SECONDS)
     warm: list[dict[str, Any]] = []
     cold: list[dict[str, Any]] = []
     for repeat in range(ctx.config.repeats):

@@ -443,9 +443,11 @@ def pack_archive(
         (p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file()), key=order
     )
     names = []
+    target: contextlib.AbstractContextManager[BinaryIO] = contextlib.nullcontext(out)  # type: ignore[arg-type]
     if isinstance(out, Path):
         out.parent.mkdir(parents=True, exist_ok=True)
-    with out.open("wb") if isinstance(out, Path) else contextlib.nullcontext(out) as raw:
+        target = out.open("wb")
+    with target as raw:
         compressor = zstandard.ZstdCompressor(level=level)
         with (
             compressor.stream_writer(raw, closefd=False) as compressed,
