@@ -436,16 +436,22 @@ def upload_queue_sensors(queue_settings: QueueSettings | None = None) -> list[Se
         minimum_interval_seconds=10,
         description="Deletes a run's upload messages from SQS once the run succeeded.",
     )
-    def episode_upload_done(context: RunStatusSensorContext, upload_queue: UploadQueueResource):
+    def episode_upload_done(
+        context: RunStatusSensorContext, upload_queue: UploadQueueResource
+    ) -> None:
+        # Always None: a run-status sensor stops its tick at the first run it returns something
+        # for, and a tick that saw both a reaction and a SkipReason fails without moving its
+        # cursor, so one mixed pair of runs would wedge it for good.
         run = context.dagster_run
         queue = upload_queue.get_client()
         if run.job_name != EPISODE_JOB_NAME or not held_messages(run.tags):
-            return SkipReason(f"run {run.run_id} holds no upload message")
+            context.log.debug(f"run {run.run_id} holds no upload message")
+            return
         if not queue.configured:
-            return SkipReason(NOT_CONFIGURED)
+            context.log.warning(f"run {run.run_id}: {NOT_CONFIGURED}")
+            return
         deleted = delete_messages_of_run(context.instance, run, queue, context.log)
         context.log.info(f"run {run.run_id} succeeded: deleted {deleted} upload message(s)")
-        return None
 
     @sensor(
         name=HEARTBEAT_SENSOR_NAME,
