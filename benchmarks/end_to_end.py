@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.common import BenchContext, Result, median, run_child, seconds_result
-from episode_pipeline.keys import EpisodeRef
+from episode_pipeline.episodes.keys import EpisodeRef
 
 NAME = "end_to_end"
 TARGET_FACTOR = 1.3
@@ -285,7 +285,7 @@ def transcode_limit(ctx: BenchContext, archive: Path) -> float:
     them), on the episode's mp4s already on local disk: no S3, no probe child, no checks."""
     from benchmarks.hls import _command as transcode_command
     from episode_pipeline.archive.stream import ArchiveReader
-    from episode_pipeline.settings import VideoSettings
+    from episode_pipeline.config.settings import VideoSettings
 
     folder = ctx.workdir / "e2e-ffmpeg" / uuid.uuid4().hex[:8]
     videos = []
@@ -321,8 +321,8 @@ def medians(dicts: list[dict[str, float]]) -> dict[str, float]:
 def run(ctx: BenchContext) -> list[Result]:
     from dagster import DagsterInstance
 
-    from episode_pipeline.lerobot.sample import SampleSpec, write_sample
-    from episode_pipeline.settings import Settings
+    from episode_pipeline.config.settings import Settings
+    from episode_pipeline.samples.writer import SampleSpec, write_sample
 
     config = ctx.config
     folder = ctx.workdir / "e2e"

@@ -62,8 +62,8 @@ def _bucket(name: str) -> Any:
     """The bucket with its client made: loading botocore's S3 model (~0.5 s, once a process, as
     in a run worker) is not extraction, and the S3 limit (the old way's later upload phase)
     never pays it, so neither side's timer does."""
-    from episode_pipeline.bucket import Bucket
-    from episode_pipeline.settings import AwsSettings
+    from episode_pipeline.config.settings import AwsSettings
+    from episode_pipeline.storage.bucket import Bucket
 
     bucket = Bucket(name, AwsSettings.from_env(os.environ))
     bucket.client.head_bucket(Bucket=name)
@@ -75,8 +75,8 @@ def _bucket(name: str) -> Any:
 
 def child_ours(bucket_name: str, partition_key: str) -> dict[str, Any]:
     """`extract_archive` as the `extracted_files` step calls it; peak spooled file measured."""
-    from episode_pipeline import extraction
-    from episode_pipeline.keys import parse_partition_key
+    from episode_pipeline.episodes import extraction
+    from episode_pipeline.episodes.keys import parse_partition_key
 
     peak_disk = 0
     real_spooled = extraction.spooled
@@ -107,8 +107,8 @@ def child_old(bucket_name: str, partition_key: str, scratch: str) -> dict[str, A
     """The archive streamed from S3 through `zstd -d | tar -x` to disk, then each kept file
     uploaded; phases timed. (Streaming the download into zstd is the old way at its best: the
     archive itself never lands on disk.)"""
-    from episode_pipeline.extraction import find_archive
-    from episode_pipeline.keys import parse_partition_key
+    from episode_pipeline.episodes.extraction import find_archive
+    from episode_pipeline.episodes.keys import parse_partition_key
     from episode_pipeline.lerobot.layout import MemberKind, member_kind
 
     bucket = _bucket(bucket_name)
@@ -176,7 +176,7 @@ def padded_dataset(folder: Path, config: Any, padding_mb: int) -> tuple[Path, di
     multi-camera recording, without minutes of FFmpeg encoding; a long data parquet beside the
     sample's short one is what ours has to spool. Returns the dataset folder and its facts.
     """
-    from episode_pipeline.lerobot.sample import SampleSpec, write_dataset
+    from episode_pipeline.samples.writer import SampleSpec, write_dataset
 
     dataset = folder / "dataset"
     spec = SampleSpec(cameras=config.cameras, seconds=config.seconds, width=640, height=480)
@@ -204,7 +204,7 @@ def padded_dataset(folder: Path, config: Any, padding_mb: int) -> tuple[Path, di
 
 def build_archive(folder: Path, config: Any, padding_mb: int) -> tuple[Path, dict[str, Any]]:
     """`padded_dataset` packed into a local `.tar.zst`; the archive and its facts."""
-    from episode_pipeline.lerobot.sample import pack_archive
+    from episode_pipeline.samples.writer import pack_archive
 
     dataset, facts = padded_dataset(folder, config, padding_mb)
     archive = folder / "episode.tar.zst"
@@ -231,7 +231,7 @@ def upload_packed(bucket: Any, folder: Path, config: Any, padding_mb: int) -> tu
     """`padded_dataset` packed straight into its upload through a pipe (the big archive: its
     compression overlaps moto's receiving, and it never takes 2 GiB of local disk); returns the
     partition key and the facts."""
-    from episode_pipeline.lerobot.sample import pack_archive
+    from episode_pipeline.samples.writer import pack_archive
 
     dataset, facts = padded_dataset(folder, config, padding_mb)
     partition_key, key = _new_upload_key("episode.tar.zst")
@@ -254,8 +254,8 @@ def upload_packed(bucket: Any, folder: Path, config: Any, padding_mb: int) -> tu
 @contextlib.contextmanager
 def bench_bucket(stack: Any) -> Iterator[Any]:
     """A bucket of the benchmark's own in the stack's moto: no notifications, deleted after."""
-    from episode_pipeline.bucket import Bucket
-    from episode_pipeline.settings import AwsSettings
+    from episode_pipeline.config.settings import AwsSettings
+    from episode_pipeline.storage.bucket import Bucket
 
     aws = AwsSettings.from_env(stack.env)
     bucket = Bucket(f"bench-{uuid.uuid4().hex[:8]}", aws)

@@ -221,8 +221,8 @@ def measure_width(ctx: BenchContext, state_dim: int, rows: int) -> list[Result]:
 def copy_limit_seconds(stack: Any, archive: Path, scratch: Path) -> float:
     """The limit for an archive's frame rows: the server's own COPY of them from a file."""
     from episode_pipeline.archive.stream import ArchiveReader, spooled
+    from episode_pipeline.config.settings import DatabaseSettings
     from episode_pipeline.lerobot.layout import MemberKind, member_kind
-    from episode_pipeline.settings import DatabaseSettings
 
     postgres = PostgresResource.from_settings(DatabaseSettings.from_env(stack.env))
     frames: list[pl.DataFrame] = []
@@ -243,7 +243,7 @@ def copy_limit_seconds(stack: Any, archive: Path, scratch: Path) -> float:
 
 def child_memory(parquet: Path, table: str, mode: str) -> dict[str, Any]:
     """Load the parquet's frames into `table`, streamed or held whole; report peak RSS."""
-    from episode_pipeline.settings import DatabaseSettings
+    from episode_pipeline.config.settings import DatabaseSettings
 
     postgres = PostgresResource.from_settings(DatabaseSettings.from_env(os.environ))
     manager = PostgresPolarsIOManager(postgres=postgres)

@@ -27,10 +27,10 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.common import BenchContext, Result, median, median_of, seconds_result
-from episode_pipeline.bucket import Bucket
-from episode_pipeline.keys import EpisodeRef
-from episode_pipeline.lerobot.sample import SampleSpec, write_dataset
-from episode_pipeline.settings import AwsSettings, VideoSettings
+from episode_pipeline.config.settings import AwsSettings, VideoSettings
+from episode_pipeline.episodes.keys import EpisodeRef
+from episode_pipeline.samples.writer import SampleSpec, write_dataset
+from episode_pipeline.storage.bucket import Bucket
 from episode_pipeline.transcode.job import CameraJob, TranscodeJob
 from episode_pipeline.transcode.program import camera_command, run_episode
 from episode_pipeline.video.ladder import plan_renditions

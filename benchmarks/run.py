@@ -67,8 +67,8 @@ class _Stack:
 
     def database(self) -> Any:
         if self._resource is None:
+            from episode_pipeline.config.settings import DatabaseSettings
             from episode_pipeline.defs.resources.database import PostgresResource
-            from episode_pipeline.settings import DatabaseSettings
 
             env = self.info().env
             self._resource = PostgresResource.from_settings(DatabaseSettings.from_env(env))

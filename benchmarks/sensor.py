@@ -52,11 +52,11 @@ from dagster._core.remote_origin import (
 )
 
 from benchmarks.common import BenchContext, Result, median, timed
+from episode_pipeline.config.settings import AwsSettings, QueueSettings
 from episode_pipeline.defs.jobs import EPISODE_JOB_NAME
 from episode_pipeline.defs.sensors import sqs as upload_sensors
 from episode_pipeline.local.dagster_home import instance_config, storage_url
-from episode_pipeline.settings import AwsSettings, QueueSettings
-from episode_pipeline.upload_queue import MAX_BATCH, UploadQueue
+from episode_pipeline.uploads.upload_queue import MAX_BATCH, UploadQueue
 
 NAME = "sensor"
 LOG = logging.getLogger("benchmarks.sensor")

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.common import BenchContext, Result, median, seconds_result
-from episode_pipeline.keys import EpisodeRef
+from episode_pipeline.episodes.keys import EpisodeRef
 
 NAME = "startup"
 TARGET_SECONDS = 3.0
@@ -87,9 +87,9 @@ def _median_breakdown(parts: list[dict[str, Any]]) -> dict[str, Any]:
 
 def prepare(ctx: BenchContext) -> tuple[EpisodeRef, dict[str, str]]:
     """A 2-second single-camera sample, uploaded as a new episode; the env `process` needs."""
-    from episode_pipeline.lerobot.sample import SampleSpec, write_sample
+    from episode_pipeline.config.settings import Settings
     from episode_pipeline.local.upload import upload_episode
-    from episode_pipeline.settings import Settings
+    from episode_pipeline.samples.writer import SampleSpec, write_sample
 
     stack = ctx.stack()
     archive = ctx.workdir / "startup" / "two-seconds.tar.zst"

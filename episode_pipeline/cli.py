@@ -11,9 +11,9 @@ import json
 import sys
 from pathlib import Path
 
-from episode_pipeline.fast_exit import skip_teardown
-from episode_pipeline.keys import EpisodeRef, InvalidEpisodeKey, parse_partition_key
+from episode_pipeline.episodes.keys import EpisodeRef, InvalidEpisodeKey, parse_partition_key
 from episode_pipeline.lerobot.layout import CODEBASE_VERSIONS
+from episode_pipeline.runtime.fast_exit import skip_teardown
 
 
 def _episode_arg(value: str) -> EpisodeRef:
@@ -157,9 +157,9 @@ def _format_dead_letters(rows: list[dict[str, object]]) -> str:
 
 
 def cmd_dlq(args: argparse.Namespace) -> int:
-    from episode_pipeline import dead_letters
-    from episode_pipeline.settings import apply_local_stack_env, load_settings
-    from episode_pipeline.upload_queue import UploadQueue
+    from episode_pipeline.config.settings import apply_local_stack_env, load_settings
+    from episode_pipeline.uploads import dead_letters
+    from episode_pipeline.uploads.upload_queue import UploadQueue
 
     if apply_local_stack_env():  # no production settings: the local stack, started if down
         from episode_pipeline.local.stack import ensure_stack
@@ -205,7 +205,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def cmd_make_sample(args: argparse.Namespace) -> int:
-    from episode_pipeline.lerobot.sample import SampleSpec, write_sample
+    from episode_pipeline.samples.writer import SampleSpec, write_sample
 
     spec = SampleSpec(
         codebase_version=args.format,

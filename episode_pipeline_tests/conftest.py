@@ -16,11 +16,11 @@ from typing import Any
 import psycopg
 import pytest
 
+from episode_pipeline.config.settings import HOME_ENV, Settings, load_settings
 from episode_pipeline.db.connection import connect
-from episode_pipeline.keys import EpisodeRef
+from episode_pipeline.episodes.keys import EpisodeRef
 from episode_pipeline.local import aws_setup
 from episode_pipeline.local.stack import StackInfo, start_stack, stop_stack
-from episode_pipeline.settings import HOME_ENV, Settings, load_settings
 
 # Slow tests last, within the suite's time budget (see budget.py).
 pytest_plugins = ("episode_pipeline_tests.budget",)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dagster._core.run_coordinator import QueuedRunCoordinator, SubmitRunContext
 
 from episode_pipeline.defs.runs import PARTITION_TAG
-from episode_pipeline.injection_points import reach
+from episode_pipeline.runtime.injection_points import reach
 
 AFTER_SUBMIT_RUN = "daemon.after_submit_run"
 

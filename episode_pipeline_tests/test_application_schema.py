@@ -17,13 +17,13 @@ from pathlib import Path
 import psycopg
 import pytest
 
+from episode_pipeline.config.settings import Settings
 from episode_pipeline.db.connection import connect
 from episode_pipeline.db.episodes import ensure_episode_row
-from episode_pipeline.keys import EpisodeRef
-from episode_pipeline.lerobot.sample import SampleSpec, write_sample
+from episode_pipeline.episodes.keys import EpisodeRef
 from episode_pipeline.local.upload import archive_key
 from episode_pipeline.runner import process_episode
-from episode_pipeline.settings import Settings
+from episode_pipeline.samples.writer import SampleSpec, write_sample
 
 pytestmark = pytest.mark.integration
 
@@ -88,7 +88,7 @@ def application_settings(settings: Settings, db_conn: psycopg.Connection) -> Ite
 
 def upload(settings: Settings, archive: Path, ref: EpisodeRef) -> None:
     """Put the archive where the robot would; the row is created by the caller (the app)."""
-    from episode_pipeline.bucket import Bucket
+    from episode_pipeline.storage.bucket import Bucket
 
     Bucket(settings.bucket, settings.aws).upload_file(archive, archive_key(archive, ref))
 

@@ -26,7 +26,7 @@ from episode_pipeline.archive.stream import (
     TooManyMembers,
     UndecodableMemberName,
 )
-from episode_pipeline.settings import ArchiveLimits
+from episode_pipeline.config.settings import ArchiveLimits
 
 MiB = 1 << 20
 

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from episode_pipeline.bucket import Bucket
-from episode_pipeline.settings import Settings
+from episode_pipeline.config.settings import Settings
+from episode_pipeline.storage.bucket import Bucket
 
 pytestmark = pytest.mark.integration
 

@@ -8,8 +8,8 @@ import psycopg
 import pytest
 from psycopg.conninfo import conninfo_to_dict
 
+from episode_pipeline.config.settings import DatabaseSettings, Settings
 from episode_pipeline.db.connection import IamTokenCache, connect, conninfo
-from episode_pipeline.settings import DatabaseSettings, Settings
 
 AURORA = DatabaseSettings(
     host="db.cluster-abc.us-west-2.rds.amazonaws.com",

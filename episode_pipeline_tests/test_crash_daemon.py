@@ -2,9 +2,9 @@
 
 A real `dagster-daemon run` (its code server included) processes uploads from a private bucket
 → queue → DLQ on the session's moto server, into a private Dagster instance in the session's
-PostgreSQL. An injection point (`episode_pipeline.injection_points`, armed through the daemon's
-environment) holds it at one precise moment; the test then kills the daemon and its code server
-with SIGKILL — run workers live on, as separate ECS tasks would — and starts a clean daemon.
+PostgreSQL. An injection point (`episode_pipeline.runtime.injection_points`, armed through the
+daemon's environment) holds it at one precise moment; the test then kills the daemon and its code
+server with SIGKILL — run workers live on, as separate ECS tasks would — and starts a clean daemon.
 After the restart every upload must be processed exactly once: one successful run per object
 version and no other run, its frames rows written once, and its message neither lost nor left
 on the queue or in the dead-letter queue.
@@ -33,21 +33,21 @@ import pytest
 import yaml
 from dagster import DagsterInstance, DagsterRunStatus, RunsFilter
 
-from episode_pipeline.bucket import Bucket
+from episode_pipeline.config.settings import INJECTION_ABOUT_ENV, INJECTION_POINT_ENV, Settings
 from episode_pipeline.db.connection import connect
 from episode_pipeline.db.episodes import episode_row, frame_rows
 from episode_pipeline.defs.runs import IN_FLIGHT_STATUSES, PARTITION_TAG, UPLOAD_TAG, upload_id
 from episode_pipeline.defs.sensors import sqs
-from episode_pipeline.injection_points import MID_COPY, MID_EXTRACTION
-from episode_pipeline.keys import EpisodeRef
-from episode_pipeline.lerobot.sample import SampleSpec, write_sample
+from episode_pipeline.episodes.keys import EpisodeRef
 from episode_pipeline.local import aws_setup
 from episode_pipeline.local.dagster_home import instance_config
 from episode_pipeline.local.dev import WORKSPACE_FILE
 from episode_pipeline.local.stack import StackInfo
 from episode_pipeline.local.upload import upload_episode
-from episode_pipeline.settings import INJECTION_ABOUT_ENV, INJECTION_POINT_ENV, Settings
-from episode_pipeline.upload_queue import UploadQueue
+from episode_pipeline.runtime.injection_points import MID_COPY, MID_EXTRACTION
+from episode_pipeline.samples.writer import SampleSpec, write_sample
+from episode_pipeline.storage.bucket import Bucket
+from episode_pipeline.uploads.upload_queue import UploadQueue
 from episode_pipeline_tests.crash_support import AFTER_SUBMIT_RUN
 
 pytestmark = pytest.mark.integration

@@ -21,10 +21,10 @@ import pytest
 import yaml
 from dagster._core.instance.config import dagster_instance_config
 
-from episode_pipeline.bucket import Bucket
+from episode_pipeline.config.settings import AwsSettings, DatabaseSettings, S3Deadlines, Settings
 from episode_pipeline.db.connection import connect
 from episode_pipeline.local.dagster_home import RUN_MAX_RUNTIME_SECONDS, instance_config
-from episode_pipeline.settings import AwsSettings, DatabaseSettings, S3Deadlines, Settings
+from episode_pipeline.storage.bucket import Bucket
 
 REPO = Path(__file__).parents[1]
 

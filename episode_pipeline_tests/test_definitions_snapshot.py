@@ -13,8 +13,8 @@ from pathlib import Path
 
 from dagster import Definitions
 
+from episode_pipeline.config.settings import Settings
 from episode_pipeline.definitions import build_definitions
-from episode_pipeline.settings import Settings
 
 SNAPSHOT = Path(__file__).parent / "snapshots" / "definitions.txt"
 UPDATE_ENV = "EPISODE_PIPELINE_UPDATE_SNAPSHOT"

@@ -28,7 +28,7 @@ from typing import Any
 import pytest
 import yaml
 
-from episode_pipeline.events import Uploads, parse_body
+from episode_pipeline.uploads.events import Uploads, parse_body
 from episode_pipeline_tests.test_deploy_dagster_config import PRODUCTION_ENV
 
 # The repository, and where scripts/validate-infra.sh keeps checkov (outside the work tree).
@@ -37,7 +37,8 @@ from episode_pipeline_tests.test_deploy_dockerfile import ROOT, TOOLS_VENV, VALI
 INFRA = ROOT / "infra"
 UPLOAD_RECORD = INFRA / "templates" / "upload-event-record.yaml"
 
-# Variables the pipeline code reads (settings.py and the issue's list); local-only ones excluded.
+# Variables the pipeline code reads (config/settings.py and the issue's list); local-only ones
+# excluded.
 CODE_ENV = {
     "DB_HOST",
     "DB_PORT",
@@ -215,7 +216,7 @@ def _object_created(key: str, *, version_id: str | None) -> dict[str, Any]:
 @pytest.mark.parametrize("version_id", ["IYV3p45BT0ac8hjHg1houSdS1a.Mro8e", None])
 def test_eventbridge_uploads_reach_the_sensor_as_s3_notifications(version_id: str | None) -> None:
     """infra/templates/upload-event-record.yaml reshapes an EventBridge event into the S3
-    notification body episode_pipeline/events.py parses, versioned bucket or not."""
+    notification body episode_pipeline/uploads/events.py parses, versioned bucket or not."""
     transformer = yaml.safe_load(UPLOAD_RECORD.read_text())
     key = "orgs/acme/episodes/ep-0001/ep-0001.tar.zst"
     body = transform(_object_created(key, version_id=version_id), transformer)

@@ -20,12 +20,12 @@ import pytest
 from dagster import AssetKey, AssetRecordsFilter, DagsterInstance
 
 from episode_pipeline.db import episodes as episode_db
-from episode_pipeline.episode_rows import REQUIRED_KEYS
-from episode_pipeline.keys import EpisodeRef
-from episode_pipeline.lerobot.sample import SampleSpec, pack_archive, write_dataset, write_sample
+from episode_pipeline.episodes.episode_rows import REQUIRED_KEYS
+from episode_pipeline.episodes.keys import EpisodeRef
 from episode_pipeline.local.upload import upload_episode
 from episode_pipeline.report import episode_reports
 from episode_pipeline.runner import process_episode, run_checks
+from episode_pipeline.samples.writer import SampleSpec, pack_archive, write_dataset, write_sample
 
 pytestmark = pytest.mark.integration
 

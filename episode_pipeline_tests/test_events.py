@@ -19,7 +19,8 @@ from episode_pipeline.defs.sensors.sqs import (
     sqs_tag,
     upload_of,
 )
-from episode_pipeline.events import (
+from episode_pipeline.episodes.keys import EpisodeRef
+from episode_pipeline.uploads.events import (
     Malformed,
     QueueMessage,
     TestEvent,
@@ -29,7 +30,6 @@ from episode_pipeline.events import (
     parse_body,
     parse_message,
 )
-from episode_pipeline.keys import EpisodeRef
 
 TEST_EVENT_BODY = json.dumps(
     {

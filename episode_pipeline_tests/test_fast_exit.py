@@ -8,7 +8,7 @@ import textwrap
 
 
 def run_program(body: str) -> subprocess.CompletedProcess[str]:
-    program = "import atexit, sys\nfrom episode_pipeline.fast_exit import skip_teardown\n"
+    program = "import atexit, sys\nfrom episode_pipeline.runtime.fast_exit import skip_teardown\n"
     program += textwrap.dedent(body)
     return subprocess.run(
         [sys.executable, "-c", program], capture_output=True, text=True, timeout=60, check=False

@@ -27,16 +27,16 @@ import botocore.exceptions
 import pytest
 from dagster import DagsterInstance, materialize
 
+from episode_pipeline.config.settings import TranscodeSettings
 from episode_pipeline.definitions import build_resources
 from episode_pipeline.defs.assets.archive import extracted_files, raw_archive
 from episode_pipeline.defs.assets.hls_renditions import HLS_CHECKS, hls_renditions
 from episode_pipeline.defs.partitions import EPISODES_PARTITION_NAME
 from episode_pipeline.defs.resources.transcoder import HlsTranscoder
-from episode_pipeline.keys import EpisodeRef
-from episode_pipeline.lerobot.sample import SampleSpec, pack_archive, write_dataset, write_sample
+from episode_pipeline.episodes.keys import EpisodeRef
 from episode_pipeline.local import aws_setup
 from episode_pipeline.local.upload import upload_episode
-from episode_pipeline.settings import TranscodeSettings
+from episode_pipeline.samples.writer import SampleSpec, pack_archive, write_dataset, write_sample
 from episode_pipeline.transcode.job import task_size
 from episode_pipeline.video import ffmpeg_exe
 from episode_pipeline.video.playlist import (

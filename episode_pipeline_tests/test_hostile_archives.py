@@ -20,13 +20,13 @@ import pytest
 import zstandard
 from dagster import DagsterEventType, DagsterInstance
 
-from episode_pipeline.bucket import Bucket
+from episode_pipeline.config.settings import ArchiveLimits, Settings
 from episode_pipeline.db.connection import connect
 from episode_pipeline.db.episodes import ensure_episode_row, episode_row, frame_rows
-from episode_pipeline.keys import EpisodeRef
-from episode_pipeline.lerobot.sample import SampleSpec, write_sample
+from episode_pipeline.episodes.keys import EpisodeRef
 from episode_pipeline.runner import process_episode
-from episode_pipeline.settings import ArchiveLimits, Settings
+from episode_pipeline.samples.writer import SampleSpec, write_sample
+from episode_pipeline.storage.bucket import Bucket
 
 pytestmark = pytest.mark.integration
 

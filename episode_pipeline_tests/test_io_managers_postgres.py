@@ -18,6 +18,7 @@ from dagster import (
     materialize,
 )
 
+from episode_pipeline.config.settings import Settings
 from episode_pipeline.defs.io_managers.postgres_tables import (
     PostgresPolarsIOManager,
     RowBatches,
@@ -25,8 +26,7 @@ from episode_pipeline.defs.io_managers.postgres_tables import (
     TableMismatch,
 )
 from episode_pipeline.defs.resources.database import PostgresResource
-from episode_pipeline.keys import EpisodeRef
-from episode_pipeline.settings import Settings
+from episode_pipeline.episodes.keys import EpisodeRef
 
 pytestmark = pytest.mark.integration
 

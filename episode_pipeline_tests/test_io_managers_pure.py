@@ -18,7 +18,7 @@ from episode_pipeline.defs.io_managers.postgres_tables import (
 )
 from episode_pipeline.defs.io_managers.s3_outputs import encode, object_key, to_jsonable
 from episode_pipeline.defs.resources.database import PostgresResource
-from episode_pipeline.keys import InvalidEpisodeKey
+from episode_pipeline.episodes.keys import InvalidEpisodeKey
 
 
 @dataclasses.dataclass

@@ -2,7 +2,7 @@
 
 import pytest
 
-from episode_pipeline.keys import (
+from episode_pipeline.episodes.keys import (
     EpisodeRef,
     InvalidEpisodeKey,
     is_raw_archive_key,

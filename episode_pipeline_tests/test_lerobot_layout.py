@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from episode_pipeline.defs.assets.hls_renditions import videos_by_camera
-from episode_pipeline.extracted_files import (
+from episode_pipeline.episodes.extracted_files import (
     DATA,
     VIDEO,
     ArchiveObject,

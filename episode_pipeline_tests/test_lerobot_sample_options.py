@@ -12,7 +12,7 @@ import zstandard
 from episode_pipeline.lerobot.cameras import camera_for
 from episode_pipeline.lerobot.features import features_from_info
 from episode_pipeline.lerobot.info import parse_info
-from episode_pipeline.lerobot.sample import SampleError, SampleSpec, pack_archive, write_dataset
+from episode_pipeline.samples.writer import SampleError, SampleSpec, pack_archive, write_dataset
 
 
 def written(tmp_path, **options) -> tuple[dict, dict]:

@@ -1,6 +1,6 @@
 """The contract's rules for episode metadata and the episode row, without servers."""
 
-from episode_pipeline.episode_rows import (
+from episode_pipeline.episodes.episode_rows import (
     EDITABLE,
     NON_EDITABLE,
     REQUIRED_KEYS,

@@ -12,6 +12,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
+from episode_pipeline.config.settings import Settings
 from episode_pipeline.db.connection import connect
 from episode_pipeline.db.migrate import (
     MIGRATIONS_DIR,
@@ -22,7 +23,6 @@ from episode_pipeline.db.migrate import (
     pending,
 )
 from episode_pipeline.db.schema_check import check_schema
-from episode_pipeline.settings import Settings
 
 # --- pure -----------------------------------------------------------------------------------
 

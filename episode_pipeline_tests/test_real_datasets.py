@@ -16,11 +16,11 @@ import pytest
 from dagster import AssetCheckKey, AssetKey, DagsterInstance
 from dagster._core.event_api import PartitionKeyFilter
 
-from episode_pipeline.keys import EpisodeRef
+from episode_pipeline.episodes.keys import EpisodeRef
 from episode_pipeline.lerobot.features import STATE_RULE
-from episode_pipeline.lerobot.sample import SampleSpec, pack_archive, write_dataset
 from episode_pipeline.local.upload import upload_episode
 from episode_pipeline.runner import ProcessOutcome, process_episode
+from episode_pipeline.samples.writer import SampleSpec, pack_archive, write_dataset
 from episode_pipeline_tests.test_episode_graph import latest_metadata, report_for
 
 pytestmark = pytest.mark.integration

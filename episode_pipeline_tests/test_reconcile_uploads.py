@@ -20,7 +20,7 @@ from dagster._core.remote_origin import (
 from dagster._core.test_utils import create_run_for_test
 from dagster._core.types.loadable_target_origin import LoadableTargetOrigin
 
-from episode_pipeline.bucket import Bucket
+from episode_pipeline.config.settings import ReconcileSettings
 from episode_pipeline.db.episodes import (
     ensure_episode_row,
     episode_row,
@@ -33,9 +33,9 @@ from episode_pipeline.defs.resources.database import PostgresResource
 from episode_pipeline.defs.resources.s3 import S3BucketResource
 from episode_pipeline.defs.runs import PARTITION_TAG, RECONCILED_TAG, UPLOAD_TAG
 from episode_pipeline.defs.sensors.reconcile import reconciliation_sensors
-from episode_pipeline.keys import EpisodeRef
-from episode_pipeline.lerobot.sample import SampleSpec, write_sample
-from episode_pipeline.settings import ReconcileSettings
+from episode_pipeline.episodes.keys import EpisodeRef
+from episode_pipeline.samples.writer import SampleSpec, write_sample
+from episode_pipeline.storage.bucket import Bucket
 
 pytestmark = pytest.mark.integration
 

@@ -7,8 +7,8 @@ import uuid
 import psycopg
 import pytest
 
+from episode_pipeline.config.settings import Settings
 from episode_pipeline.defs.resources.database import PostgresResource
-from episode_pipeline.settings import Settings
 
 pytestmark = pytest.mark.integration
 

@@ -7,16 +7,16 @@ import io
 import pytest
 from dagster import EnvVar
 
-from episode_pipeline.bucket import (
+from episode_pipeline.config.settings import AwsSettings, DatabaseSettings, Settings
+from episode_pipeline.defs.resources.database import PostgresResource
+from episode_pipeline.defs.resources.s3 import S3BucketResource
+from episode_pipeline.storage.bucket import (
     MAX_PARTS,
     MiB,
     _HashingReader,
     content_type_for,
     transfer_config,
 )
-from episode_pipeline.defs.resources.database import PostgresResource
-from episode_pipeline.defs.resources.s3 import S3BucketResource
-from episode_pipeline.settings import AwsSettings, DatabaseSettings, Settings
 
 DB = DatabaseSettings(
     host="db.example",

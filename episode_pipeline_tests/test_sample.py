@@ -25,14 +25,14 @@ from episode_pipeline.lerobot.layout import (
     member_kind,
     path_order,
 )
-from episode_pipeline.lerobot.sample import (
+from episode_pipeline.lerobot.tasks import first_task
+from episode_pipeline.samples.writer import (
     SampleSpec,
     av1_encoder,
     pack_archive,
     write_dataset,
     write_sample,
 )
-from episode_pipeline.lerobot.tasks import first_task
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,7 @@ import psycopg
 import pytest
 from dagster import DagsterResourceFunctionError, asset, materialize
 
+from episode_pipeline.config.settings import load_settings
 from episode_pipeline.db.connection import connect
 from episode_pipeline.db.schema_check import (
     OPTIONAL_COLUMNS,
@@ -22,7 +23,6 @@ from episode_pipeline.db.schema_check import (
     read_schema,
 )
 from episode_pipeline.defs.resources.database import PostgresResource
-from episode_pipeline.settings import load_settings
 
 
 def schema_of(tables: dict[str, set[str]], not_null: dict[str, set[str]] | None = None):

@@ -29,7 +29,7 @@ from dagster import (
 from dagster._core.definitions.data_version import DATA_VERSION_TAG
 from dagster._core.storage.tags import RUN_KEY_TAG, SENSOR_NAME_TAG
 
-from episode_pipeline.bucket import Bucket
+from episode_pipeline.config.settings import AwsSettings, Settings
 from episode_pipeline.definitions import build_definitions
 from episode_pipeline.defs.assets.archive import RAW_ARCHIVE_KEY
 from episode_pipeline.defs.jobs import EPISODE_JOB_NAME
@@ -38,13 +38,13 @@ from episode_pipeline.defs.resources.aws import aws_fields
 from episode_pipeline.defs.resources.sqs import UploadQueueResource
 from episode_pipeline.defs.runs import UPLOAD_TAG, retry_run_key
 from episode_pipeline.defs.sensors import sqs
-from episode_pipeline.keys import EpisodeRef
-from episode_pipeline.lerobot.sample import SampleSpec, write_sample
+from episode_pipeline.episodes.keys import EpisodeRef
 from episode_pipeline.local import aws_setup
 from episode_pipeline.local.stack import StackInfo
 from episode_pipeline.local.upload import upload_episode
-from episode_pipeline.settings import AwsSettings, Settings
-from episode_pipeline.upload_queue import UploadQueue
+from episode_pipeline.samples.writer import SampleSpec, write_sample
+from episode_pipeline.storage.bucket import Bucket
+from episode_pipeline.uploads.upload_queue import UploadQueue
 
 pytestmark = pytest.mark.integration
 

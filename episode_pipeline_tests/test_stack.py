@@ -20,6 +20,13 @@ from urllib.parse import unquote_plus
 import psutil
 import pytest
 
+from episode_pipeline.config.settings import (
+    HOME_ENV,
+    STACK_STATE_FILE,
+    Settings,
+    load_settings,
+    local_stack_env,
+)
 from episode_pipeline.db.connection import connect
 from episode_pipeline.local import aws_setup
 from episode_pipeline.local.dagster_home import instance_config
@@ -29,13 +36,6 @@ from episode_pipeline.local.stack import (
     stack_status,
     start_stack,
     stop_stack,
-)
-from episode_pipeline.settings import (
-    HOME_ENV,
-    STACK_STATE_FILE,
-    Settings,
-    load_settings,
-    local_stack_env,
 )
 
 pytestmark = pytest.mark.integration

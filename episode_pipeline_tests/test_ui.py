@@ -29,11 +29,11 @@ from dagster import DagsterInstance, DagsterRunStatus, RunsFilter
 from episode_pipeline.defs.assets.archive import RAW_ARCHIVE_KEY
 from episode_pipeline.defs.jobs import EPISODE_ASSETS, EPISODE_JOB_NAME
 from episode_pipeline.defs.partitions import EPISODE_GROUP, EPISODE_OWNERS
-from episode_pipeline.keys import EpisodeRef
-from episode_pipeline.lerobot.sample import SampleSpec, write_sample
+from episode_pipeline.episodes.keys import EpisodeRef
 from episode_pipeline.local.dev import WORKSPACE_FILE
 from episode_pipeline.local.stack import StackInfo
 from episode_pipeline.local.upload import upload_episode
+from episode_pipeline.samples.writer import SampleSpec, write_sample
 from episode_pipeline_tests.conftest import new_episode_ref
 from episode_pipeline_tests.dagster_ui import DagsterDev, running_dagster_dev
 

@@ -10,14 +10,14 @@ from urllib.parse import parse_qs, urlsplit
 
 from dagster import AssetKey, TableColumnDep
 
-from episode_pipeline.aws import aws_client
+from episode_pipeline.config.settings import AwsSettings, Settings
 from episode_pipeline.definitions import build_definitions, hls_settings
 from episode_pipeline.defs.assets.episode import playlist_links
 from episode_pipeline.defs.assets.frames import column_lineage
-from episode_pipeline.keys import EpisodeRef
+from episode_pipeline.episodes.keys import EpisodeRef
 from episode_pipeline.lerobot.frames import FrameColumns
-from episode_pipeline.links import BucketLinks
-from episode_pipeline.settings import AwsSettings, Settings
+from episode_pipeline.storage.aws import aws_client
+from episode_pipeline.storage.links import BucketLinks
 
 REF = EpisodeRef("acme", "ep-1")
 LOCAL = AwsSettings(

@@ -10,7 +10,7 @@ import psycopg
 import pytest
 
 from episode_pipeline.db.episodes import EpisodeOrgMismatch
-from episode_pipeline.keys import EpisodeRef
+from episode_pipeline.episodes.keys import EpisodeRef
 from episode_pipeline.local.stack import StackInfo
 from episode_pipeline.local.upload import archive_key, upload_episode
 

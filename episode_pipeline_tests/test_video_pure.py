@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
+from episode_pipeline.config.settings import ECS, SUBPROCESS, Settings, VideoSettings
 from episode_pipeline.defs.resources.transcoder import HlsTranscoder
-from episode_pipeline.settings import ECS, SUBPROCESS, Settings, VideoSettings
 from episode_pipeline.transcode.job import (
     CameraJob,
     FailedVideo,

@@ -18,7 +18,7 @@ locals {
     transcode   = "/ecs/${local.prefix}-transcode"
   }
 
-  # The environment every container gets: the variables the pipeline code reads (settings.py),
+  # The environment every container gets: the variables the pipeline code reads (config/settings.py),
   # the ones dagster.yaml and workspace.yaml read, and the ones the transcode launcher reads.
   environment = [
     for name, value in {

@@ -21,7 +21,7 @@ from typing import BinaryIO
 
 import zstandard
 
-from episode_pipeline.settings import ArchiveLimits
+from episode_pipeline.config.settings import ArchiveLimits
 
 READ_SIZE = 1 << 20  # 1 MiB: the measured sweet spot for zstandard.stream_reader + tarfile "r|"
 _ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"

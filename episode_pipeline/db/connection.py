@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import psycopg
 from psycopg.conninfo import make_conninfo
 
-from episode_pipeline.settings import DatabaseSettings
+from episode_pipeline.config.settings import DatabaseSettings
 
 APPLICATION_NAME = "episode_pipeline"
 TOKEN_LIFETIME_SECONDS = 15 * 60

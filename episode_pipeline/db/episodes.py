@@ -14,7 +14,7 @@ from psycopg import sql
 from psycopg.types.json import Jsonb
 
 from episode_pipeline.db.schema_check import DatabaseSchema, read_schema
-from episode_pipeline.episode_rows import (
+from episode_pipeline.episodes.episode_rows import (
     CREATE_OPERATION,
     ENTITY_TYPE,
     FIRST_VERSION,
@@ -22,7 +22,7 @@ from episode_pipeline.episode_rows import (
     MetadataItem,
     entity_version_data,
 )
-from episode_pipeline.keys import EpisodeRef
+from episode_pipeline.episodes.keys import EpisodeRef
 
 PROCESSING = "processing"
 PROCESSED = "processed"

@@ -107,8 +107,8 @@ def apply_migrations(conn: psycopg.Connection, directory: Path = MIGRATIONS_DIR)
 
 def main() -> int:
     """`python -m episode_pipeline.db.migrate`: migrate the database `load_settings()` names."""
+    from episode_pipeline.config.settings import load_settings
     from episode_pipeline.db.connection import connect
-    from episode_pipeline.settings import load_settings
 
     settings = load_settings()
     with connect(settings.database, autocommit=True) as conn:

@@ -31,9 +31,9 @@ from episode_pipeline.defs.assets.frames import (
 from episode_pipeline.defs.partitions import episode_check
 from episode_pipeline.defs.resources.database import PostgresResource
 from episode_pipeline.defs.resources.s3 import S3BucketResource
-from episode_pipeline.episode_rows import REQUIRED_KEYS
-from episode_pipeline.extracted_files import ExtractedFiles
-from episode_pipeline.keys import EpisodeRef, parse_partition_key
+from episode_pipeline.episodes.episode_rows import REQUIRED_KEYS
+from episode_pipeline.episodes.extracted_files import ExtractedFiles
+from episode_pipeline.episodes.keys import EpisodeRef, parse_partition_key
 
 T = TypeVar("T")
 

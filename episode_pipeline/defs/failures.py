@@ -36,7 +36,7 @@ from episode_pipeline.db.episodes import mark_failed
 from episode_pipeline.defs.jobs import EPISODE_JOB_NAME
 from episode_pipeline.defs.resources.database import PostgresResource
 from episode_pipeline.defs.runs import HOST_TAG, PID_TAG, episode_of_run
-from episode_pipeline.keys import EpisodeRef
+from episode_pipeline.episodes.keys import EpisodeRef
 
 EXTRACTION = AssetKey("extracted_files")
 

@@ -23,7 +23,7 @@ from dagster import (
 from dagster._core.storage.tags import PARTITION_NAME_TAG
 
 from episode_pipeline.defs.partitions import EPISODES_PARTITION_NAME, episode_partitions
-from episode_pipeline.keys import EpisodeRef, InvalidEpisodeKey, parse_partition_key
+from episode_pipeline.episodes.keys import EpisodeRef, InvalidEpisodeKey, parse_partition_key
 
 ORG_TAG = "org"  # the run queue's per-org concurrency limit reads it (dagster.yaml)
 EPISODE_TAG = "episode"  # for filtering runs in the UI; the partition tag holds ORG/EP

@@ -24,8 +24,8 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from episode_pipeline.aws import aws_client
-from episode_pipeline.settings import DEFAULT_REGION, AwsSettings
+from episode_pipeline.config.settings import DEFAULT_REGION, AwsSettings
+from episode_pipeline.storage.aws import aws_client
 
 REGION = DEFAULT_REGION
 ACCESS_KEY = "testing"

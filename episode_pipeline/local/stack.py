@@ -35,8 +35,8 @@ from typing import Any
 
 import psycopg
 
+from episode_pipeline.config.settings import STACK_STATE_FILE, pipeline_home
 from episode_pipeline.local import aws_setup, dagster_home, moto_server, pg_server
-from episode_pipeline.settings import STACK_STATE_FILE, pipeline_home
 
 BUCKET = "episode-pipeline-local"
 QUEUE_NAME = "episode-pipeline-local-raw-uploads"  # the DLQ is QUEUE_NAME + "-dlq"

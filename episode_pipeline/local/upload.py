@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from episode_pipeline.bucket import Bucket
+from episode_pipeline.config.settings import Settings, load_settings
 from episode_pipeline.db.connection import connect
 from episode_pipeline.db.episodes import ensure_episode_row
-from episode_pipeline.keys import ARCHIVE_SUFFIX, EpisodeRef
-from episode_pipeline.settings import Settings, load_settings
+from episode_pipeline.episodes.keys import ARCHIVE_SUFFIX, EpisodeRef
+from episode_pipeline.storage.bucket import Bucket
 
 
 def archive_key(archive: Path, ref: EpisodeRef) -> str:

@@ -2,7 +2,7 @@
 
 import sys
 
-from episode_pipeline.fast_exit import skip_teardown
+from episode_pipeline.runtime.fast_exit import skip_teardown
 
 if __name__ == "__main__":
     exiting = skip_teardown()  # before the program's imports: its handler must run last

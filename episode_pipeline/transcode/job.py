@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from episode_pipeline.settings import VideoSettings
+from episode_pipeline.config.settings import VideoSettings
 from episode_pipeline.video.hls import SEGMENT_SECONDS
 from episode_pipeline.video.probe import VideoProbe
 

@@ -38,8 +38,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from episode_pipeline.bucket import Bucket
-from episode_pipeline.settings import AwsSettings, VideoSettings
+from episode_pipeline.config.settings import AwsSettings, VideoSettings
+from episode_pipeline.storage.bucket import Bucket
 from episode_pipeline.transcode.job import (
     CameraJob,
     FailedVideo,

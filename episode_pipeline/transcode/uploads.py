@@ -13,7 +13,7 @@ import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
-from episode_pipeline.bucket import Bucket
+from episode_pipeline.storage.bucket import Bucket
 from episode_pipeline.video.hls import SEGMENT_SUFFIX
 
 UPLOAD_WORKERS = 4  # per camera; moto: 73 objects/s alone, 122/s with 8 threads

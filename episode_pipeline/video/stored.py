@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 
-from episode_pipeline.bucket import Bucket
+from episode_pipeline.storage.bucket import Bucket
 from episode_pipeline.video.hls import PLAYLIST_NAME, fit_level_30
 from episode_pipeline.video.ladder import MASTER_NAME
 from episode_pipeline.video.playlist import (

@@ -47,14 +47,18 @@ from episode_pipeline.defs.partitions import (
 from episode_pipeline.defs.resources.archive_limits import ArchiveLimitsResource
 from episode_pipeline.defs.resources.database import PostgresResource
 from episode_pipeline.defs.resources.s3 import S3BucketResource
-from episode_pipeline.extracted_files import ArchiveObject, ExtractedFiles
-from episode_pipeline.extraction import extract_archive, find_archive, latest_archive_versions
-from episode_pipeline.keys import parse_partition_key
-from episode_pipeline.links import BucketLinks
+from episode_pipeline.episodes.extracted_files import ArchiveObject, ExtractedFiles
+from episode_pipeline.episodes.extraction import (
+    extract_archive,
+    find_archive,
+    latest_archive_versions,
+)
+from episode_pipeline.episodes.keys import parse_partition_key
+from episode_pipeline.storage.links import BucketLinks
 
 RAW_ARCHIVE_KEY = AssetKey("raw_archive")
 # Bump when the same upload would give other processed files or another `ExtractedFiles`
-# (extraction.py, archive/, lerobot/layout.py member kinds). It is part of the data version.
+# (episodes/extraction.py, archive/, lerobot/layout.py member kinds). Part of the data version.
 EXTRACTED_FILES_CODE_VERSION = "1"
 
 FILES_COLUMNS = [

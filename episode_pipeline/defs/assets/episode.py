@@ -12,10 +12,10 @@ from episode_pipeline.defs.metadata import table_schema
 from episode_pipeline.defs.partitions import SERVING, episode_asset
 from episode_pipeline.defs.resources.database import PostgresResource
 from episode_pipeline.defs.resources.s3 import S3BucketResource
-from episode_pipeline.episode_rows import episode_columns
-from episode_pipeline.extracted_files import DATA, ExtractedFiles
-from episode_pipeline.keys import EpisodeRef, parse_partition_key
-from episode_pipeline.links import BucketLinks
+from episode_pipeline.episodes.episode_rows import episode_columns
+from episode_pipeline.episodes.extracted_files import DATA, ExtractedFiles
+from episode_pipeline.episodes.keys import EpisodeRef, parse_partition_key
+from episode_pipeline.storage.links import BucketLinks
 from episode_pipeline.video.hls import PLAYLIST_NAME
 
 EPISODES_TABLE = "public.episodes"

@@ -2,17 +2,17 @@
 
 from dagster import AssetExecutionContext, MaterializeResult
 
-from episode_pipeline.bucket import Bucket
 from episode_pipeline.db.episodes import replace_metadata
 from episode_pipeline.defs.assets.episode import episode
 from episode_pipeline.defs.metadata import table, table_schema
 from episode_pipeline.defs.partitions import SERVING, episode_asset
 from episode_pipeline.defs.resources.database import PostgresResource
 from episode_pipeline.defs.resources.s3 import S3BucketResource
-from episode_pipeline.episode_rows import MetadataItem, episode_metadata_items
-from episode_pipeline.extracted_files import ExtractedFiles
-from episode_pipeline.keys import EpisodeRef, parse_partition_key
+from episode_pipeline.episodes.episode_rows import MetadataItem, episode_metadata_items
+from episode_pipeline.episodes.extracted_files import ExtractedFiles
+from episode_pipeline.episodes.keys import EpisodeRef, parse_partition_key
 from episode_pipeline.lerobot.tasks import first_task
+from episode_pipeline.storage.bucket import Bucket
 
 VALUES_COLUMNS = [
     ("meta_key", "text", "The key the application reads"),
@@ -25,7 +25,8 @@ VALUES_COLUMNS = [
     deps=[episode],
     kinds={"postgres"},
     tags=SERVING,
-    # Bump when the same upload gives other keys or values (episode_rows.py, lerobot/tasks.py).
+    # Bump when the same upload gives other keys or values (episodes/episode_rows.py,
+    # lerobot/tasks.py).
     code_version="1",
     metadata={
         "dagster/table_name": "public.episode_metadata",

@@ -15,14 +15,13 @@ from dagster import (
     TableColumnLineage,
 )
 
-from episode_pipeline.bucket import Bucket
 from episode_pipeline.db.schema_check import OPTIONAL_COLUMNS
 from episode_pipeline.defs.assets.archive import extracted_files as extracted_files_asset
 from episode_pipeline.defs.io_managers.postgres_tables import RowBatches, SkippedRows
 from episode_pipeline.defs.metadata import table_schema
 from episode_pipeline.defs.partitions import SERVING, episode_asset
 from episode_pipeline.defs.resources.s3 import S3BucketResource
-from episode_pipeline.extracted_files import ExtractedFiles
+from episode_pipeline.episodes.extracted_files import ExtractedFiles
 from episode_pipeline.lerobot.features import FrameFeatures, features_from_info
 from episode_pipeline.lerobot.frames import (
     EPISODE_INDEX,
@@ -33,6 +32,7 @@ from episode_pipeline.lerobot.frames import (
     FrameDataError,
     open_frame_file,
 )
+from episode_pipeline.storage.bucket import Bucket
 
 FRAMES_TABLE = "frames"
 # Read by the frames_state_present check.

@@ -35,17 +35,17 @@ from dagster import (
     MetadataValue,
 )
 
-from episode_pipeline.bucket import Bucket
 from episode_pipeline.defs.assets.archive import bucket_links, extracted_files
 from episode_pipeline.defs.metadata import table
 from episode_pipeline.defs.partitions import SERVING, episode_asset, episode_check
 from episode_pipeline.defs.resources.s3 import S3BucketResource
 from episode_pipeline.defs.resources.transcoder import HlsTranscoder, TranscodeOutcome
-from episode_pipeline.extracted_files import ExtractedFiles, ProcessedFile
-from episode_pipeline.keys import EpisodeRef, parse_partition_key
+from episode_pipeline.episodes.extracted_files import ExtractedFiles, ProcessedFile
+from episode_pipeline.episodes.keys import EpisodeRef, parse_partition_key
 from episode_pipeline.lerobot.cameras import DEFAULT_CAMERA
 from episode_pipeline.lerobot.layout import path_order
-from episode_pipeline.links import BucketLinks
+from episode_pipeline.storage.bucket import Bucket
+from episode_pipeline.storage.links import BucketLinks
 from episode_pipeline.transcode.job import CameraJob, FailedVideo, TranscodeResult
 from episode_pipeline.video.stored import (
     StoredCamera,

@@ -42,8 +42,8 @@ from psycopg.types.string import TextLoader
 from pydantic import Field
 
 from episode_pipeline.defs.resources.database import PostgresResource
-from episode_pipeline.injection_points import MID_COPY, reach
-from episode_pipeline.keys import parse_partition_key
+from episode_pipeline.episodes.keys import parse_partition_key
+from episode_pipeline.runtime.injection_points import MID_COPY, reach
 
 # Rows per COPY write: a few MB of text at most, so the client's memory stays flat.
 COPY_SLICE_ROWS = 10_000

@@ -29,9 +29,9 @@ from dagster import (
 )
 from pydantic import PrivateAttr
 
-from episode_pipeline.bucket import is_not_found
 from episode_pipeline.defs.resources.s3 import S3BucketResource
-from episode_pipeline.keys import parse_partition_key
+from episode_pipeline.episodes.keys import parse_partition_key
+from episode_pipeline.storage.bucket import is_not_found
 
 DAGSTER_DIR = "_dagster"
 

@@ -11,7 +11,7 @@ import dataclasses
 from dagster import ConfigurableResource
 from pydantic import Field
 
-from episode_pipeline.settings import ArchiveLimits
+from episode_pipeline.config.settings import ArchiveLimits
 
 _DEFAULTS = ArchiveLimits()
 

@@ -1,8 +1,8 @@
 """What the S3 and SQS resources share: the connection fields, and `AwsSettings` from them.
 
 The resources only carry configuration for the UI and hand out the core clients
-(`episode_pipeline.bucket.Bucket`, `episode_pipeline.upload_queue.UploadQueue`). A secret key
-read from the environment stays an `EnvVar` (see `secret_config`).
+(`episode_pipeline.storage.bucket.Bucket`, `episode_pipeline.uploads.upload_queue.UploadQueue`).
+A secret key read from the environment stays an `EnvVar` (see `secret_config`).
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from typing import Any, TypeVar
 from dagster import ConfigurableResource
 from pydantic import Field, PrivateAttr
 
+from episode_pipeline.config.settings import DEFAULT_REGION, AwsSettings
 from episode_pipeline.defs.resources.secret_config import resolved, secret_field
-from episode_pipeline.settings import DEFAULT_REGION, AwsSettings
 
 SECRET_KEY_ENV = "AWS_SECRET_ACCESS_KEY"
 Client = TypeVar("Client")

@@ -16,10 +16,10 @@ import psycopg
 from dagster import ConfigurableResource, InitResourceContext
 from pydantic import Field, PrivateAttr
 
+from episode_pipeline.config.settings import DEFAULT_REGION, DatabaseSettings
 from episode_pipeline.db.connection import connect as db_connect
 from episode_pipeline.db.schema_check import DatabaseSchema, check_schema, read_schema
 from episode_pipeline.defs.resources.secret_config import resolved, secret_field
-from episode_pipeline.settings import DEFAULT_REGION, DatabaseSettings
 
 PASSWORD_ENV = "DB_PASSWORD"
 # The resource's field for each `DatabaseSettings` field: the same name, but for the database's.

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from episode_pipeline.bucket import Bucket
+from episode_pipeline.config.settings import S3Deadlines, Settings
 from episode_pipeline.defs.resources.aws import AwsResource, aws_fields
-from episode_pipeline.settings import S3Deadlines, Settings
+from episode_pipeline.storage.bucket import Bucket
 
 _DEADLINES = S3Deadlines()
 

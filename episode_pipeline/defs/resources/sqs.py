@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pydantic import Field
 
+from episode_pipeline.config.settings import Settings
 from episode_pipeline.defs.resources.aws import AwsResource, aws_fields
-from episode_pipeline.settings import Settings
-from episode_pipeline.upload_queue import DEFAULT_VISIBILITY_SECONDS, UploadQueue
+from episode_pipeline.uploads.upload_queue import DEFAULT_VISIBILITY_SECONDS, UploadQueue
 
 
 class UploadQueueResource(AwsResource):

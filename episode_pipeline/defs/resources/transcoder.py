@@ -35,15 +35,15 @@ from dagster import (
 )
 from pydantic import Field
 
-from episode_pipeline.aws import aws_client
-from episode_pipeline.defs.resources.aws import AwsResource, aws_fields
-from episode_pipeline.settings import (
+from episode_pipeline.config.settings import (
     DEFAULT_LADDER,
     DEFAULT_PRESET,
     SUBPROCESS,
     Settings,
     VideoSettings,
 )
+from episode_pipeline.defs.resources.aws import AwsResource, aws_fields
+from episode_pipeline.storage.aws import aws_client
 from episode_pipeline.transcode.job import (
     TaskSize,
     TranscodeJob,

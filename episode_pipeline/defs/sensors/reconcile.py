@@ -29,7 +29,7 @@ from dagster import (
     sensor,
 )
 
-from episode_pipeline.bucket import Bucket
+from episode_pipeline.config.settings import ReconcileSettings
 from episode_pipeline.db.episodes import episodes_after, fail_if_still_processing, stale_processing
 from episode_pipeline.db.schema_check import read_schema
 from episode_pipeline.defs.assets.archive import report_archive_version
@@ -49,9 +49,9 @@ from episode_pipeline.defs.runs import (
     reconciled_run_key,
     upload_id,
 )
-from episode_pipeline.extraction import ArchiveNotFound, find_archive
-from episode_pipeline.keys import EpisodeRef
-from episode_pipeline.settings import ReconcileSettings
+from episode_pipeline.episodes.extraction import ArchiveNotFound, find_archive
+from episode_pipeline.episodes.keys import EpisodeRef
+from episode_pipeline.storage.bucket import Bucket
 
 WAITING_UPLOADS_SENSOR_NAME = "waiting_uploads"
 STALE_PROCESSING_SENSOR_NAME = "stale_processing"

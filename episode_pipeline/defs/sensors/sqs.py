@@ -48,6 +48,7 @@ from dagster import (
     sensor,
 )
 
+from episode_pipeline.config.settings import QueueSettings
 from episode_pipeline.defs.assets.archive import report_archive_version
 from episode_pipeline.defs.jobs import EPISODE_JOB_NAME
 from episode_pipeline.defs.resources.sqs import UploadQueueResource
@@ -65,7 +66,9 @@ from episode_pipeline.defs.runs import (
     upload_id,
     upload_run_key,
 )
-from episode_pipeline.events import (
+from episode_pipeline.episodes.keys import parse_partition_key
+from episode_pipeline.runtime.injection_points import reach
+from episode_pipeline.uploads.events import (
     Handoff,
     Malformed,
     QueueMessage,
@@ -74,10 +77,7 @@ from episode_pipeline.events import (
     handoffs,
     parse_message,
 )
-from episode_pipeline.injection_points import reach
-from episode_pipeline.keys import parse_partition_key
-from episode_pipeline.settings import QueueSettings
-from episode_pipeline.upload_queue import UploadQueue
+from episode_pipeline.uploads.upload_queue import UploadQueue
 
 UPLOADS_SENSOR_NAME = "episode_uploads"
 UPLOAD_DONE_SENSOR_NAME = "episode_upload_done"
@@ -94,7 +94,7 @@ RECEIVE_WAIT_SECONDS = 1
 UPLOADS_INTERVAL_SECONDS = 10
 NOT_CONFIGURED = "the upload queue is not configured (SQS_QUEUE_URL is unset)"
 
-# Injection points (episode_pipeline.injection_points): where the crash tests stop the daemon.
+# Injection points (episode_pipeline.runtime.injection_points): where crash tests stop the daemon.
 AFTER_RECEIVE = "uploads.after_receive"
 BEFORE_DELETE_DONE = "upload_done.before_delete"
 BEFORE_HEARTBEAT = "heartbeat.before_renew"

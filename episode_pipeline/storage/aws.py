@@ -14,7 +14,7 @@ from typing import Any
 import boto3
 from botocore.config import Config
 
-from episode_pipeline.settings import AwsSettings
+from episode_pipeline.config.settings import AwsSettings
 
 _sessions: dict[AwsSettings, boto3.session.Session] = {}
 _sessions_lock = threading.Lock()

@@ -13,9 +13,9 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from episode_pipeline.aws import LazyClient
-from episode_pipeline.events import RECEIVE_COUNT_ATTRIBUTE
-from episode_pipeline.settings import AwsSettings
+from episode_pipeline.config.settings import AwsSettings
+from episode_pipeline.storage.aws import LazyClient
+from episode_pipeline.uploads.events import RECEIVE_COUNT_ATTRIBUTE
 
 # The queue's own: 15-minute visibility. ChangeMessageVisibility renews it by this much.
 DEFAULT_VISIBILITY_SECONDS = 900

@@ -14,8 +14,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from episode_pipeline.events import Malformed, TestEvent, Upload, Uploads, parse_body
-from episode_pipeline.upload_queue import MAX_BATCH, UploadQueue
+from episode_pipeline.uploads.events import Malformed, TestEvent, Upload, Uploads, parse_body
+from episode_pipeline.uploads.upload_queue import MAX_BATCH, UploadQueue
 
 SENT_ATTRIBUTE = "SentTimestamp"
 FIRST_RECEIVE_ATTRIBUTE = "ApproximateFirstReceiveTimestamp"

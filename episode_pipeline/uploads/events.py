@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 from urllib.parse import unquote_plus
 
-from episode_pipeline.keys import (
+from episode_pipeline.episodes.keys import (
     ARCHIVE_SUFFIX,
     EpisodeRef,
     InvalidEpisodeKey,

@@ -10,8 +10,8 @@ import logging
 from collections.abc import Iterable
 
 from episode_pipeline.archive.stream import DEFAULT_LIMITS, ArchiveReader, spooled
-from episode_pipeline.bucket import Bucket, ObjectInfo
-from episode_pipeline.extracted_files import (
+from episode_pipeline.config.settings import ArchiveLimits
+from episode_pipeline.episodes.extracted_files import (
     DATA,
     META,
     VIDEO,
@@ -20,8 +20,12 @@ from episode_pipeline.extracted_files import (
     ProcessedFile,
     SkippedFile,
 )
-from episode_pipeline.injection_points import MID_EXTRACTION, reach
-from episode_pipeline.keys import EpisodeRef, InvalidEpisodeKey, is_raw_archive_key, parse_s3_key
+from episode_pipeline.episodes.keys import (
+    EpisodeRef,
+    InvalidEpisodeKey,
+    is_raw_archive_key,
+    parse_s3_key,
+)
 from episode_pipeline.lerobot.cameras import camera_for
 from episode_pipeline.lerobot.frames import FrameDataError, parquet_row_count
 from episode_pipeline.lerobot.info import parse_info
@@ -34,7 +38,8 @@ from episode_pipeline.lerobot.layout import (
     is_dataset_file,
     member_kind,
 )
-from episode_pipeline.settings import ArchiveLimits
+from episode_pipeline.runtime.injection_points import MID_EXTRACTION, reach
+from episode_pipeline.storage.bucket import Bucket, ObjectInfo
 
 
 class ArchiveNotFound(LookupError):

@@ -16,7 +16,7 @@ import os
 import time
 from pathlib import Path
 
-from episode_pipeline.settings import armed_injection_point
+from episode_pipeline.config.settings import armed_injection_point
 
 # Points inside a run (the others belong to the sensors that reach them: `defs/sensors/sqs.py`).
 MID_EXTRACTION = "extraction.after_member"  # a member uploaded under processed/, more to come

@@ -24,8 +24,8 @@ from boto3.s3.transfer import TransferConfig
 from botocore.exceptions import ClientError
 from botocore.response import StreamingBody
 
-from episode_pipeline.aws import LazyClient
-from episode_pipeline.settings import AwsSettings, S3Deadlines
+from episode_pipeline.config.settings import AwsSettings, S3Deadlines
+from episode_pipeline.storage.aws import LazyClient
 
 MiB = 1024 * 1024
 MAX_POOL_CONNECTIONS = 32

@@ -1,0 +1,1 @@
+"""Process-level helpers: crash-test injection points, leaving without Python's teardown."""
