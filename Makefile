@@ -9,6 +9,7 @@ test:
 	scripts/bootstrap.sh
 	.venv/bin/ruff check .
 	.venv/bin/ruff format --check .
+	.venv/bin/lint-imports
 	.venv/bin/pytest -q -p no:cacheprovider
 
 lint:
