@@ -157,7 +157,7 @@ def _format_dead_letters(rows: list[dict[str, object]]) -> str:
 
 
 def cmd_dlq(args: argparse.Namespace) -> int:
-    from episode_pipeline.config.settings import apply_local_stack_env, load_settings
+    from episode_pipeline.local.stack_env import apply_local_stack_env, load_settings
     from episode_pipeline.uploads import dead_letters
     from episode_pipeline.uploads.upload_queue import UploadQueue
 

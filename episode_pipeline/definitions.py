@@ -11,7 +11,7 @@ from typing import Any
 
 from dagster import Definitions, definitions, in_process_executor
 
-from episode_pipeline.config.settings import Settings, load_settings
+from episode_pipeline.config.settings import Settings
 from episode_pipeline.defs.assets.archive import extracted_files, raw_archive
 from episode_pipeline.defs.assets.episode import episode
 from episode_pipeline.defs.assets.episode_metadata import episode_metadata
@@ -30,6 +30,7 @@ from episode_pipeline.defs.resources.transcoder import HlsTranscoder
 from episode_pipeline.defs.sensors.reconcile import orphaned_runs, reconciliation_sensors
 from episode_pipeline.defs.sensors.run_failure import episode_failed_on_run_failure
 from episode_pipeline.defs.sensors.sqs import upload_queue_sensors
+from episode_pipeline.local.stack_env import load_settings
 
 
 def build_resources(settings: Settings) -> dict[str, Any]:

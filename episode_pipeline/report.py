@@ -9,13 +9,14 @@ from dagster import AssetCheckKey, AssetKey, DagsterInstance
 from dagster._core.event_api import PartitionKeyFilter
 from dagster._core.storage.asset_check_execution_record import AssetCheckExecutionRecordStatus
 
-from episode_pipeline.config.settings import Settings, apply_local_stack_env, load_settings
+from episode_pipeline.config.settings import Settings
 from episode_pipeline.db import episodes as episode_db
 from episode_pipeline.db.connection import connect
 from episode_pipeline.definitions import build_definitions
 from episode_pipeline.defs.io_managers.s3_outputs import object_key
 from episode_pipeline.episodes.extracted_files import VIDEO
 from episode_pipeline.episodes.keys import EpisodeRef
+from episode_pipeline.local.stack_env import apply_local_stack_env, load_settings
 from episode_pipeline.storage.bucket import Bucket
 from episode_pipeline.video.hls import PLAYLIST_NAME
 

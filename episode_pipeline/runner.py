@@ -11,13 +11,14 @@ from dataclasses import dataclass, field
 
 from dagster import DagsterEventType, DagsterInstance
 
-from episode_pipeline.config.settings import Settings, apply_local_stack_env, load_settings
+from episode_pipeline.config.settings import Settings
 from episode_pipeline.definitions import build_definitions
 from episode_pipeline.defs.failures import fail_episode_of_run, fail_orphaned_runs
 from episode_pipeline.defs.jobs import EPISODE_JOB_NAME
 from episode_pipeline.defs.resources.database import PostgresResource
 from episode_pipeline.defs.runs import ensure_partition, episode_tags, in_process_tags
 from episode_pipeline.episodes.keys import EpisodeRef
+from episode_pipeline.local.stack_env import apply_local_stack_env, load_settings
 
 # The webserver's own pooling defaults (dagster-webserver --db-pool-*).
 POOL_RECYCLE_SECONDS = 3600

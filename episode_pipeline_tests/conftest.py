@@ -16,39 +16,22 @@ from typing import Any
 import psycopg
 import pytest
 
-from episode_pipeline.config.settings import HOME_ENV, Settings, load_settings
+from episode_pipeline.config.env import variables
+from episode_pipeline.config.settings import AwsSettings, Settings
 from episode_pipeline.db.connection import connect
 from episode_pipeline.episodes.keys import EpisodeRef
 from episode_pipeline.local import aws_setup
 from episode_pipeline.local.stack import StackInfo, start_stack, stop_stack
+from episode_pipeline.local.stack_env import HOME_ENV, load_settings
 
 # Slow tests last, within the suite's time budget (see budget.py).
 pytest_plugins = ("episode_pipeline_tests.budget",)
 
 TEST_ORG = "test-org"
 # Exported to the session so the stack's values win over a developer's shell.
-_SESSION_ENV = (
-    "AWS_ENDPOINT_URL",
-    "AWS_ACCESS_KEY_ID",
-    "AWS_SECRET_ACCESS_KEY",
-    "AWS_DEFAULT_REGION",
-    "DAGSTER_HOME",
-)
-_PRODUCTION_ENV = (
-    "DB_HOST",
-    "DB_PORT",
-    "DB_NAME",
-    "DB_USER",
-    "DB_PASSWORD",
-    "DB_SSL",
-    "DB_IAM_AUTH",
-    "DATA_BUCKET",
-    "SQS_QUEUE_URL",
-    "SQS_DLQ_URL",
-    "AWS_REGION",
-    "AWS_PROFILE",
-    "AWS_SESSION_TOKEN",
-)
+_SESSION_ENV = (*(v.name for v in variables(AwsSettings)), "DAGSTER_HOME")
+# Removed from the session: every variable the settings read, and boto3's own credentials.
+_PRODUCTION_ENV = (*(v.name for v in variables(Settings)), "AWS_PROFILE", "AWS_SESSION_TOKEN")
 
 
 @pytest.fixture(scope="session")

@@ -33,7 +33,7 @@ import pytest
 import yaml
 from dagster import DagsterInstance, DagsterRunStatus, RunsFilter
 
-from episode_pipeline.config.settings import INJECTION_ABOUT_ENV, INJECTION_POINT_ENV, Settings
+from episode_pipeline.config.settings import Settings
 from episode_pipeline.db.connection import connect
 from episode_pipeline.db.episodes import episode_row, frame_rows
 from episode_pipeline.defs.runs import IN_FLIGHT_STATUSES, PARTITION_TAG, UPLOAD_TAG, upload_id
@@ -44,7 +44,12 @@ from episode_pipeline.local.dagster_home import instance_config
 from episode_pipeline.local.dev import WORKSPACE_FILE
 from episode_pipeline.local.stack import StackInfo
 from episode_pipeline.local.upload import upload_episode
-from episode_pipeline.runtime.injection_points import MID_COPY, MID_EXTRACTION
+from episode_pipeline.runtime.injection_points import (
+    INJECTION_ABOUT_ENV,
+    INJECTION_POINT_ENV,
+    MID_COPY,
+    MID_EXTRACTION,
+)
 from episode_pipeline.samples.writer import SampleSpec, write_sample
 from episode_pipeline.storage.bucket import Bucket
 from episode_pipeline.uploads.upload_queue import UploadQueue

@@ -28,6 +28,8 @@ from typing import Any
 import pytest
 import yaml
 
+from episode_pipeline.config.env import variables
+from episode_pipeline.config.settings import Settings
 from episode_pipeline.uploads.events import Uploads, parse_body
 from episode_pipeline_tests.test_deploy_dagster_config import PRODUCTION_ENV
 
@@ -37,21 +39,8 @@ from episode_pipeline_tests.test_deploy_dockerfile import ROOT, TOOLS_VENV, VALI
 INFRA = ROOT / "infra"
 UPLOAD_RECORD = INFRA / "templates" / "upload-event-record.yaml"
 
-# Variables the pipeline code reads (config/settings.py and the list); local-only ones
-# excluded.
-CODE_ENV = {
-    "DB_HOST",
-    "DB_PORT",
-    "DB_NAME",
-    "DB_USER",
-    "DB_SSL",
-    "DB_IAM_AUTH",
-    "DATA_BUCKET",
-    "SQS_QUEUE_URL",
-    "SQS_DLQ_URL",
-    "AWS_REGION",
-    "AWS_DEFAULT_REGION",
-}
+# Variables the pipeline code reads that infra sets (declared on the settings).
+CODE_ENV = {v.name for v in variables(Settings) if v.declaration.infra}
 
 
 def in_ci() -> bool:

@@ -21,19 +21,19 @@ from typing import Any
 import pytest
 from dagster import DagsterInstance
 
-from episode_pipeline.config.settings import (
-    INJECTION_ABOUT_ENV,
-    INJECTION_POINT_ENV,
-    S3Deadlines,
-    Settings,
-)
+from episode_pipeline.config.settings import S3Deadlines, Settings
 from episode_pipeline.db.connection import connect
 from episode_pipeline.db.episodes import ensure_episode_row, episode_row, frame_rows
 from episode_pipeline.db.migrate import apply_migrations
 from episode_pipeline.episodes.keys import EpisodeRef
 from episode_pipeline.local.pg_server import init_cluster, start_postgres, stop_postgres
 from episode_pipeline.runner import process_episode
-from episode_pipeline.runtime.injection_points import MID_COPY, release
+from episode_pipeline.runtime.injection_points import (
+    INJECTION_ABOUT_ENV,
+    INJECTION_POINT_ENV,
+    MID_COPY,
+    release,
+)
 from episode_pipeline.samples.writer import SampleSpec, write_sample
 from episode_pipeline.storage.bucket import Bucket
 from episode_pipeline_tests.dagster_ui import free_port

@@ -11,7 +11,6 @@ import psycopg
 import pytest
 from dagster import DagsterResourceFunctionError, asset, materialize
 
-from episode_pipeline.config.settings import load_settings
 from episode_pipeline.db.connection import connect
 from episode_pipeline.db.schema_check import (
     OPTIONAL_COLUMNS,
@@ -23,6 +22,7 @@ from episode_pipeline.db.schema_check import (
     read_schema,
 )
 from episode_pipeline.defs.resources.database import PostgresResource
+from episode_pipeline.local.stack_env import load_settings
 
 
 def schema_of(tables: dict[str, set[str]], not_null: dict[str, set[str]] | None = None):

@@ -20,13 +20,8 @@ from urllib.parse import unquote_plus
 import psutil
 import pytest
 
-from episode_pipeline.config.settings import (
-    HOME_ENV,
-    STACK_STATE_FILE,
-    Settings,
-    load_settings,
-    local_stack_env,
-)
+from episode_pipeline.config.env import variables
+from episode_pipeline.config.settings import Settings
 from episode_pipeline.db.connection import connect
 from episode_pipeline.local import aws_setup
 from episode_pipeline.local.dagster_home import instance_config
@@ -37,25 +32,17 @@ from episode_pipeline.local.stack import (
     start_stack,
     stop_stack,
 )
+from episode_pipeline.local.stack_env import (
+    HOME_ENV,
+    STACK_STATE_FILE,
+    load_settings,
+    local_stack_env,
+)
 
 pytestmark = pytest.mark.integration
 
-CONTRACT_ENV = {
-    "AWS_ENDPOINT_URL",
-    "AWS_ACCESS_KEY_ID",
-    "AWS_SECRET_ACCESS_KEY",
-    "AWS_DEFAULT_REGION",
-    "DATA_BUCKET",
-    "SQS_QUEUE_URL",
-    "SQS_DLQ_URL",
-    "DB_HOST",
-    "DB_PORT",
-    "DB_NAME",
-    "DB_USER",
-    "DB_PASSWORD",
-    "DB_SSL",
-    "DAGSTER_HOME",
-}
+# What the stack publishes (declared on the settings), and where Dagster's instance is.
+CONTRACT_ENV = {v.name for v in variables(Settings) if v.declaration.stack} | {"DAGSTER_HOME"}
 CONTRACT_KEYS = {
     "running",
     "s3_endpoint",

@@ -9,6 +9,7 @@ under an advisory lock so two processes starting at once cannot apply a file twi
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 import sys
 from dataclasses import dataclass
@@ -106,12 +107,12 @@ def apply_migrations(conn: psycopg.Connection, directory: Path = MIGRATIONS_DIR)
 
 
 def main() -> int:
-    """`python -m episode_pipeline.db.migrate`: migrate the database `load_settings()` names."""
-    from episode_pipeline.config.settings import load_settings
+    """`python -m episode_pipeline.db.migrate`: migrate the database the DB_* variables name (the
+    local stack migrates its own on `stack up`)."""
+    from episode_pipeline.config.settings import DatabaseSettings
     from episode_pipeline.db.connection import connect
 
-    settings = load_settings()
-    with connect(settings.database, autocommit=True) as conn:
+    with connect(DatabaseSettings.from_env(os.environ), autocommit=True) as conn:
         applied = apply_migrations(conn)
     print(f"applied: {', '.join(applied)}" if applied else "schema up to date", file=sys.stderr)
     return 0

@@ -24,14 +24,14 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from episode_pipeline.config.settings import DEFAULT_REGION, AwsSettings
+from episode_pipeline.config.settings import DEFAULT_REGION, AwsSettings, QueueSettings
 from episode_pipeline.storage.aws import aws_client
 
 REGION = DEFAULT_REGION
 ACCESS_KEY = "testing"
 SECRET_KEY = "testing"
 MAX_RECEIVE_COUNT = 3
-VISIBILITY_TIMEOUT_SECONDS = 900  # 15 minutes
+VISIBILITY_TIMEOUT_SECONDS = QueueSettings.visibility_timeout_seconds
 QUEUE_RETENTION_SECONDS = 4 * 24 * 3600  # 345600
 DLQ_RETENTION_SECONDS = 14 * 24 * 3600  # 1209600
 NOTIFICATION_ID = "raw-episode-archives"

@@ -15,12 +15,13 @@ import tempfile
 import time
 from pathlib import Path
 
-from episode_pipeline.config.settings import DatabaseSettings, apply_local_stack_env, load_settings
+from episode_pipeline.config.settings import DatabaseSettings
 from episode_pipeline.db import episodes as episode_db
 from episode_pipeline.db.connection import connect
 from episode_pipeline.episodes.keys import EpisodeRef
 from episode_pipeline.local.dev import SHUTDOWN_GRACE_SECONDS, WORKSPACE_FILE, dev_environment
 from episode_pipeline.local.stack import start_stack
+from episode_pipeline.local.stack_env import apply_local_stack_env, load_settings
 from episode_pipeline.samples.writer import SampleSpec, av1_encoder, write_sample
 
 DEMO_ORG = "demo-org"

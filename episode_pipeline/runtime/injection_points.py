@@ -2,7 +2,7 @@
 injection points do for its own tests.
 
 `reach(name)` does nothing unless the environment arms that point
-(`settings.armed_injection_point`, never set in production). When armed, it writes the marker
+(`armed_injection_point`, never set in production). When armed, it writes the marker
 file and holds the process there, so the test can kill it with SIGKILL exactly between two steps
 (after a receive, before a delete, ...), or do something to the world (restart a server) and
 then `release` it. A point holds once: once its marker exists it is passed (the retry of a
@@ -14,13 +14,41 @@ from __future__ import annotations
 
 import os
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
-from episode_pipeline.config.settings import armed_injection_point
+INJECTION_POINT_ENV = "EPISODE_PIPELINE_INJECTION_POINT"
+INJECTION_ABOUT_ENV = "EPISODE_PIPELINE_INJECTION_ABOUT"
 
 # Points inside a run (the others belong to the sensors that reach them: `defs/sensors/sqs.py`).
 MID_EXTRACTION = "extraction.after_member"  # a member uploaded under processed/, more to come
 MID_COPY = "frames.mid_copy"  # a COPY into `frames` under way, rows sent, not committed
+
+
+@dataclass(frozen=True)
+class InjectionPoint:
+    """A test's request to stop this process at one named point."""
+
+    name: str
+    marker: Path  # written when the point is reached, so the test knows when to strike
+    about: str = ""  # only when the point is reached about this (an episode's partition key)
+    hold_seconds: float = 120.0
+
+
+def armed_injection_point() -> InjectionPoint | None:
+    """`EPISODE_PIPELINE_INJECTION_POINT=<point name>:<marker file>`, optionally
+    `EPISODE_PIPELINE_INJECTION_ABOUT=<text>`; never set in production.
+
+    Read when a point is reached rather than once at start: the crash tests arm one daemon
+    process at a time through its environment.
+    """
+    raw = os.environ.get(INJECTION_POINT_ENV, "")
+    name, _, marker = raw.partition(":")
+    if not name or not marker:
+        return None
+    return InjectionPoint(
+        name=name, marker=Path(marker), about=os.environ.get(INJECTION_ABOUT_ENV, "")
+    )
 
 
 def reach(name: str, about: str = "") -> None:

@@ -11,7 +11,7 @@ task size and the step's deadline are decided here too, from the same facts.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from episode_pipeline.config.settings import VideoSettings
@@ -28,6 +28,19 @@ MIB_PER_VCPU = 2048  # the smallest memory Fargate pairs with each of those size
 
 class JobError(ValueError):
     """The extras do not describe a transcode job; the message names the field."""
+
+
+def video_to_dict(video: VideoSettings) -> dict[str, Any]:
+    """`VideoSettings` as JSON for the job's extras."""
+    return {**asdict(video), "ladder": list(video.ladder)}
+
+
+def video_from_dict(data: Mapping[str, Any]) -> VideoSettings:
+    """The job's `VideoSettings`; a field the sender did not know keeps its default."""
+    values = {f.name: data[f.name] for f in fields(VideoSettings) if f.name in data}
+    if "ladder" in values:
+        values["ladder"] = tuple(values["ladder"])
+    return VideoSettings(**values)
 
 
 def _field(extras: Mapping[str, Any], name: str, kind: type, where: str = "") -> Any:
@@ -81,7 +94,7 @@ class TranscodeJob:
         return {
             "bucket": self.bucket,
             "cameras": [asdict(camera) for camera in self.cameras],
-            "video": self.video.to_dict(),
+            "video": video_to_dict(self.video),
             "segment_seconds": self.segment_seconds,
         }
 
@@ -104,7 +117,7 @@ class TranscodeJob:
         return cls(
             bucket=_field(extras, "bucket", str),
             cameras=[CameraJob.from_dict(c, i) for i, c in enumerate(cameras)],
-            video=VideoSettings.from_dict(video),
+            video=video_from_dict(video),
             segment_seconds=seconds,
         )
 

@@ -13,12 +13,10 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from episode_pipeline.config.settings import AwsSettings
+from episode_pipeline.config.settings import AwsSettings, QueueSettings
 from episode_pipeline.storage.aws import LazyClient
 from episode_pipeline.uploads.events import RECEIVE_COUNT_ATTRIBUTE
 
-# The queue's own: 15-minute visibility. ChangeMessageVisibility renews it by this much.
-DEFAULT_VISIBILITY_SECONDS = 900
 MAX_BATCH = 10  # SQS's limit per ReceiveMessage / *Batch call
 
 # What SQS answers when a receipt handle no longer names an in-flight message: it expired, the
@@ -49,7 +47,7 @@ class UploadQueue:
         self,
         queue_url: str | None,
         aws: AwsSettings,
-        visibility_timeout_seconds: int = DEFAULT_VISIBILITY_SECONDS,
+        visibility_timeout_seconds: int = QueueSettings.visibility_timeout_seconds,
     ) -> None:
         self.queue_url = queue_url
         self.aws = aws

@@ -20,6 +20,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from episode_pipeline.config.settings import VideoSettings
+
 PLAYLIST_NAME = "playlist.m3u8"
 VARIANT_PLAYLIST_NAME = "index.m3u8"  # not playlist.m3u8: that name means "a camera's stream"
 SEGMENT_PATTERN = "segment_%05d.ts"
@@ -40,7 +42,7 @@ class EncodeSettings:
     """Encoder choices; the defaults are the production ones (docs/platform-notes.md#ffmpeg)."""
 
     segment_seconds: int = SEGMENT_SECONDS
-    preset: str = "veryfast"
+    preset: str = VideoSettings.preset  # TRANSCODE_PRESET's default
     crf: int = 23
     maxrate_kbit: int = 4000  # well under level 3.0's 10,000 kbit/s
     bufsize_kbit: int = 8000

@@ -11,36 +11,30 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from dagster import ConfigurableResource
-from pydantic import Field, PrivateAttr
+from pydantic import PrivateAttr
 
-from episode_pipeline.config.settings import DEFAULT_REGION, AwsSettings
-from episode_pipeline.defs.resources.secret_config import resolved, secret_field
+from episode_pipeline.config.settings import AwsSettings
+from episode_pipeline.defs.resources.settings_fields import (
+    resource_values,
+    setting_field,
+    settings_from,
+)
 
-SECRET_KEY_ENV = "AWS_SECRET_ACCESS_KEY"
 Client = TypeVar("Client")
 
 
 def aws_fields(aws: AwsSettings) -> dict[str, Any]:
     """The connection fields of an `AwsResource`, from `Settings.aws`."""
-    return {
-        "region": aws.region,
-        "endpoint_url": aws.endpoint_url,
-        "access_key_id": aws.access_key_id,
-        "secret_access_key": secret_field(aws.secret_access_key, SECRET_KEY_ENV),
-    }
+    return resource_values(aws)
 
 
 class AwsResource(ConfigurableResource):
     """Base of the S3 and SQS resources: where the endpoint is and how to sign."""
 
-    region: str = Field(default=DEFAULT_REGION)
-    endpoint_url: str | None = Field(
-        default=None, description="Service endpoint; the moto server locally, None on AWS."
-    )
-    access_key_id: str | None = Field(
-        default=None, description="Only for moto locally; on AWS the task role supplies keys."
-    )
-    secret_access_key: str | None = Field(default=None, description="Secret; moto locally only.")
+    region: str = setting_field(AwsSettings, "region")
+    endpoint_url: str | None = setting_field(AwsSettings, "endpoint_url")
+    access_key_id: str | None = setting_field(AwsSettings, "access_key_id")
+    secret_access_key: str | None = setting_field(AwsSettings, "secret_access_key")
 
     _client: Any = PrivateAttr(default=None)
 
@@ -51,9 +45,4 @@ class AwsResource(ConfigurableResource):
         return self._client
 
     def aws_settings(self) -> AwsSettings:
-        return AwsSettings(
-            region=self.region,
-            endpoint_url=self.endpoint_url,
-            access_key_id=self.access_key_id,
-            secret_access_key=resolved(self.secret_access_key),
-        )
+        return settings_from(self, AwsSettings)

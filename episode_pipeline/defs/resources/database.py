@@ -9,19 +9,21 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import fields
 from typing import Any
 
 import psycopg
 from dagster import ConfigurableResource, InitResourceContext
 from pydantic import Field, PrivateAttr
 
-from episode_pipeline.config.settings import DEFAULT_REGION, DatabaseSettings
+from episode_pipeline.config.settings import DatabaseSettings
 from episode_pipeline.db.connection import connect as db_connect
 from episode_pipeline.db.schema_check import DatabaseSchema, check_schema, read_schema
-from episode_pipeline.defs.resources.secret_config import resolved, secret_field
+from episode_pipeline.defs.resources.settings_fields import (
+    resource_values,
+    setting_field,
+    settings_from,
+)
 
-PASSWORD_ENV = "DB_PASSWORD"
 # The resource's field for each `DatabaseSettings` field: the same name, but for the database's.
 _FIELD = {"name": "database"}
 
@@ -29,27 +31,21 @@ _FIELD = {"name": "database"}
 class PostgresResource(ConfigurableResource):
     """Connection settings for the pipeline's PostgreSQL (Aurora on AWS, pgserver locally)."""
 
-    host: str = Field(description="Host name, or the Unix socket directory locally.")
-    port: int = Field(default=5432)
-    database: str = Field(default="postgres")
-    user: str = Field(default="postgres")
-    password: str | None = Field(
-        default=None,
-        description="Secret: pass EnvVar('DB_PASSWORD') so the UI shows the variable, not the "
-        "value. Ignored when iam_auth is true.",
+    host: str = setting_field(DatabaseSettings, "host")
+    port: int = setting_field(DatabaseSettings, "port")
+    database: str = setting_field(DatabaseSettings, "name")
+    user: str = setting_field(DatabaseSettings, "user")
+    password: str | None = setting_field(DatabaseSettings, "password")
+    ssl: bool = setting_field(DatabaseSettings, "ssl")
+    iam_auth: bool = setting_field(DatabaseSettings, "iam_auth")
+    region: str = setting_field(DatabaseSettings, "region")
+    connect_timeout_seconds: int = setting_field(DatabaseSettings, "connect_timeout_seconds")
+    statement_timeout_seconds: int = setting_field(DatabaseSettings, "statement_timeout_seconds")
+    lock_timeout_seconds: int = setting_field(DatabaseSettings, "lock_timeout_seconds")
+    idle_in_transaction_timeout_seconds: int = setting_field(
+        DatabaseSettings, "idle_in_transaction_timeout_seconds"
     )
-    ssl: bool = Field(default=False, description="Require TLS (DB_SSL).")
-    iam_auth: bool = Field(
-        default=False, description="Connect with an RDS IAM token (DB_IAM_AUTH)."
-    )
-    region: str = Field(default=DEFAULT_REGION, description="AWS region for the IAM token.")
-    connect_timeout_seconds: int = Field(default=10, description="DB_CONNECT_TIMEOUT_SECONDS")
-    statement_timeout_seconds: int = Field(default=900, description="DB_STATEMENT_TIMEOUT_SECONDS")
-    lock_timeout_seconds: int = Field(default=60, description="DB_LOCK_TIMEOUT_SECONDS")
-    idle_in_transaction_timeout_seconds: int = Field(
-        default=600, description="DB_IDLE_IN_TRANSACTION_TIMEOUT_SECONDS"
-    )
-    keepalive_idle_seconds: int = Field(default=30, description="DB_KEEPALIVE_IDLE_SECONDS")
+    keepalive_idle_seconds: int = setting_field(DatabaseSettings, "keepalive_idle_seconds")
     check_schema_on_start: bool = Field(
         default=True,
         description="Before a run uses the database, check that every column the contract "
@@ -60,22 +56,16 @@ class PostgresResource(ConfigurableResource):
     _tables: Any = PrivateAttr(default=None)  # DatabaseSchema, read once per run
 
     @classmethod
-    def from_settings(
-        cls, db: DatabaseSettings, *, password_env: str = PASSWORD_ENV
-    ) -> PostgresResource:
+    def from_settings(cls, db: DatabaseSettings) -> PostgresResource:
         """Build from `load_settings().database`.
 
-        When the password came from the environment variable `password_env`, it is passed as an
-        `EnvVar`, so Dagster never displays or stores the secret itself.
+        A password that came from `DB_PASSWORD` is passed as an `EnvVar`, so Dagster never
+        displays or stores the secret itself.
         """
-        values = {_FIELD.get(f.name, f.name): getattr(db, f.name) for f in fields(db)}
-        return cls(**{**values, "password": secret_field(db.password, password_env)})
+        return cls(**resource_values(db, _FIELD))
 
     def database_settings(self) -> DatabaseSettings:
-        values = {
-            f.name: getattr(self, _FIELD.get(f.name, f.name)) for f in fields(DatabaseSettings)
-        }
-        return DatabaseSettings(**{**values, "password": resolved(self.password)})
+        return settings_from(self, DatabaseSettings, _FIELD)
 
     def setup_for_execution(self, context: InitResourceContext) -> None:
         if self.check_schema_on_start:

@@ -2,23 +2,17 @@
 
 from __future__ import annotations
 
-from pydantic import Field
-
-from episode_pipeline.config.settings import Settings
+from episode_pipeline.config.settings import QueueSettings, Settings
 from episode_pipeline.defs.resources.aws import AwsResource, aws_fields
-from episode_pipeline.uploads.upload_queue import DEFAULT_VISIBILITY_SECONDS, UploadQueue
+from episode_pipeline.defs.resources.settings_fields import setting_field
+from episode_pipeline.uploads.upload_queue import UploadQueue
 
 
 class UploadQueueResource(AwsResource):
     """The SQS queue the data bucket notifies about uploaded archives (SQS_QUEUE_URL)."""
 
-    queue_url: str | None = Field(
-        default=None, description="SQS_QUEUE_URL; None leaves the upload sensors idle."
-    )
-    visibility_timeout_seconds: int = Field(
-        default=DEFAULT_VISIBILITY_SECONDS,
-        description="How long a heartbeat keeps a message in flight (the queue's own timeout).",
-    )
+    queue_url: str | None = setting_field(Settings, "sqs_queue_url")
+    visibility_timeout_seconds: int = setting_field(QueueSettings, "visibility_timeout_seconds")
 
     @classmethod
     def from_settings(cls, settings: Settings) -> UploadQueueResource:

@@ -24,7 +24,7 @@ import subprocess
 import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from dagster import (
@@ -36,13 +36,17 @@ from dagster import (
 from pydantic import Field
 
 from episode_pipeline.config.settings import (
-    DEFAULT_LADDER,
-    DEFAULT_PRESET,
     SUBPROCESS,
     Settings,
+    TranscodeSettings,
     VideoSettings,
 )
 from episode_pipeline.defs.resources.aws import AwsResource, aws_fields
+from episode_pipeline.defs.resources.settings_fields import (
+    resource_values,
+    setting_field,
+    settings_from,
+)
 from episode_pipeline.storage.aws import aws_client
 from episode_pipeline.transcode.job import (
     TaskSize,
@@ -55,7 +59,6 @@ from episode_pipeline.transcode.job import (
 from episode_pipeline.video.process import terminate_group
 
 TRANSCODE_MODULE = "episode_pipeline.transcode"
-_VIDEO_DEFAULTS = VideoSettings()
 
 
 def messages_only_cloudwatch_reader(logs_client: Any) -> Any:
@@ -133,26 +136,27 @@ class HlsTranscoder(AwsResource):
     python_executable: str | None = Field(
         default=None, description="subprocess mode: the interpreter (default: this one)."
     )
-    ecs_cluster: str | None = Field(default=None, description="ECS_CLUSTER")
-    ecs_subnets: list[str] = Field(default_factory=list, description="ECS_SUBNETS")
-    ecs_security_groups: list[str] = Field(default_factory=list, description="ECS_SECURITY_GROUPS")
-    task_definition: str | None = Field(default=None, description="TRANSCODE_TASK_DEFINITION")
-    container_name: str = Field(default="transcode", description="TRANSCODE_CONTAINER_NAME")
+    task_definition: str | None = setting_field(TranscodeSettings, "task_definition")
+    ecs_cluster: str | None = setting_field(TranscodeSettings, "ecs_cluster")
+    ecs_subnets: list[str] = setting_field(TranscodeSettings, "ecs_subnets")
+    ecs_security_groups: list[str] = setting_field(TranscodeSettings, "ecs_security_groups")
+    container_name: str = setting_field(TranscodeSettings, "container_name")
     poll_seconds: int = Field(default=6, description="ecs mode: seconds between task polls.")
-    max_vcpu: int = Field(default=4, description="Largest ECS task (TRANSCODE_MAX_VCPU).")
-    deadline_seconds: float | None = Field(
-        default=None,
-        description="Whole transcode (TRANSCODE_DEADLINE_SECONDS); default: from the episode.",
+    max_vcpu: int = setting_field(TranscodeSettings, "max_vcpu")
+    deadline_seconds: float | None = setting_field(TranscodeSettings, "deadline_seconds")
+    # What the transcode program makes of each camera: `VideoSettings`, field by field.
+    preset: str = setting_field(VideoSettings, "preset")
+    ladder: list[str] = setting_field(VideoSettings, "ladder")
+    ladder_preset: str = setting_field(VideoSettings, "ladder_preset")
+    ffmpeg: str | None = setting_field(VideoSettings, "ffmpeg")
+    ffmpeg_deadline_base_seconds: float = setting_field(
+        VideoSettings, "ffmpeg_deadline_base_seconds"
     )
-    # VideoSettings, field by field (docs: settings.VideoSettings; env TRANSCODE_*).
-    preset: str = Field(default=DEFAULT_PRESET, description="Baseline x264 preset.")
-    ladder: list[str] = Field(default=list(DEFAULT_LADDER), description="Ladder rung heights.")
-    ladder_preset: str = Field(default=DEFAULT_PRESET, description="Ladder x264 preset.")
-    ffmpeg: str | None = Field(default=None, description="FFmpeg binary (default: bundled).")
-    ffmpeg_deadline_base_seconds: float = _VIDEO_DEFAULTS.ffmpeg_deadline_base_seconds
-    ffmpeg_deadline_per_source_second: float = _VIDEO_DEFAULTS.ffmpeg_deadline_per_source_second
-    probe_deadline_seconds: float = _VIDEO_DEFAULTS.probe_deadline_seconds
-    camera_workers: int | None = Field(default=None, description="Cameras encoded at once.")
+    ffmpeg_deadline_per_source_second: float = setting_field(
+        VideoSettings, "ffmpeg_deadline_per_source_second"
+    )
+    probe_deadline_seconds: float = setting_field(VideoSettings, "probe_deadline_seconds")
+    camera_workers: int | None = setting_field(VideoSettings, "camera_workers")
 
     @classmethod
     def from_settings(cls, settings: Settings) -> HlsTranscoder:
@@ -160,19 +164,13 @@ class HlsTranscoder(AwsResource):
         transcode = settings.transcode
         return cls(
             mode=transcode.mode,
-            ecs_cluster=transcode.ecs_cluster,
-            ecs_subnets=list(transcode.ecs_subnets),
-            ecs_security_groups=list(transcode.ecs_security_groups),
-            task_definition=transcode.task_definition,
-            container_name=transcode.container_name,
-            max_vcpu=transcode.max_vcpu,
-            deadline_seconds=transcode.deadline_seconds,
-            **transcode.video.to_dict(),
+            **resource_values(transcode),
+            **resource_values(transcode.video),
             **aws_fields(settings.aws),
         )
 
     def video(self) -> VideoSettings:
-        return VideoSettings.from_dict(self.model_dump(include=set(asdict(_VIDEO_DEFAULTS))))
+        return settings_from(self, VideoSettings)
 
     def job(self, bucket: str, cameras: Sequence[Any]) -> TranscodeJob:
         return TranscodeJob(bucket=bucket, cameras=list(cameras), video=self.video())
