@@ -5,7 +5,14 @@ from __future__ import annotations
 
 import pytest
 
-from episode_pipeline.config.settings import ECS, SUBPROCESS, Settings, VideoSettings
+from episode_pipeline.config.settings import (
+    ECS,
+    SUBPROCESS,
+    LadderError,
+    Settings,
+    VideoSettings,
+    parse_ladder,
+)
 from episode_pipeline.defs.resources.transcoder import HlsTranscoder
 from episode_pipeline.transcode.job import (
     CameraJob,
@@ -27,12 +34,10 @@ from episode_pipeline.video.hls import (
     hls_command,
 )
 from episode_pipeline.video.ladder import (
-    LadderError,
     VariantStream,
     avc1_codec,
     average_bandwidth,
     master_playlist,
-    parse_ladder,
     peak_bandwidth,
     plan_renditions,
 )

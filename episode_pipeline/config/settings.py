@@ -101,9 +101,28 @@ ECS = "ecs"
 TranscodeMode = Literal["subprocess", "ecs"]
 
 
-def _ladder(text: str) -> tuple[str, ...]:
-    from episode_pipeline.video.ladder import LadderError, parse_ladder
+SOURCE_RUNG = "source"  # a ladder rung at the source's own height
 
+
+class LadderError(ValueError):
+    """A ladder setting that names no rung."""
+
+
+def parse_ladder(text: str) -> tuple[str, ...]:
+    """`source,720,480,240` → ("source", "720", "480", "240"); empty or `none`: no ladder."""
+    rungs: list[str] = []
+    for item in (part.strip().lower().removesuffix("p") for part in text.split(",")):
+        if not item or item == "none":
+            continue
+        if item != SOURCE_RUNG and not (item.isdigit() and int(item) >= 16):
+            raise LadderError(
+                f"ladder rung {item!r} must be a height in pixels (>= 16) or {SOURCE_RUNG!r}"
+            )
+        rungs.append(item)
+    return tuple(rungs)
+
+
+def _ladder(text: str) -> tuple[str, ...]:
     try:
         return parse_ladder(text)
     except LadderError as error:

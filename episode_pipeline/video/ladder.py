@@ -24,6 +24,7 @@ from dataclasses import dataclass
 import m3u8
 from m3u8.model import Playlist as VariantEntry
 
+from episode_pipeline.config.settings import SOURCE_RUNG
 from episode_pipeline.video.hls import (
     BASELINE,
     DEFAULT_ENCODE,
@@ -34,29 +35,10 @@ from episode_pipeline.video.hls import (
 )
 
 MASTER_NAME = "master.m3u8"
-SOURCE_RUNG = "source"
 HIGH = "high"
 AAC_LC = "mp4a.40.2"
 RUNG_BITS_PER_PIXEL = 0.15  # maxrate = width x height x fps x this (1080p30 ≈ 9.3 Mbit/s)
 MIN_RUNG_KBIT = 400
-
-
-class LadderError(ValueError):
-    """A ladder setting that names no rung."""
-
-
-def parse_ladder(text: str) -> tuple[str, ...]:
-    """`source,720,480,240` → ("source", "720", "480", "240"); empty or `none`: no ladder."""
-    rungs: list[str] = []
-    for item in (part.strip().lower().removesuffix("p") for part in text.split(",")):
-        if not item or item == "none":
-            continue
-        if item != SOURCE_RUNG and not (item.isdigit() and int(item) >= 16):
-            raise LadderError(
-                f"ladder rung {item!r} must be a height in pixels (>= 16) or {SOURCE_RUNG!r}"
-            )
-        rungs.append(item)
-    return tuple(rungs)
 
 
 def baseline_rendition(width: int, height: int, fps: float, settings: EncodeSettings) -> Rendition:
