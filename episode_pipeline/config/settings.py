@@ -348,6 +348,8 @@ class ArchiveLimits(EnvSettings):
 
 @dataclass(frozen=True)
 class Settings(EnvSettings):
+    """Everything the pipeline reads from its environment, group by group."""
+
     bucket: str = setting(
         "DATA_BUCKET",
         "The data bucket: uploads, processed files and the assets' stored outputs.",
