@@ -16,7 +16,7 @@ from episode_pipeline.defs.assets.archive import extracted_files, raw_archive
 from episode_pipeline.defs.assets.episode import episode
 from episode_pipeline.defs.assets.episode_metadata import episode_metadata
 from episode_pipeline.defs.assets.frames import frames
-from episode_pipeline.defs.assets.hls_renditions import HLS_CHECKS, hls_renditions
+from episode_pipeline.defs.assets.hls_renditions import hls_renditions
 from episode_pipeline.defs.checks import EPISODE_CHECKS
 from episode_pipeline.defs.io_managers.postgres_tables import PostgresPolarsIOManager
 from episode_pipeline.defs.io_managers.s3_outputs import S3IOManager
@@ -67,7 +67,7 @@ def build_definitions(settings: Settings) -> Definitions:
             episode_metadata,
             episode,
         ],
-        asset_checks=[*EPISODE_CHECKS, *HLS_CHECKS],
+        asset_checks=EPISODE_CHECKS,
         jobs=[episode_job],
         sensors=[
             *upload_queue_sensors(settings.queue),

@@ -5,14 +5,14 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from dagster import AssetCheckKey, AssetKey, DagsterInstance
-from dagster._core.event_api import PartitionKeyFilter
-from dagster._core.storage.asset_check_execution_record import AssetCheckExecutionRecordStatus
+from dagster import DagsterInstance
 
 from episode_pipeline.config.settings import Settings
 from episode_pipeline.db import episodes as episode_db
 from episode_pipeline.db.connection import connect
 from episode_pipeline.definitions import build_definitions
+from episode_pipeline.defs.asset_keys import EXTRACTED_FILES_KEY
+from episode_pipeline.defs.event_log import latest_check_results
 from episode_pipeline.defs.io_managers.s3_outputs import object_key
 from episode_pipeline.episodes.extracted_files import VIDEO
 from episode_pipeline.episodes.keys import EpisodeRef
@@ -21,19 +21,6 @@ from episode_pipeline.storage.bucket import Bucket
 from episode_pipeline.video.hls import PLAYLIST_NAME
 
 REPORT_COLUMNS = ("org_id", "episode_id", "status", "frame_count", "frames_rows", "fps")
-
-
-def _checks(instance: DagsterInstance, check_keys: list[AssetCheckKey], ref: EpisodeRef):
-    latest = instance.event_log_storage.get_latest_asset_check_execution_by_key(
-        check_keys, partition_filter=PartitionKeyFilter(key=ref.partition_key)
-    )
-    results = {}
-    for key, record in sorted(latest.items(), key=lambda item: item[0].name):
-        if record.status == AssetCheckExecutionRecordStatus.SUCCEEDED:
-            results[key.name] = True
-        elif record.status == AssetCheckExecutionRecordStatus.FAILED:
-            results[key.name] = False
-    return results
 
 
 def hls_playlists(
@@ -52,7 +39,7 @@ def hls_playlists(
 
 
 def _extracted_videos(bucket: Bucket, ref: EpisodeRef) -> list[dict[str, Any]]:
-    key = object_key(AssetKey("extracted_files"), ref.partition_key)
+    key = object_key(EXTRACTED_FILES_KEY, ref.partition_key)
     if bucket.head(key) is None:
         return []
     files = json.loads(bucket.get_bytes(key)).get("files", [])
@@ -89,7 +76,7 @@ def episode_reports(
                     "frames_rows": episode_db.frame_rows(conn, current),
                     "metadata": episode_db.metadata_values(conn, current),
                     "hls": hls,
-                    "checks": _checks(instance, check_keys, current),
+                    "checks": latest_check_results(instance, check_keys, current.partition_key),
                 }
             )
     return reports

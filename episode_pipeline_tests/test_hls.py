@@ -30,7 +30,8 @@ from dagster import DagsterInstance, materialize
 from episode_pipeline.config.settings import TranscodeSettings
 from episode_pipeline.definitions import build_resources
 from episode_pipeline.defs.assets.archive import extracted_files, raw_archive
-from episode_pipeline.defs.assets.hls_renditions import HLS_CHECKS, hls_renditions
+from episode_pipeline.defs.assets.hls_renditions import hls_renditions
+from episode_pipeline.defs.checks.hls import HLS_CHECKS
 from episode_pipeline.defs.partitions import EPISODES_PARTITION_NAME
 from episode_pipeline.defs.resources.transcoder import HlsTranscoder
 from episode_pipeline.episodes.keys import EpisodeRef

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from episode_pipeline.defs.assets.hls_renditions import videos_by_camera
 from episode_pipeline.episodes.extracted_files import (
     DATA,
     VIDEO,
     ArchiveObject,
     ExtractedFiles,
     ProcessedFile,
+    videos_by_camera,
 )
 from episode_pipeline.lerobot.layout import (
     MemberKind,

@@ -26,7 +26,7 @@ import psycopg
 import pytest
 from dagster import DagsterInstance, DagsterRunStatus, RunsFilter
 
-from episode_pipeline.defs.assets.archive import RAW_ARCHIVE_KEY
+from episode_pipeline.defs.asset_keys import RAW_ARCHIVE_KEY
 from episode_pipeline.defs.jobs import EPISODE_ASSETS, EPISODE_JOB_NAME
 from episode_pipeline.defs.partitions import EPISODE_GROUP, EPISODE_OWNERS
 from episode_pipeline.episodes.keys import EpisodeRef

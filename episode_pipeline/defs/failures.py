@@ -11,7 +11,7 @@
 - A run the local daemon launched runs in a worker process the code server started; Dagster
   records its pid ("Started process for run (pid: N)"). Dagster's default launcher cannot tell
   whether that process lives, so the local instance's launcher (`local.run_launcher`) answers
-  run monitoring from `launched_worker_pid` — and run monitoring fails the run.
+  run monitoring from `event_log.launched_worker_pid` — and run monitoring fails the run.
 
 The run-failure and orphaned-runs sensors, the local run launcher and the runner call these.
 """
@@ -24,8 +24,6 @@ from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
 
 from dagster import (
-    AssetKey,
-    DagsterEventType,
     DagsterInstance,
     DagsterRun,
     DagsterRunStatus,
@@ -33,12 +31,11 @@ from dagster import (
 )
 
 from episode_pipeline.db.episodes import mark_failed
+from episode_pipeline.defs.asset_keys import EXTRACTED_FILES_KEY
 from episode_pipeline.defs.jobs import EPISODE_JOB_NAME
 from episode_pipeline.defs.resources.database import PostgresResource
 from episode_pipeline.defs.runs import HOST_TAG, PID_TAG, episode_of_run
 from episode_pipeline.episodes.keys import EpisodeRef
-
-EXTRACTION = AssetKey("extracted_files")
 
 
 def run_started_at(instance: DagsterInstance, run: DagsterRun) -> datetime:
@@ -56,7 +53,7 @@ def was_processing(run: DagsterRun) -> bool:
     # The whole episode job carries no selection (sensor, backfill) or an empty one (in-process).
     if run.job_name == EPISODE_JOB_NAME and not selection:
         return True
-    return EXTRACTION in selection
+    return EXTRACTED_FILES_KEY in selection
 
 
 def fail_episode_of_run(
@@ -69,21 +66,6 @@ def fail_episode_of_run(
     with postgres.transaction() as conn:
         changed = mark_failed(conn, postgres.database_schema(), ref, run_started_at(instance, run))
     return ref if changed else None
-
-
-# The engine event the code server's run worker reports first (dagster/_grpc/impl.py).
-WORKER_STARTED_PREFIX = "Started process for run (pid: "
-
-
-def launched_worker_pid(instance: DagsterInstance, run: DagsterRun) -> int | None:
-    """The pid of the newest worker process started for a launched run, or None."""
-    pid = None
-    for entry in instance.all_logs(run.run_id, of_type=DagsterEventType.ENGINE_EVENT):
-        if entry.message.startswith(WORKER_STARTED_PREFIX) and entry.dagster_event is not None:
-            value = entry.dagster_event.engine_event_data.metadata.get("pid")
-            text = str(getattr(value, "value", ""))
-            pid = int(text) if text.isdigit() else pid
-    return pid
 
 
 def process_alive(pid: int) -> bool:

@@ -1,4 +1,5 @@
-"""Metadata a person reads in the Dagster UI: tables with a schema instead of JSON, one way.
+"""Metadata a person reads in the Dagster UI: tables with a schema instead of JSON, one way,
+browser links to the bucket, and the names of the entries a check reads back.
 
 A list of dicts shown as `MetadataValue.json` hides behind "Show JSON"; a `MetadataValue.table`
 renders inline as a table whose columns are named and typed.
@@ -10,7 +11,19 @@ from collections.abc import Iterable, Mapping, Sequence
 
 from dagster import MetadataValue, TableColumn, TableRecord, TableSchema
 
+from episode_pipeline.defs.resources.s3 import S3BucketResource
+from episode_pipeline.storage.links import BucketLinks
+
 Cell = str | int | float | bool | None
+
+# Entries of the `frames` materialization that the frames_state_present check reads.
+STATE_FEATURE_METADATA = "state_feature"
+FILES_WITHOUT_STATE_METADATA = "files_without_state"
+
+
+def bucket_links(s3: S3BucketResource) -> BucketLinks:
+    """Browser links for the metadata: the local endpoint, else the S3 console."""
+    return BucketLinks(s3.bucket, s3.region, s3.endpoint_url, client=s3.get_client().client)
 
 
 def table_schema(columns: Sequence[tuple[str, str, str]]) -> TableSchema:

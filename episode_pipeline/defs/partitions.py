@@ -14,6 +14,8 @@ it stands for.
 from typing import Any
 
 from dagster import (
+    AssetCheckExecutionContext,
+    AssetCheckSeverity,
     AssetsDefinition,
     DynamicPartitionsDefinition,
     asset,
@@ -45,9 +47,25 @@ def episode_asset(**kwargs: Any) -> Any:
     )
 
 
-def episode_check(**kwargs: Any) -> Any:
-    """`@asset_check`, partitioned by episode: its result belongs to one episode."""
-    return asset_check(partitions_def=episode_partitions, **kwargs)
+# The check's metadata entry that declares its severity (the UI and the snapshot show it).
+SEVERITY_METADATA = "severity"
+
+
+def episode_check(*, severity: AssetCheckSeverity, **kwargs: Any) -> Any:
+    """`@asset_check`, partitioned by episode: its result belongs to one episode. Its severity
+    is declared here, once, and the check's body reports it with `declared_severity`."""
+    return asset_check(
+        partitions_def=episode_partitions,
+        metadata={SEVERITY_METADATA: severity.value},
+        **kwargs,
+    )
+
+
+def declared_severity(context: AssetCheckExecutionContext) -> AssetCheckSeverity:
+    """The severity the running check declared in `episode_check`."""
+    (spec,) = context.check_specs
+    value = spec.metadata[SEVERITY_METADATA]
+    return AssetCheckSeverity(getattr(value, "value", value))
 
 
 def with_setting_in_code_version(assets_def: AssetsDefinition, setting: str) -> AssetsDefinition:

@@ -6,9 +6,11 @@ any later step, in any process or container, loads the same facts instead of re-
 
 from __future__ import annotations
 
+from collections import defaultdict
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from episode_pipeline.lerobot.cameras import DEFAULT_CAMERA
 from episode_pipeline.lerobot.info import DatasetInfo, parse_info
 from episode_pipeline.lerobot.layout import path_order
 
@@ -101,3 +103,14 @@ class ExtractedFiles:
             info_key=data.get("info_key"),
             tasks_key=data.get("tasks_key"),
         )
+
+
+def videos_by_camera(extracted: ExtractedFiles) -> dict[str, list[ProcessedFile]]:
+    """Each camera's mp4s in path order (the play order of a concatenated rendition)."""
+    cameras: dict[str, list[ProcessedFile]] = defaultdict(list)
+    for video in extracted.videos:
+        cameras[video.camera or DEFAULT_CAMERA].append(video)
+    return {
+        camera: sorted(files, key=lambda f: path_order(f.path))
+        for camera, files in sorted(cameras.items())
+    }

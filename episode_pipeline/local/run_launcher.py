@@ -4,7 +4,7 @@ Dagster's `DefaultRunLauncher` starts each run in a worker process of the code s
 cannot tell run monitoring whether that process still lives, so a run whose worker was killed
 (mid-extraction, mid-COPY) stays STARTED until `max_runtime_seconds` — two hours. This launcher
 answers the health check from the pid Dagster recorded for the worker
-(`failures.launched_worker_pid`); run monitoring then fails the run within one poll, the
+(`event_log.launched_worker_pid`); run monitoring then fails the run within one poll, the
 run-failure sensor marks the episode `failed`, and the upload's message brings one retry.
 Production's `EcsRunLauncher` does the same from the ECS task's state.
 
@@ -18,7 +18,8 @@ from dagster import DagsterRun
 from dagster._core.launcher import DefaultRunLauncher
 from dagster._core.launcher.base import CheckRunHealthResult, WorkerStatus
 
-from episode_pipeline.defs.failures import launched_worker_pid, process_alive
+from episode_pipeline.defs.event_log import launched_worker_pid
+from episode_pipeline.defs.failures import process_alive
 
 
 class LocalRunLauncher(DefaultRunLauncher):

@@ -15,13 +15,10 @@ from typing import Any
 
 from dagster import (
     AssetExecutionContext,
-    AssetKey,
     AssetObservation,
-    AssetRecordsFilter,
     DagsterInstance,
     DataVersion,
     DataVersionsByPartition,
-    EventLogRecord,
     MetadataValue,
     Output,
     observable_source_asset,
@@ -35,7 +32,9 @@ from dagster._core.definitions.data_version import (
 )
 
 from episode_pipeline.db.episodes import mark_processing
-from episode_pipeline.defs.metadata import table
+from episode_pipeline.defs.asset_keys import RAW_ARCHIVE_KEY
+from episode_pipeline.defs.event_log import latest_observation
+from episode_pipeline.defs.metadata import bucket_links, table
 from episode_pipeline.defs.partitions import (
     EPISODE_GROUP,
     EPISODES_PARTITION_NAME,
@@ -56,7 +55,6 @@ from episode_pipeline.episodes.extraction import (
 from episode_pipeline.episodes.keys import parse_partition_key
 from episode_pipeline.storage.links import BucketLinks
 
-RAW_ARCHIVE_KEY = AssetKey("raw_archive")
 # Bump when the same upload would give other processed files or another `ExtractedFiles`
 # (episodes/extraction.py, archive/, lerobot/layout.py member kinds). Part of the data version.
 EXTRACTED_FILES_CODE_VERSION = "1"
@@ -72,11 +70,6 @@ SKIPPED_COLUMNS = [
     ("path", "string", "Path inside the tar"),
     ("reason", "string", "Why it was not uploaded"),
 ]
-
-
-def bucket_links(s3: S3BucketResource) -> BucketLinks:
-    """Browser links for the metadata: the local endpoint, else the S3 console."""
-    return BucketLinks(s3.bucket, s3.region, s3.endpoint_url, client=s3.get_client().client)
 
 
 def archive_observation(
@@ -113,18 +106,11 @@ def _archive_metadata(archive: ArchiveObject, links: BucketLinks) -> dict[str, A
     }
 
 
-def _latest_observation(instance: DagsterInstance, partition_key: str) -> EventLogRecord | None:
-    records = instance.fetch_observations(
-        AssetRecordsFilter(asset_key=RAW_ARCHIVE_KEY, asset_partitions=[partition_key]), limit=1
-    ).records
-    return records[0] if records else None
-
-
 def archive_provenance(
     context: AssetExecutionContext, archive: ArchiveObject, links: BucketLinks
 ) -> dict[str, str]:
     """Output tags tying this extraction to the observation of exactly the bytes it reads."""
-    record = _latest_observation(context.instance, context.partition_key)
+    record = latest_observation(context.instance, RAW_ARCHIVE_KEY, context.partition_key)
     observed = record.asset_observation if record else None
     if observed is None or observed.data_version != archive.etag:
         context.log_event(
@@ -132,7 +118,7 @@ def archive_provenance(
                 context.partition_key, archive.etag, _archive_metadata(archive, links)
             )
         )
-        record = _latest_observation(context.instance, context.partition_key)
+        record = latest_observation(context.instance, RAW_ARCHIVE_KEY, context.partition_key)
         assert record is not None, "the observation just logged is stored synchronously"
     return {
         get_input_event_pointer_tag(RAW_ARCHIVE_KEY): str(record.storage_id),
@@ -160,7 +146,7 @@ def raw_archive(context, s3: S3BucketResource) -> DataVersionsByPartition:
 
 
 @episode_asset(
-    deps=[raw_archive],
+    deps=[RAW_ARCHIVE_KEY],
     io_manager_key="s3_io_manager",
     kinds={"s3"},
     tags=STAGING,

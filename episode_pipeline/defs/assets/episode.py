@@ -5,10 +5,8 @@ from collections.abc import Iterable
 from dagster import AssetExecutionContext, MaterializeResult, MetadataValue
 
 from episode_pipeline.db.episodes import mark_processed
-from episode_pipeline.defs.assets.archive import bucket_links
-from episode_pipeline.defs.assets.frames import frames
-from episode_pipeline.defs.assets.hls_renditions import hls_renditions
-from episode_pipeline.defs.metadata import table_schema
+from episode_pipeline.defs.asset_keys import FRAMES_KEY, HLS_RENDITIONS_KEY
+from episode_pipeline.defs.metadata import bucket_links, table_schema
 from episode_pipeline.defs.partitions import SERVING, episode_asset
 from episode_pipeline.defs.resources.database import PostgresResource
 from episode_pipeline.defs.resources.s3 import S3BucketResource
@@ -47,7 +45,7 @@ def playlist_links(keys: Iterable[str], ref: EpisodeRef, links: BucketLinks) -> 
 
 
 @episode_asset(
-    deps=[frames, hls_renditions],
+    deps=[FRAMES_KEY, HLS_RENDITIONS_KEY],
     kinds={"postgres"},
     tags=SERVING,
     # Bump when the same upload sets other column values (episode_rows.episode_columns).

@@ -3,7 +3,7 @@
 from dagster import AssetExecutionContext, MaterializeResult
 
 from episode_pipeline.db.episodes import replace_metadata
-from episode_pipeline.defs.assets.episode import episode
+from episode_pipeline.defs.asset_keys import EPISODE_KEY
 from episode_pipeline.defs.metadata import table, table_schema
 from episode_pipeline.defs.partitions import SERVING, episode_asset
 from episode_pipeline.defs.resources.database import PostgresResource
@@ -22,7 +22,7 @@ VALUES_COLUMNS = [
 
 
 @episode_asset(
-    deps=[episode],
+    deps=[EPISODE_KEY],
     kinds={"postgres"},
     tags=SERVING,
     # Bump when the same upload gives other keys or values (episodes/episode_rows.py,

@@ -16,9 +16,13 @@ from dagster import (
 )
 
 from episode_pipeline.db.schema_check import OPTIONAL_COLUMNS
-from episode_pipeline.defs.assets.archive import extracted_files as extracted_files_asset
+from episode_pipeline.defs.asset_keys import EXTRACTED_FILES_KEY
 from episode_pipeline.defs.io_managers.postgres_tables import RowBatches, SkippedRows
-from episode_pipeline.defs.metadata import table_schema
+from episode_pipeline.defs.metadata import (
+    FILES_WITHOUT_STATE_METADATA,
+    STATE_FEATURE_METADATA,
+    table_schema,
+)
 from episode_pipeline.defs.partitions import SERVING, episode_asset
 from episode_pipeline.defs.resources.s3 import S3BucketResource
 from episode_pipeline.episodes.extracted_files import ExtractedFiles
@@ -35,9 +39,6 @@ from episode_pipeline.lerobot.frames import (
 from episode_pipeline.storage.bucket import Bucket
 
 FRAMES_TABLE = "frames"
-# Read by the frames_state_present check.
-STATE_FEATURE_METADATA = "state_feature"
-FILES_WITHOUT_STATE_METADATA = "files_without_state"
 # The table as the application reads it (db/migrations/, docs/contract.md#frame-rows).
 FRAMES_COLUMNS = [
     ("episode_id", "text", "The episode (the partition's EP)"),
@@ -67,7 +68,7 @@ def column_lineage(read: list[FrameColumns]) -> TableColumnLineage:
                 sources.setdefault(column, set()).add(field)
     return TableColumnLineage(
         deps_by_column={
-            column: [TableColumnDep(extracted_files_asset.key, field) for field in sorted(fields)]
+            column: [TableColumnDep(EXTRACTED_FILES_KEY, field) for field in sorted(fields)]
             for column, fields in sources.items()
         }
     )

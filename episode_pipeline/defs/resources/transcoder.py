@@ -27,6 +27,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+import botocore.exceptions
 from dagster import (
     AssetExecutionContext,
     PipesTempFileContextInjector,
@@ -71,6 +72,7 @@ def messages_only_cloudwatch_reader(logs_client: Any) -> Any:
     run worker's life, one thread per transcode. The Pipes messages (logs, the results) still
     arrive through the message reader; the raw output stays in the task's CloudWatch log group.
     """
+    # Imported here: dagster_aws.pipes takes seconds to import and only ECS mode uses it.
     from dagster_aws.pipes import PipesCloudWatchMessageReader
 
     class MessagesOnlyCloudWatchReader(PipesCloudWatchMessageReader):
@@ -250,7 +252,7 @@ class HlsTranscoder(AwsResource):
         deadline: float,
         size: TaskSize,
     ) -> tuple[Sequence[Any], str | None]:
-        import botocore.exceptions
+        # Imported here: dagster_aws.pipes takes seconds to import and only ECS mode uses it.
         from dagster_aws.pipes import PipesECSClient
         from dagster_aws.pipes.clients.ecs import WaiterConfig
 
