@@ -107,6 +107,9 @@ def run_hls(instance, settings, ref: EpisodeRef, transcoder: HlsTranscoder | Non
     (materialization,) = list(result.asset_materializations_for_node("hls_renditions"))
     checks = {e.check_name: e for e in result.get_asset_check_evaluations()}
     assert set(checks) == CHECK_NAMES
+    # Each result carries the severity its check declared (episode_check(severity=...)).
+    declared = {spec.name: spec.metadata["severity"] for c in HLS_CHECKS for spec in c.check_specs}
+    assert {name: e.severity.value for name, e in checks.items()} == declared
     return Run(metadata={k: v.value for k, v in materialization.metadata.items()}, checks=checks)
 
 
