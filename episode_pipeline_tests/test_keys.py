@@ -49,8 +49,10 @@ def test_partition_key_without_separator_is_rejected():
         parse_partition_key("acme-ep-42")
 
 
-def test_s3_keys_are_url_decoded_like_event_records():
+def test_s3_keys_are_real_keys_never_decoded_again():
     assert parse_s3_key("orgs/acme/episodes/ep-1/run%2B1.tar.zst") == EpisodeRef("acme", "ep-1")
+    # A real key whose name holds "%2F" is not an object below processed/.
+    assert is_raw_archive_key("orgs/acme/episodes/ep-1/processed%2Fx.tar.zst")
     with pytest.raises(InvalidEpisodeKey, match="is not orgs/<org_id>/episodes"):
         parse_s3_key("uploads/acme/ep-1.tar.zst")
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from urllib.parse import unquote_plus
 
 # Letters, digits, '.', '_', '-'; starts with a letter or digit; no '..' (path traversal, and
 # Dagster's UI treats '...' as a range). 128 characters is far above any UUID or slug we issue.
@@ -82,23 +81,22 @@ def parse_partition_key(partition_key: str) -> EpisodeRef:
 
 
 def parse_s3_key(key: str) -> EpisodeRef:
-    """An object key from the bucket or an S3 event (URL-encoded there) → EpisodeRef.
+    """An object's real key (decoded: events.py undoes an S3 notification's URL-encoding) →
+    EpisodeRef.
 
     Raises InvalidEpisodeKey for keys outside `orgs/<org_id>/episodes/<episode_id>/…`.
     """
-    decoded = unquote_plus(key)
-    match = _S3_KEY_PATTERN.match(decoded)
+    match = _S3_KEY_PATTERN.match(key)
     if not match:
-        raise InvalidEpisodeKey(f"S3 key {decoded!r} is not orgs/<org_id>/episodes/<episode_id>/…")
+        raise InvalidEpisodeKey(f"S3 key {key!r} is not orgs/<org_id>/episodes/<episode_id>/…")
     return EpisodeRef(match["org"], match["episode"])
 
 
 def is_raw_archive_key(key: str) -> bool:
     """An upload that should start processing: a `.zst` under an episode, not our own output."""
-    decoded = unquote_plus(key)
-    match = _S3_KEY_PATTERN.match(decoded)
+    match = _S3_KEY_PATTERN.match(key)
     return (
         match is not None
-        and decoded.endswith(ARCHIVE_SUFFIX)
+        and key.endswith(ARCHIVE_SUFFIX)
         and not match["rest"].startswith(f"{PROCESSED_DIR}/")
     )

@@ -1,10 +1,18 @@
 """S3 event notifications as they arrive on the upload queue, parsed without any I/O.
 
 The contract (docs/contract.md#upload-queue): an `s3:TestEvent` is deleted and ignored; any other
-body is an S3 event whose object key (URL-encoded, `+` for spaces) must be
-`orgs/<org>/episodes/<ep>/…`; a body or key that is not is logged and left on the queue, so after
-3 receives SQS moves it to the dead-letter queue. Only `.zst` archives outside `processed/` start
-processing.
+body is an S3 event whose object key must be `orgs/<org>/episodes/<ep>/…`; a body or key that is
+not is logged and left on the queue, so after 3 receives SQS moves it to the dead-letter queue.
+Only `.zst` archives outside `processed/` start processing.
+
+S3 reaches the queue in three shapes (docs/deploy-aws.md#upload-routes), all read here:
+
+- an S3 event notification (`Records`), sent by S3 straight to SQS; its keys are URL-encoded,
+  `+` for a space;
+- the same notification wrapped by SNS (raw message delivery off): an envelope of `Type`
+  `Notification` whose `Message` is the notification's JSON as a string;
+- an EventBridge `Object Created` event delivered to SQS as it is (`source` `aws.s3`,
+  `detail`); its keys are not URL-encoded.
 
 Each upload becomes a `Handoff`: the upload, the messages that announced it and their receive
 count, from which `defs.runs.upload_run_key` builds the run key.
@@ -28,6 +36,11 @@ from episode_pipeline.episodes.keys import (
 
 TEST_EVENT = "s3:TestEvent"
 OBJECT_CREATED_PREFIX = "ObjectCreated:"
+# A record reshaped from an EventBridge event says eventSource "aws.s3" (a notification says
+# "aws:s3") and carries the key as it is, not URL-encoded.
+EVENTBRIDGE_SOURCE = "aws.s3"
+EVENTBRIDGE_OBJECT_CREATED = "Object Created"
+SNS_NOTIFICATION = "Notification"
 RECEIVE_COUNT_ATTRIBUTE = "ApproximateReceiveCount"
 
 
@@ -95,10 +108,65 @@ class QueueMessage:
     body: ParsedBody
 
 
-def _parse_record(index: int, record: Any) -> Upload | str:
-    """An Upload, or a string saying why not: `skip:` + reason for a record that asks for no
-    work, otherwise the reason the record is malformed (naming the field)."""
-    where = f"Records[{index}]"
+@dataclass(frozen=True)
+class _ObjectEvent:
+    """What one notification record or one EventBridge event says about one object."""
+
+    where: str  # the field path of the record or event, for messages
+    key_field: str  # the field path of its key
+    created: bool
+    event_name: str
+    bucket: str
+    key: str  # decoded: the object's real key
+    etag: str | None
+    version_id: str | None
+    sequencer: str | None
+    size: Any
+    event_time: str | None
+
+
+def _upload_of(event: _ObjectEvent) -> Upload | str:
+    """An Upload, or a string saying why not: `skip:` + reason for an event that asks for no
+    work, otherwise the reason the event is malformed (naming the field)."""
+    key = event.key
+    if not event.created:
+        return f"skip:{event.where}: {event.event_name} of {key!r} is not an upload"
+    if not key.endswith(ARCHIVE_SUFFIX):
+        return f"skip:{event.where}: {key!r} is not a {ARCHIVE_SUFFIX} archive"
+    try:
+        ref = parse_s3_key(key)
+    except InvalidEpisodeKey as error:
+        return f"{event.key_field}: {error}"
+    if not is_raw_archive_key(key):
+        return f"skip:{event.where}: {key!r} is pipeline output, not an upload"
+    return Upload(
+        ref=ref,
+        bucket=event.bucket,
+        key=key,
+        etag=event.etag,
+        version_id=event.version_id,
+        sequencer=event.sequencer,
+        size=int(event.size) if isinstance(event.size, int | float) else None,
+        event_time=event.event_time,
+    )
+
+
+def _object_and_bucket(
+    parent: Mapping[str, Any], field: str
+) -> tuple[Mapping[str, Any], str] | str:
+    """`parent.object` (with a key) and `parent.bucket.name`, or which is missing."""
+    obj = parent.get("object")
+    bucket = parent.get("bucket")
+    if not isinstance(obj, Mapping) or not isinstance(obj.get("key"), str) or not obj["key"]:
+        return f"{field}object.key is missing"
+    bucket_name = bucket.get("name") if isinstance(bucket, Mapping) else None
+    if not isinstance(bucket_name, str) or not bucket_name:
+        return f"{field}bucket.name is missing"
+    return obj, bucket_name
+
+
+def _record_event(where: str, record: Any) -> _ObjectEvent | str:
+    """One `Records[i]` of an S3 event notification, or why it is malformed."""
     if not isinstance(record, Mapping):
         return f"{where} is not an object"
     event_name = record.get("eventName")
@@ -107,34 +175,49 @@ def _parse_record(index: int, record: Any) -> Upload | str:
     s3 = record.get("s3")
     if not isinstance(s3, Mapping):
         return f"{where}.s3 is missing"
-    obj = s3.get("object")
-    bucket = s3.get("bucket")
-    if not isinstance(obj, Mapping) or not isinstance(obj.get("key"), str) or not obj["key"]:
-        return f"{where}.s3.object.key is missing"
-    bucket_name = bucket.get("name") if isinstance(bucket, Mapping) else None
-    if not isinstance(bucket_name, str) or not bucket_name:
-        return f"{where}.s3.bucket.name is missing"
-    key = unquote_plus(obj["key"])
-    if not event_name.startswith(OBJECT_CREATED_PREFIX):
-        return f"skip:{where}: {event_name} of {key!r} is not an upload"
-    if not key.endswith(ARCHIVE_SUFFIX):
-        return f"skip:{where}: {key!r} is not a {ARCHIVE_SUFFIX} archive"
-    try:
-        ref = parse_s3_key(key)
-    except InvalidEpisodeKey as error:
-        return f"{where}.s3.object.key: {error}"
-    if not is_raw_archive_key(key):
-        return f"skip:{where}: {key!r} is pipeline output, not an upload"
-    size = obj.get("size")
-    return Upload(
-        ref=ref,
+    located = _object_and_bucket(s3, f"{where}.s3.")
+    if isinstance(located, str):
+        return located
+    obj, bucket_name = located
+    encoded = record.get("eventSource") != EVENTBRIDGE_SOURCE
+    return _ObjectEvent(
+        where=where,
+        key_field=f"{where}.s3.object.key",
+        created=event_name.startswith(OBJECT_CREATED_PREFIX),
+        event_name=event_name,
         bucket=bucket_name,
-        key=key,
+        key=unquote_plus(obj["key"]) if encoded else obj["key"],
         etag=_optional_str(obj.get("eTag")),
         version_id=_optional_str(obj.get("versionId")),
         sequencer=_optional_str(obj.get("sequencer")),
-        size=int(size) if isinstance(size, int | float) else None,
+        size=obj.get("size"),
         event_time=_optional_str(record.get("eventTime")),
+    )
+
+
+def _eventbridge_event(where: str, data: Mapping[str, Any]) -> _ObjectEvent | str:
+    """An S3 event as EventBridge delivers it (S3 User Guide, "EventBridge event message
+    structure"), or why it is malformed. Its key is the real key: EventBridge does not encode."""
+    detail = data.get("detail")
+    if not isinstance(detail, Mapping):
+        return f"{where}detail is missing"
+    located = _object_and_bucket(detail, f"{where}detail.")
+    if isinstance(located, str):
+        return located
+    obj, bucket_name = located
+    detail_type = str(data.get("detail-type"))
+    return _ObjectEvent(
+        where=where or "event",
+        key_field=f"{where}detail.object.key",
+        created=detail_type == EVENTBRIDGE_OBJECT_CREATED,
+        event_name=detail_type,
+        bucket=bucket_name,
+        key=obj["key"],
+        etag=_optional_str(obj.get("etag")),
+        version_id=_optional_str(obj.get("version-id")),
+        sequencer=_optional_str(obj.get("sequencer")),
+        size=obj.get("size"),
+        event_time=_optional_str(data.get("time")),
     )
 
 
@@ -144,24 +227,12 @@ def _optional_str(value: Any) -> str | None:
     return str(value).strip('"')
 
 
-def parse_body(body: str) -> ParsedBody:
-    """One SQS message body → TestEvent, Uploads or Malformed (with a reason naming the field)."""
-    try:
-        data = json.loads(body)
-    except (TypeError, ValueError) as error:
-        return Malformed(f"body is not JSON: {error}")
-    if not isinstance(data, Mapping):
-        return Malformed(f"body is JSON {type(data).__name__}, not an object")
-    if data.get("Event") == TEST_EVENT:
-        bucket = data.get("Bucket")
-        return TestEvent(bucket=bucket if isinstance(bucket, str) else None)
-    records = data.get("Records")
-    if not isinstance(records, list) or not records:
-        return Malformed("body is not an S3 event: no Records list")
+def _uploads(outcomes: Sequence[_ObjectEvent | str]) -> Uploads | Malformed:
     uploads: list[Upload] = []
     skipped: list[str] = []
-    for index, record in enumerate(records):
-        outcome = _parse_record(index, record)
+    for outcome in outcomes:
+        if isinstance(outcome, _ObjectEvent):
+            outcome = _upload_of(outcome)
         if isinstance(outcome, Upload):
             uploads.append(outcome)
         elif outcome.startswith("skip:"):
@@ -170,6 +241,51 @@ def parse_body(body: str) -> ParsedBody:
             # A key that names no episode is logged and left, so it reaches the DLQ.
             return Malformed(outcome)
     return Uploads(uploads=tuple(uploads), skipped=tuple(skipped))
+
+
+def _parse_event(data: Any, where: str = "") -> ParsedBody:
+    """A decoded body (or an SNS envelope's decoded `Message`, `where` = "Message: ")."""
+    if not isinstance(data, Mapping):
+        return Malformed(f"{where}body is JSON {type(data).__name__}, not an object")
+    if data.get("Event") == TEST_EVENT:
+        bucket = data.get("Bucket")
+        return TestEvent(bucket=bucket if isinstance(bucket, str) else None)
+    if "TopicArn" in data and "Type" in data:
+        return _parse_sns(data, where)
+    if data.get("source") == EVENTBRIDGE_SOURCE and "detail-type" in data:
+        return _uploads([_eventbridge_event(where, data)])
+    records = data.get("Records")
+    if not isinstance(records, list) or not records:
+        return Malformed(f"{where}body is not an S3 event: no Records list")
+    return _uploads(
+        [_record_event(f"{where}Records[{index}]", record) for index, record in enumerate(records)]
+    )
+
+
+def _parse_sns(envelope: Mapping[str, Any], where: str) -> ParsedBody:
+    """An SNS notification (raw message delivery off): the S3 event is its `Message` string."""
+    kind = envelope.get("Type")
+    if where:
+        return Malformed(f"{where}an SNS envelope inside an SNS envelope")
+    if kind != SNS_NOTIFICATION:
+        return Malformed(f"SNS {kind} message from {envelope.get('TopicArn')}, not an S3 event")
+    message = envelope.get("Message")
+    if not isinstance(message, str):
+        return Malformed("SNS notification has no Message string")
+    try:
+        inner = json.loads(message)
+    except ValueError as error:
+        return Malformed(f"SNS Message is not JSON: {error}")
+    return _parse_event(inner, where="Message: ")
+
+
+def parse_body(body: str) -> ParsedBody:
+    """One SQS message body → TestEvent, Uploads or Malformed (with a reason naming the field)."""
+    try:
+        data = json.loads(body)
+    except (TypeError, ValueError) as error:
+        return Malformed(f"body is not JSON: {error}")
+    return _parse_event(data)
 
 
 def receive_count_of(message: Mapping[str, Any]) -> int:
