@@ -26,7 +26,7 @@ from episode_pipeline.lerobot.sample import SampleSpec, write_sample
 from episode_pipeline.local import aws_setup
 from episode_pipeline.local.stack import StackInfo
 from episode_pipeline.local.upload import upload_episode
-from episode_pipeline.settings import AwsSettings, Settings
+from episode_pipeline.settings import Settings
 from episode_pipeline.upload_queue import UploadQueue
 from episode_pipeline_tests.test_sensor_sqs import (
     PrivateQueue,
@@ -113,12 +113,7 @@ def routed_queue(stack: StackInfo, settings: Settings) -> Callable[[str], Privat
             QueueName=name, Attributes=aws_setup.queue_attributes(_arn(sqs, dlq_url))
         )["QueueUrl"]
         ROUTES[route](clients, name, _arn(sqs, queue_url), name)
-        aws = AwsSettings(
-            region=aws_setup.REGION,
-            endpoint_url=endpoint,
-            access_key_id=aws_setup.ACCESS_KEY,
-            secret_access_key=aws_setup.SECRET_KEY,
-        )
+        aws = aws_setup.moto_settings(endpoint)
         return PrivateQueue(
             settings=dataclasses.replace(settings, bucket=name, sqs_queue_url=queue_url),
             queue=UploadQueue(queue_url, aws),
