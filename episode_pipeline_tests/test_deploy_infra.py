@@ -7,8 +7,9 @@ AWS provider. This module runs them, with `terraform fmt -check` and `terraform 
 AWS provider from the machine image's filesystem mirror, no registry), and checkov with every
 suppression justified inline. It keeps the checks that need the configuration's text or other
 parts of the project: suppressions say why, variables and outputs are documented, the tasks get
-every variable the code and dagster.yaml read, the EventBridge route hands the sensor a body its
-parser reads, and the deploy workflow rolls the services Terraform names.
+every variable the code and dagster.yaml read, and the deploy workflow rolls the services
+Terraform names. What each upload route delivers is parsed in test_events_shapes.py (AWS's
+samples) and test_sensor_routes.py (moto).
 
 Missing tools: outside CI a test that needs terraform, the provider mirror or the checkov venv is
 skipped with the reason; in CI (`CI=true`) it fails, so a green CI always means "validated".
@@ -30,14 +31,12 @@ import yaml
 
 from episode_pipeline.config.env import variables
 from episode_pipeline.config.settings import Settings
-from episode_pipeline.uploads.events import Uploads, parse_body
 from episode_pipeline_tests.test_deploy_dagster_config import PRODUCTION_ENV
 
 # The repository, and where scripts/validate-infra.sh keeps checkov (outside the work tree).
 from episode_pipeline_tests.test_deploy_dockerfile import ROOT, TOOLS_VENV, VALIDATE_SCRIPT
 
 INFRA = ROOT / "infra"
-UPLOAD_RECORD = INFRA / "templates" / "upload-event-record.yaml"
 
 # Variables the pipeline code reads that infra sets (declared on the settings).
 CODE_ENV = {v.name for v in variables(Settings) if v.declaration.infra}
@@ -138,90 +137,6 @@ def test_deploy_workflow_pushes_latest_and_sha_on_project_changes() -> None:
     assert keys == {"code-server", "webserver", "daemon"}
     for service in keys:
         assert service in script
-
-
-# --- The EventBridge route of an adopted bucket --------------------------------------------------
-
-
-def _event_value(event: dict[str, Any], path: str) -> Any:
-    node: Any = event
-    for part in path.removeprefix("$.").split("."):
-        node = node.get(part) if isinstance(node, dict) else None
-    return node
-
-
-def transform(event: dict[str, Any], transformer: dict[str, Any]) -> str:
-    """What EventBridge's input transformer makes of `event`: each <name> of the template is the
-    value at its input path, inserted as it is inside a JSON string of the template (not
-    escaped), as a JSON value outside one; a path the event lacks leaves nothing."""
-    values = {name: _event_value(event, path) for name, path in transformer["input_paths"].items()}
-    template: str = transformer["input_template"]
-
-    def fill(match: re.Match[str]) -> str:
-        value = values.get(match.group(1))
-        # Inside a JSON string of the template when an odd number of quotes precede it.
-        in_string = len(re.findall(r'(?<!\\)"', template[: match.start()])) % 2 == 1
-        if value is None:
-            return ""
-        if in_string:
-            return str(value)
-        return json.dumps(value)
-
-    return re.sub(r"<([A-Za-z0-9_.-]+)>", fill, template)
-
-
-def _object_created(key: str, *, version_id: str | None) -> dict[str, Any]:
-    """An S3 "Object Created" event as EventBridge delivers it (S3 User Guide, EventBridge event
-    message structure)."""
-    obj: dict[str, Any] = {
-        "key": key,
-        "size": 734003,
-        "etag": "b1946ac92492d2347c6235b4d2611184",
-        "sequencer": "617f08299329d189",
-    }
-    if version_id is not None:
-        obj["version-id"] = version_id
-    return {
-        "version": "0",
-        "id": "17793124-05d4-b198-2fde-7ededc63b103",
-        "detail-type": "Object Created",
-        "source": "aws.s3",
-        "account": "123456789012",
-        "time": "2021-11-12T00:00:00Z",
-        "region": "us-west-2",
-        "resources": ["arn:aws:s3:::toborverse-dev-data"],
-        "detail": {
-            "version": "0",
-            "bucket": {"name": "toborverse-dev-data"},
-            "object": obj,
-            "request-id": "N4N7GDK58NMKJ12R",
-            "requester": "123456789012",
-            "source-ip-address": "1.2.3.4",
-            "reason": "PutObject",
-        },
-    }
-
-
-@pytest.mark.parametrize("version_id", ["IYV3p45BT0ac8hjHg1houSdS1a.Mro8e", None])
-def test_eventbridge_uploads_reach_the_sensor_as_s3_notifications(version_id: str | None) -> None:
-    """infra/templates/upload-event-record.yaml reshapes an EventBridge event into the S3
-    notification body episode_pipeline/uploads/events.py parses, versioned bucket or not."""
-    transformer = yaml.safe_load(UPLOAD_RECORD.read_text())
-    key = "orgs/acme/episodes/ep-0001/ep-0001.tar.zst"
-    body = transform(_object_created(key, version_id=version_id), transformer)
-    record = json.loads(body)["Records"][0]
-    assert record["eventSource"] == "aws.s3"  # says the record came through EventBridge
-    parsed = parse_body(body)
-    assert isinstance(parsed, Uploads), parsed
-    assert not parsed.skipped
-    (upload,) = parsed.uploads
-    assert upload.partition_key == "acme/ep-0001"
-    assert (upload.bucket, upload.key) == ("toborverse-dev-data", key)
-    assert upload.etag == "b1946ac92492d2347c6235b4d2611184"
-    assert upload.version_id == version_id
-    assert upload.sequencer == "617f08299329d189"
-    assert upload.size == 734003
-    assert upload.event_time == "2021-11-12T00:00:00Z"
 
 
 # --- Terraform -----------------------------------------------------------------------------------

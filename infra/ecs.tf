@@ -1,6 +1,7 @@
-# ECS on Fargate: three long-running services (webserver, daemon, code server) and two task
-# families launched on demand (a run worker per Dagster run, a transcode task per episode video).
-# All five run the same image with different commands.
+# ECS on Fargate: three long-running services (webserver, daemon, code server), two task families
+# launched on demand (a run worker per Dagster run, a transcode task per episode video) and one an
+# operator starts by hand (dlq: `episode-pipeline dlq list|redrive`). All six run the same image
+# with different commands.
 
 locals {
   image = "${aws_ecr_repository.app.repository_url}:${var.image_tag}"
@@ -16,6 +17,7 @@ locals {
     code-server = "/ecs/${local.prefix}-code-server"
     run         = "/ecs/${local.prefix}-run"
     transcode   = "/ecs/${local.prefix}-transcode"
+    dlq         = "/ecs/${local.prefix}-dlq"
   }
 
   # The environment every container gets: the variables the pipeline code reads (config/settings.py),
@@ -54,7 +56,7 @@ locals {
     { name = "DB_PASSWORD", valueFrom = "${var.db_password_secret_arn}:password::" },
   ]
 
-  # Container definition shared by all five task definitions; each adds name, command, ports.
+  # Container definition shared by all six task definitions; each adds name, command, ports.
   container_base = {
     image       = local.image
     essential   = true
@@ -173,7 +175,7 @@ resource "aws_service_discovery_service" "code_server" {
 # --- Task definitions ----------------------------------------------------------------------------
 
 locals {
-  # The five task definitions, family <prefix>-<key>, each running one container named <key> as
+  # The six task definitions, family <prefix>-<key>, each running one container named <key> as
   # the task role of the same key: its size, its scratch disk (null: Fargate's default 20 GiB) and
   # what its container adds to container_base (the awslogs configuration is added for all).
   tasks = {
@@ -230,6 +232,14 @@ locals {
       memory    = var.transcode_memory
       storage   = var.task_ephemeral_storage_gib
       container = { command = ["python", "-m", "episode_pipeline.transcode"] }
+    }
+    # The dead-letter queue, by hand: `aws ecs run-task` lists it (the default command), or
+    # redrives with a command override (docs/deploy-aws.md). No service, no ECS Exec.
+    dlq = {
+      cpu       = 256
+      memory    = 512
+      storage   = null
+      container = { command = ["episode-pipeline", "dlq", "list"] }
     }
   }
 }

@@ -5,8 +5,13 @@
 #   daemon       launches run tasks (EcsRunLauncher) from the run task family only
 #   code server  evaluates the sensors: receives/deletes/changes visibility on the upload queue
 #   run worker   reads orgs/*, writes only orgs/*/episodes/*/processed/*, writes the episode rows,
-#                launches the transcode task family only
+#                launches the transcode task family only; never touches a queue (the sensors do)
 #   transcode    reads orgs/*, writes only orgs/*/episodes/*/processed/*
+#   dlq          the one-off `episode-pipeline dlq list|redrive` task: reads and deletes on the
+#                dead-letter queue, sends to the upload queue, reads Dagster's run history
+#
+# And one managed policy for people, not tasks: dlq-operator, what an operator needs to start the
+# dlq task and read its output (docs/deploy-aws.md, "The dead-letter queue").
 #
 # Every policy of the stack but the KMS key's is a list of statements in the tables below, all
 # rendered by one policy document (data.aws_iam_policy_document.policy[<name>]). A statement has
@@ -40,6 +45,7 @@ locals {
     "code-server" = "code-server"
     run           = "run"
     transcode     = "transcode"
+    dlq           = "dead-letter-queue-operations"
   }
 
   # Who starts which task family through the ECS API: only that family, only on this cluster,
@@ -123,24 +129,49 @@ locals {
     run = concat(local.episode_objects, local.launch_tasks.run, [
       { sid = "Databases", actions = ["rds-db:connect"], resources = [local.rds_db_user_arn, local.rds_dagster_user_arn] },
       { sid = "WriteComputeLogs", actions = ["s3:PutObject", "s3:GetObject"], resources = [local.compute_logs_arn] },
-      # The replaced worker's contract: the message is deleted only after a successful run, and
-      # a failed run leaves it for SQS to redeliver.
-      { sid = "FinishUploadMessage", actions = ["sqs:DeleteMessage", "sqs:ChangeMessageVisibility"], resources = [aws_sqs_queue.uploads.arn] },
+      # PipesECSClient reads the transcode task definition's log configuration, then the task's
+      # Pipes messages from its CloudWatch log stream (DescribeLogStreams until it exists).
       { sid = "DescribeTaskDefinitions", actions = ["ecs:DescribeTaskDefinition"], resources = ["*"] },
-      # PipesECSClient reads the transcode task's Pipes messages from its CloudWatch log stream.
       {
-        sid       = "ReadTranscodeLogs", actions = ["logs:GetLogEvents", "logs:FilterLogEvents", "logs:DescribeLogStreams"]
+        sid       = "ReadTranscodeLogs", actions = ["logs:GetLogEvents", "logs:DescribeLogStreams"]
         resources = [aws_cloudwatch_log_group.ecs["transcode"].arn, "${aws_cloudwatch_log_group.ecs["transcode"].arn}:*"]
       },
     ])
     transcode = local.episode_objects
+    # episode_pipeline/dead_letters.py: `list` receives every message (hiding each a while, then
+    # showing it again: ChangeMessageVisibility) and reads each upload's runs from Dagster's
+    # storage; `redrive` sends a message to the upload queue, then deletes it from the DLQ.
+    dlq = [
+      {
+        sid     = "ReadAndDeleteDeadLetters", resources = [aws_sqs_queue.dlq.arn]
+        actions = ["sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:ChangeMessageVisibility", "sqs:GetQueueAttributes"]
+      },
+      { sid = "RedriveToUploadQueue", actions = ["sqs:SendMessage"], resources = [aws_sqs_queue.uploads.arn] },
+      { sid = "ReadRunHistory", actions = ["rds-db:connect"], resources = [local.rds_dagster_user_arn] },
+    ]
+  }
+
+  # Managed policies for people (attach them to a role or group in the account's IAM).
+  operator_permissions = {
+    "dlq-operator" = [
+      {
+        sid        = "StartDeadLetterQueueTask", actions = ["ecs:RunTask"]
+        resources  = ["arn:${local.partition}:ecs:${var.region}:${local.account_id}:task-definition/${local.prefix}-dlq:*"]
+        conditions = [{ test = "ArnEquals", variable = "ecs:cluster", values = [aws_ecs_cluster.main.arn] }]
+      },
+      { sid = "FollowDeadLetterQueueTask", actions = ["ecs:DescribeTasks"], resources = [local.cluster_tasks_arn] },
+      {
+        sid        = "PassDeadLetterQueueTaskRoles", actions = ["iam:PassRole"], resources = [local.task_role_arns.dlq, local.task_role_arns.execution]
+        conditions = [{ test = "StringEquals", variable = "iam:PassedToService", values = ["ecs-tasks.amazonaws.com"] }]
+      },
+      { sid = "ReadDeadLetterQueueTaskOutput", actions = ["logs:GetLogEvents"], resources = ["${aws_cloudwatch_log_group.ecs["dlq"].arn}:*"] },
+    ]
   }
 
   # Resource policies that let an AWS service act on this stack's resources.
-  service_grants = {
+  service_grants = merge({
     ecs_tasks_assume = [{ service = "ecs-tasks.amazonaws.com", actions = ["sts:AssumeRole"] }]
-    alerts_topic     = [{ sid = "CloudWatchAlarms", service = "cloudwatch.amazonaws.com", actions = ["sns:Publish"], resources = [aws_sns_topic.alerts.arn] }]
-    # S3 for a created data bucket, or the EventBridge rule of an adopted one (notifications.tf).
+    # S3, the upload topic, or the EventBridge rule: the route's sender (notifications.tf).
     uploads_queue = [{
       sid       = local.upload_sender.sid, service = local.upload_sender.service, actions = ["sqs:SendMessage"]
       resources = [aws_sqs_queue.uploads.arn], sources = [local.upload_sender.source_arn]
@@ -149,11 +180,18 @@ locals {
       sid       = "S3ServerAccessLogDelivery", service = "logging.s3.amazonaws.com", actions = ["s3:PutObject"]
       resources = ["arn:${local.partition}:s3:::${local.logs_bucket_name}/*"], sources = local.logged_bucket_arns
     }]
-  }
+    }, local.create_alerts_topic ? {
+    alerts_topic = [{ sid = "CloudWatchAlarms", service = "cloudwatch.amazonaws.com", actions = ["sns:Publish"], resources = aws_sns_topic.alerts[*].arn }]
+    } : {}, local.create_upload_topic ? {
+    upload_topic = [{
+      sid       = "DataBucketNotifications", service = "s3.amazonaws.com", actions = ["sns:Publish"]
+      resources = aws_sns_topic.uploads[*].arn, sources = [local.data_bucket_arn]
+    }]
+  } : {})
 }
 
 data "aws_iam_policy_document" "policy" {
-  for_each = merge(local.task_permissions, local.service_grants)
+  for_each = merge(local.task_permissions, local.operator_permissions, local.service_grants)
 
   dynamic "statement" {
     for_each = each.value
@@ -193,6 +231,14 @@ resource "aws_iam_role" "task" {
 
   name               = "${local.prefix}-${each.key}"
   assume_role_policy = data.aws_iam_policy_document.policy["ecs_tasks_assume"].json
+}
+
+resource "aws_iam_policy" "operator" {
+  for_each = local.operator_permissions
+
+  name        = "${local.prefix}-${each.key}"
+  description = "${local.prefix} ${each.key}: docs/deploy-aws.md says what it is for"
+  policy      = data.aws_iam_policy_document.policy[each.key].json
 }
 
 resource "aws_iam_role_policy" "task" {

@@ -1,8 +1,8 @@
-# One customer managed key for the alerts topic (CloudWatch must be allowed to use the key, which
-# an AWS managed key cannot grant) and the ECS log groups.
+# One customer managed key for the stack's SNS topics (CloudWatch and S3 must be allowed to use the
+# key to publish, which an AWS managed key cannot grant) and the ECS log groups.
 
 resource "aws_kms_key" "pipeline" {
-  description             = "${local.prefix}: alerts topic and ECS log groups"
+  description             = "${local.prefix}: SNS topics and ECS log groups"
   enable_key_rotation     = true
   deletion_window_in_days = 30
   policy                  = data.aws_iam_policy_document.kms.json
@@ -44,6 +44,34 @@ data "aws_iam_policy_document" "kms" {
       test     = "StringEquals"
       variable = "aws:SourceAccount"
       values   = [local.account_id]
+    }
+  }
+
+  # S3 publishing its notifications to the upload topic the stack creates (upload_route = "sns").
+  dynamic "statement" {
+    for_each = local.create_upload_topic ? [local.data_bucket_arn] : []
+    content {
+      sid       = "S3NotificationsPublishToEncryptedTopic"
+      effect    = "Allow"
+      actions   = ["kms:Decrypt", "kms:GenerateDataKey*"]
+      resources = ["*"]
+
+      principals {
+        type        = "Service"
+        identifiers = ["s3.amazonaws.com"]
+      }
+
+      condition {
+        test     = "StringEquals"
+        variable = "aws:SourceAccount"
+        values   = [local.account_id]
+      }
+
+      condition {
+        test     = "ArnLike"
+        variable = "aws:SourceArn"
+        values   = [statement.value]
+      }
     }
   }
 

@@ -46,28 +46,39 @@ resource "aws_sqs_queue_policy" "uploads" {
 }
 
 # --- Alerts: a message in the dead-letter queue means an episode failed 3 times ------------------
+# The alarm notifies the application's alerts topic when one is given (var.alerts_topic_arn);
+# otherwise the stack creates <prefix>-alerts and subscribes var.alert_emails to it.
+
+locals {
+  create_alerts_topic = var.alerts_topic_arn == null
+  alerts_topic_arn    = local.create_alerts_topic ? one(aws_sns_topic.alerts[*].arn) : var.alerts_topic_arn
+}
 
 resource "aws_sns_topic" "alerts" {
+  count = local.create_alerts_topic ? 1 : 0
+
   name              = "${local.prefix}-alerts"
   kms_master_key_id = aws_kms_key.pipeline.arn
 }
 
 resource "aws_sns_topic_policy" "alerts" {
-  arn    = aws_sns_topic.alerts.arn
+  count = local.create_alerts_topic ? 1 : 0
+
+  arn    = aws_sns_topic.alerts[0].arn
   policy = data.aws_iam_policy_document.policy["alerts_topic"].json
 }
 
 resource "aws_sns_topic_subscription" "alert_email" {
   for_each = toset(var.alert_emails)
 
-  topic_arn = aws_sns_topic.alerts.arn
+  topic_arn = aws_sns_topic.alerts[0].arn
   protocol  = "email"
   endpoint  = each.value
 }
 
 resource "aws_cloudwatch_metric_alarm" "dlq_not_empty" {
   alarm_name        = "${local.prefix}-uploads-dlq-not-empty"
-  alarm_description = "An upload failed ${local.max_receive_count} times and is in ${aws_sqs_queue.dlq.name}. Inspect it, fix the cause, then redrive it (README.md, Deploying to AWS)."
+  alarm_description = "An upload failed ${local.max_receive_count} times and is in ${aws_sqs_queue.dlq.name}. Inspect it, fix the cause, then redrive it (docs/deploy-aws.md, The dead-letter queue)."
 
   namespace   = "AWS/SQS"
   metric_name = "ApproximateNumberOfMessagesVisible"
@@ -81,6 +92,6 @@ resource "aws_cloudwatch_metric_alarm" "dlq_not_empty" {
   threshold           = 0
   treat_missing_data  = "notBreaching"
 
-  alarm_actions = [aws_sns_topic.alerts.arn]
-  ok_actions    = [aws_sns_topic.alerts.arn]
+  alarm_actions = [local.alerts_topic_arn]
+  ok_actions    = [local.alerts_topic_arn]
 }

@@ -74,10 +74,59 @@ variable "data_bucket_name" {
   }
 }
 
+variable "upload_route" {
+  description = "How S3 announces an upload to the queue (docs/deploy-aws.md, Upload routes): \"s3\" (an S3 event notification straight to the queue; a created bucket only), \"sns\" (S3 notifies an SNS topic, the queue subscribes to it with raw message delivery off), or \"eventbridge\" (an EventBridge rule delivers S3's Object Created events to the queue as they are). Null (the default): \"s3\" for a created bucket, \"eventbridge\" for an adopted one."
+  type        = string
+  default     = null
+
+  validation {
+    condition     = var.upload_route == null || contains(["s3", "sns", "eventbridge"], coalesce(var.upload_route, "s3"))
+    error_message = "upload_route must be \"s3\", \"sns\", \"eventbridge\" or null."
+  }
+
+  validation {
+    condition     = var.upload_route != "s3" || var.create_data_bucket
+    error_message = "upload_route = \"s3\" needs create_data_bucket = true: the stack never rewrites an adopted bucket's notification configuration. Use \"eventbridge\", or \"sns\" with the topic the bucket already notifies (upload_topic_arn)."
+  }
+
+  validation {
+    condition     = var.upload_route != "sns" || var.create_data_bucket || var.upload_topic_arn != null
+    error_message = "upload_route = \"sns\" on an adopted bucket needs upload_topic_arn: the existing topic the bucket notifies of its uploads."
+  }
+
+  validation {
+    condition     = var.upload_topic_arn == null || var.upload_route == "sns"
+    error_message = "upload_topic_arn is used only with upload_route = \"sns\"."
+  }
+}
+
+variable "upload_topic_arn" {
+  description = "With upload_route = \"sns\": an existing SNS topic, in this account and region, that the data bucket notifies of objects created under orgs/; the queue subscribes to it. Null: the stack creates the topic <prefix>-uploads and the created bucket's notification to it."
+  type        = string
+  default     = null
+
+}
+
+variable "alerts_topic_arn" {
+  description = "ARN of an existing SNS topic (the application's alerts topic) that the dead-letter queue alarm notifies. It must let cloudwatch.amazonaws.com publish, and CloudWatch use its KMS key if it has one. Null (the default): the stack creates <prefix>-alerts and subscribes alert_emails to it."
+  type        = string
+  default     = null
+
+  validation {
+    condition     = var.alerts_topic_arn == null || can(regex("^arn:[a-z-]+:sns:[a-z0-9-]+:[0-9]{12}:[A-Za-z0-9_-]{1,256}$", var.alerts_topic_arn))
+    error_message = "alerts_topic_arn must be an SNS topic ARN (arn:aws:sns:<region>:<account>:<name>)."
+  }
+}
+
 variable "alert_emails" {
-  description = "Email addresses subscribed to the alerts topic (dead-letter queue not empty). Each must confirm the subscription email."
+  description = "Email addresses subscribed to the alerts topic the stack creates (dead-letter queue not empty). Each must confirm the subscription email. Must be empty with alerts_topic_arn: subscribe people to that topic where it is managed."
   type        = list(string)
   default     = []
+
+  validation {
+    condition     = var.alerts_topic_arn == null || length(var.alert_emails) == 0
+    error_message = "alert_emails subscribe to the topic this stack creates; with alerts_topic_arn, subscribe them on that topic instead."
+  }
 }
 
 # --- Image -------------------------------------------------------------------------------------

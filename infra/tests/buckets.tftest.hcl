@@ -1,7 +1,9 @@
-# The data bucket in its two modes. Adopted (the default): the application's existing bucket is
-# looked up and left as it is, and EventBridge routes its uploads to the queue. Created
+# The data bucket in its two modes and the three upload routes. Adopted (the default): the
+# application's existing bucket is looked up and left as it is, and EventBridge routes its uploads
+# to the queue (or SNS, from the topic the bucket already notifies). Created
 # (create_data_bucket = true): a new bucket, kept like the stack's others, with an S3 event
-# notification to the queue. Either way: archives under orgs/ whose key ends in .zst.
+# notification to the queue (or to a topic, or to EventBridge). Always: archives under orgs/
+# whose key ends in .zst.
 #
 # Last, modules/bucket on its own: how the stack keeps each of its buckets (the dagster and
 # access-log buckets, and a created data bucket).
@@ -13,7 +15,7 @@ mock_provider "aws" {
 run "adopts_the_existing_bucket" {
   assert {
     condition = (data.aws_s3_bucket.data[0].bucket == "toborverse-dev-data" && local.data_bucket_arn == "arn:aws:s3:::toborverse-dev-data"
-    && output.environment.DATA_BUCKET == "toborverse-dev-data" && output.resources.upload_route == "eventbridge-rule:episode-pipeline-uploads")
+    && output.environment.DATA_BUCKET == "toborverse-dev-data" && output.resources.upload_route == "eventbridge" && output.resources.upload_rule == "episode-pipeline-uploads")
     error_message = "The adopted bucket is looked up by data_bucket_name and is the tasks' DATA_BUCKET; the outputs say how uploads arrive."
   }
 
@@ -50,33 +52,14 @@ run "adopts_the_existing_bucket" {
   }
 
   assert {
-    condition = jsonencode(aws_cloudwatch_event_target.uploads[0].input_transformer[0].input_paths) == jsonencode({
-      bucket    = "$.detail.bucket.name"
-      etag      = "$.detail.object.etag"
-      key       = "$.detail.object.key"
-      reason    = "$.detail.reason"
-      sequencer = "$.detail.object.sequencer"
-      size      = "$.detail.object.size"
-      source    = "$.source"
-      time      = "$.time"
-      version   = "$.detail.object.version-id"
-    })
-    error_message = "The target reads these fields of the EventBridge event: ${jsonencode(aws_cloudwatch_event_target.uploads[0].input_transformer[0].input_paths)}"
+    condition = (length(aws_cloudwatch_event_target.uploads[0].input_transformer) == 0
+    && aws_cloudwatch_event_target.uploads[0].input == null && aws_cloudwatch_event_target.uploads[0].input_path == null)
+    error_message = "The queue gets the EventBridge event as it is (episode_pipeline/events.py reads it): no transformer, no template a key could break."
   }
 
   assert {
-    condition = (
-      toset(flatten(regexall("<([a-z]+)>", aws_cloudwatch_event_target.uploads[0].input_transformer[0].input_template)))
-      == toset(keys(aws_cloudwatch_event_target.uploads[0].input_transformer[0].input_paths))
-    )
-    error_message = "Every placeholder of the input template is an input path, and every input path is used."
-  }
-
-  assert {
-    condition = can(jsondecode(replace(
-      aws_cloudwatch_event_target.uploads[0].input_transformer[0].input_template, "/<[a-z]+>/", "0"
-    )).Records[0].s3.object.key)
-    error_message = "The input template is an S3 event notification body (Records[0].s3.object.key) once filled in."
+    condition     = length(aws_sns_topic.uploads) == 0 && length(aws_sns_topic_subscription.uploads) == 0
+    error_message = "The EventBridge route needs no topic."
   }
 
   assert {
@@ -105,7 +88,7 @@ run "creates_a_bucket_when_asked" {
 
   assert {
     condition = (keys(module.bucket) == ["dagster", "data"] && module.bucket["data"].name == "episode-pipeline-data-123456789012"
-    && output.environment.DATA_BUCKET == module.bucket["data"].name && output.resources.upload_route == "s3-notification")
+    && output.environment.DATA_BUCKET == module.bucket["data"].name && output.resources.upload_route == "s3")
     error_message = "create_data_bucket creates <prefix>-data-<account>, kept like the stack's buckets (modules/bucket), for the tasks to read."
   }
 
@@ -158,6 +141,153 @@ run "creating_plans_before_anything_exists" {
     condition     = length(aws_s3_bucket_notification.data) == 1 && length(aws_cloudwatch_event_rule.uploads) == 0
     error_message = "A created bucket is fed by its own notification."
   }
+}
+
+# The SNS route on the application's bucket: the queue subscribes to the topic the bucket already
+# notifies; the bucket and the topic stay as they are.
+run "an_adopted_bucket_through_its_existing_topic" {
+  variables {
+    upload_route     = "sns"
+    upload_topic_arn = "arn:aws:sns:us-west-2:123456789012:toborverse-dev-uploads"
+  }
+
+  assert {
+    condition = (aws_sns_topic_subscription.uploads[0].topic_arn == "arn:aws:sns:us-west-2:123456789012:toborverse-dev-uploads"
+      && aws_sns_topic_subscription.uploads[0].protocol == "sqs" && aws_sns_topic_subscription.uploads[0].endpoint == aws_sqs_queue.uploads.arn
+    && !aws_sns_topic_subscription.uploads[0].raw_message_delivery)
+    error_message = "The queue subscribes to the given topic with raw message delivery off: the S3 event arrives in the envelope's Message."
+  }
+
+  assert {
+    condition = (length(aws_sns_topic.uploads) == 0 && length(aws_sns_topic_policy.uploads) == 0 && length(aws_s3_bucket_notification.data) == 0
+    && length(aws_cloudwatch_event_rule.uploads) == 0 && output.resources.upload_route == "sns" && output.resources.upload_topic_arn == "arn:aws:sns:us-west-2:123456789012:toborverse-dev-uploads")
+    error_message = "Nothing else: no topic of its own, no notification on the adopted bucket, no EventBridge rule."
+  }
+
+  assert {
+    condition = [for statement in data.aws_iam_policy_document.policy["uploads_queue"].statement : [
+      statement.actions, one(statement.principals).identifiers, [for condition in statement.condition : join(",", condition.values) if condition.variable == "aws:SourceArn"]
+    ]] == [[toset(["sqs:SendMessage"]), toset(["sns.amazonaws.com"]), ["arn:aws:sns:us-west-2:123456789012:toborverse-dev-uploads"]]]
+    error_message = "Only SNS, for that topic, may send to the queue."
+  }
+}
+
+# The SNS route on a created bucket: the stack creates the topic and the bucket's notification to it.
+run "a_created_bucket_through_a_topic_it_creates" {
+  variables {
+    create_data_bucket = true
+    data_bucket_name   = null
+    upload_route       = "sns"
+  }
+
+  assert {
+    condition     = aws_sns_topic.uploads[0].name == "episode-pipeline-uploads" && aws_sns_topic.uploads[0].kms_master_key_id == aws_kms_key.pipeline.arn
+    error_message = "The upload topic is <prefix>-uploads, encrypted with the stack's key."
+  }
+
+  assert {
+    condition = jsonencode(aws_s3_bucket_notification.data[0].topic) == jsonencode([{
+      events        = ["s3:ObjectCreated:*"]
+      filter_prefix = "orgs/"
+      filter_suffix = ".zst"
+      id            = "raw-episode-archives"
+      topic_arn     = aws_sns_topic.uploads[0].arn
+    }]) && length(aws_s3_bucket_notification.data[0].queue) == 0 && !aws_s3_bucket_notification.data[0].eventbridge
+    error_message = "The bucket notifies the topic (not the queue) of archives under orgs/ ending in .zst: ${jsonencode(aws_s3_bucket_notification.data[0].topic)}"
+  }
+
+  assert {
+    condition     = aws_sns_topic_subscription.uploads[0].topic_arn == aws_sns_topic.uploads[0].arn && !aws_sns_topic_subscription.uploads[0].raw_message_delivery
+    error_message = "The queue subscribes to the stack's topic, raw message delivery off."
+  }
+
+  assert {
+    condition = (aws_sns_topic_policy.uploads[0].arn == aws_sns_topic.uploads[0].arn
+      && [for statement in data.aws_iam_policy_document.policy["upload_topic"].statement : [
+        statement.actions, statement.resources, one(statement.principals).identifiers, [for condition in statement.condition : join(",", condition.values) if condition.variable == "aws:SourceArn"]
+    ]] == [[toset(["sns:Publish"]), toset([aws_sns_topic.uploads[0].arn]), toset(["s3.amazonaws.com"]), [module.bucket["data"].arn]]])
+    error_message = "Only S3, for the created bucket, may publish to the upload topic."
+  }
+
+  assert {
+    condition = [for statement in data.aws_iam_policy_document.kms.statement : flatten([
+      for condition in statement.condition : tolist(condition.values) if condition.variable == "aws:SourceArn"
+    ]) if statement.sid == "S3NotificationsPublishToEncryptedTopic"] == [[module.bucket["data"].arn]]
+    error_message = "The stack's key lets S3 encrypt the created bucket's notifications to the upload topic."
+  }
+}
+
+run "a_created_bucket_through_eventbridge" {
+  variables {
+    create_data_bucket = true
+    data_bucket_name   = null
+    upload_route       = "eventbridge"
+  }
+
+  assert {
+    condition     = aws_s3_bucket_notification.data[0].eventbridge && length(aws_s3_bucket_notification.data[0].queue) == 0 && length(aws_s3_bucket_notification.data[0].topic) == 0
+    error_message = "A created bucket on the EventBridge route switches its EventBridge delivery on, and notifies nothing else."
+  }
+
+  assert {
+    condition     = aws_cloudwatch_event_target.uploads[0].arn == aws_sqs_queue.uploads.arn && length(aws_cloudwatch_event_target.uploads[0].input_transformer) == 0
+    error_message = "The rule delivers the raw events to the queue."
+  }
+}
+
+run "the_sns_route_plans_before_anything_exists" {
+  command = plan
+
+  variables {
+    create_data_bucket = true
+    data_bucket_name   = null
+    upload_route       = "sns"
+  }
+
+  assert {
+    condition     = length(aws_sns_topic.uploads) == 1 && length(aws_sns_topic_subscription.uploads) == 1 && length(aws_cloudwatch_event_rule.uploads) == 0
+    error_message = "A created bucket on the SNS route gets its topic and the queue's subscription."
+  }
+}
+
+run "an_adopted_bucket_is_never_given_a_direct_notification" {
+  command = plan
+
+  variables {
+    upload_route = "s3"
+  }
+
+  expect_failures = [var.upload_route]
+}
+
+run "the_sns_route_on_an_adopted_bucket_needs_its_topic" {
+  command = plan
+
+  variables {
+    upload_route = "sns"
+  }
+
+  expect_failures = [var.upload_route]
+}
+
+run "a_topic_is_only_for_the_sns_route" {
+  command = plan
+
+  variables {
+    upload_topic_arn = "arn:aws:sns:us-west-2:123456789012:toborverse-dev-uploads"
+  }
+
+  expect_failures = [var.upload_route]
+}
+
+run "the_route_must_be_one_of_three" {
+  command = plan
+
+  variables {
+    upload_route = "lambda"
+  }
+
+  expect_failures = [var.upload_route]
 }
 
 run "adopting_needs_the_bucket_name" {

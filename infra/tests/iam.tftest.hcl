@@ -31,6 +31,7 @@ run "each_process_may_do_only_its_work" {
       "code-server" = ["episode-pipeline-code-server", "code-server"]
       run           = ["episode-pipeline-run", "run"]
       transcode     = ["episode-pipeline-transcode", "transcode"]
+      dlq           = ["episode-pipeline-dlq", "dead-letter-queue-operations"]
     }
     error_message = "One role per process, <prefix>-<process>, with one inline policy."
   }
@@ -100,23 +101,56 @@ run "each_process_may_do_only_its_work" {
         "iam:PassRole on arn:aws:iam::123456789012:role/episode-pipeline-execution,arn:aws:iam::123456789012:role/episode-pipeline-transcode if iam:PassedToService StringEquals ecs-tasks.amazonaws.com",
         "rds-db:connect on arn:aws:rds-db:us-west-2:123456789012:dbuser:cluster-ABCDEFGHIJKLMNOP/app_user,arn:aws:rds-db:us-west-2:123456789012:dbuser:cluster-ABCDEFGHIJKLMNOP/dagster",
         "s3:GetObject,s3:PutObject on arn:aws:s3:::mock-bucket/compute-logs/*",
-        "sqs:ChangeMessageVisibility,sqs:DeleteMessage on ${aws_sqs_queue.uploads.arn}",
         "ecs:DescribeTaskDefinition on *",
-        "logs:DescribeLogStreams,logs:FilterLogEvents,logs:GetLogEvents on ${aws_cloudwatch_log_group.ecs["transcode"].arn},${aws_cloudwatch_log_group.ecs["transcode"].arn}:*",
+        "logs:DescribeLogStreams,logs:GetLogEvents on ${aws_cloudwatch_log_group.ecs["transcode"].arn},${aws_cloudwatch_log_group.ecs["transcode"].arn}:*",
       ])
       transcode = toset([
         "s3:GetObject,s3:GetObjectVersion on arn:aws:s3:::toborverse-dev-data/orgs/*",
         "s3:ListBucket on arn:aws:s3:::toborverse-dev-data if s3:prefix StringLike orgs/*",
         "s3:AbortMultipartUpload,s3:DeleteObject,s3:PutObject on arn:aws:s3:::toborverse-dev-data/orgs/*/episodes/*/processed/*",
       ])
+      dlq = toset([
+        "sqs:ChangeMessageVisibility,sqs:DeleteMessage,sqs:GetQueueAttributes,sqs:ReceiveMessage on ${aws_sqs_queue.dlq.arn}",
+        "sqs:SendMessage on ${aws_sqs_queue.uploads.arn}",
+        "rds-db:connect on arn:aws:rds-db:us-west-2:123456789012:dbuser:cluster-ABCDEFGHIJKLMNOP/dagster",
+      ])
     }
     error_message = "The roles' permissions changed: ${jsonencode({ for key in keys(local.task_roles) : key => [for statement in data.aws_iam_policy_document.policy[key].statement : [statement.actions, statement.resources, statement.condition]] })}"
+  }
+
+  # The run worker never touches a queue: the sensors receive, hold and delete (code server).
+  assert {
+    condition     = length([for statement in data.aws_iam_policy_document.policy["run"].statement : statement if anytrue([for action in statement.actions : startswith(action, "sqs:")])]) == 0
+    error_message = "The run role has no SQS permission: nothing the run worker calls needs one."
+  }
+
+  # For people: start the dlq task on this cluster, pass only its roles, follow it, read its log.
+  assert {
+    condition = toset([
+      for statement in data.aws_iam_policy_document.policy["dlq-operator"].statement : join(" if ", concat(
+        ["${join(",", sort(statement.actions))} on ${join(",", sort(statement.resources))}"],
+        [for condition in statement.condition : "${condition.variable} ${condition.test} ${join(",", sort(condition.values))}"],
+      ))
+      ]) == toset([
+      "ecs:RunTask on arn:aws:ecs:us-west-2:123456789012:task-definition/episode-pipeline-dlq:* if ecs:cluster ArnEquals ${aws_ecs_cluster.main.arn}",
+      "ecs:DescribeTasks on arn:aws:ecs:us-west-2:123456789012:task/episode-pipeline/*",
+      "iam:PassRole on arn:aws:iam::123456789012:role/episode-pipeline-dlq,arn:aws:iam::123456789012:role/episode-pipeline-execution if iam:PassedToService StringEquals ecs-tasks.amazonaws.com",
+      "logs:GetLogEvents on ${aws_cloudwatch_log_group.ecs["dlq"].arn}:*",
+    ])
+    error_message = "The dlq-operator policy changed: ${jsonencode(data.aws_iam_policy_document.policy["dlq-operator"].statement)}"
+  }
+
+  assert {
+    condition = (aws_iam_policy.operator["dlq-operator"].name == "episode-pipeline-dlq-operator"
+      && aws_iam_policy.operator["dlq-operator"].policy == data.aws_iam_policy_document.policy["dlq-operator"].json
+    && output.resources.operator_policy_arns["dlq-operator"] == aws_iam_policy.operator["dlq-operator"].arn)
+    error_message = "The operator policy is <prefix>-dlq-operator, in the outputs for attaching to a role or group."
   }
 
   # A rule for any future statement too: "*" only for actions without resource-level
   # permissions, and never a wildcard action.
   assert {
-    condition = length(flatten([for key in keys(local.task_roles) : [
+    condition = length(flatten([for key in concat(keys(local.task_roles), keys(local.operator_permissions)) : [
       for statement in data.aws_iam_policy_document.policy[key].statement : statement
       if anytrue([for action in statement.actions : action == "*" || endswith(action, ":*")])
       || (contains(statement.resources, "*") && length(setsubtract(statement.actions, ["ecr:GetAuthorizationToken", "ecs:DescribeTaskDefinition", "ec2:DescribeNetworkInterfaces"])) > 0)
@@ -134,7 +168,7 @@ run "each_process_may_do_only_its_work" {
       ))
       ]) } == {
       ecs_tasks_assume    = toset(["sts:AssumeRole on - by ecs-tasks.amazonaws.com if aws:SourceAccount StringEquals 123456789012"])
-      alerts_topic        = toset(["sns:Publish on ${aws_sns_topic.alerts.arn} by cloudwatch.amazonaws.com if aws:SourceAccount StringEquals 123456789012"])
+      alerts_topic        = toset(["sns:Publish on ${aws_sns_topic.alerts[0].arn} by cloudwatch.amazonaws.com if aws:SourceAccount StringEquals 123456789012"])
       uploads_queue       = toset(["sqs:SendMessage on ${aws_sqs_queue.uploads.arn} by events.amazonaws.com if aws:SourceAccount StringEquals 123456789012 if aws:SourceArn ArnLike ${aws_cloudwatch_event_rule.uploads[0].arn}"])
       access_log_delivery = toset(["s3:PutObject on arn:aws:s3:::episode-pipeline-access-logs-123456789012/* by logging.s3.amazonaws.com if aws:SourceAccount StringEquals 123456789012 if aws:SourceArn ArnLike arn:aws:s3:::episode-pipeline-dagster-123456789012"])
     }

@@ -80,24 +80,71 @@ run "queue_dead_letter_queue_and_alarm" {
   }
 
   assert {
-    condition     = aws_cloudwatch_metric_alarm.dlq_not_empty.alarm_actions == toset([aws_sns_topic.alerts.arn])
-    error_message = "The alarm notifies the alerts topic."
+    condition = (aws_cloudwatch_metric_alarm.dlq_not_empty.alarm_actions == toset([aws_sns_topic.alerts[0].arn])
+    && output.resources.alerts_topic_arn == aws_sns_topic.alerts[0].arn && aws_sns_topic.alerts[0].name == "episode-pipeline-alerts")
+    error_message = "Without alerts_topic_arn the stack creates <prefix>-alerts, and the alarm notifies it."
   }
 
   assert {
     condition = {
       for subscription in aws_sns_topic_subscription.alert_email : subscription.endpoint => [subscription.protocol, subscription.topic_arn]
       } == {
-      "oncall@example.com" = ["email", aws_sns_topic.alerts.arn]
-      "lead@example.com"   = ["email", aws_sns_topic.alerts.arn]
+      "oncall@example.com" = ["email", aws_sns_topic.alerts[0].arn]
+      "lead@example.com"   = ["email", aws_sns_topic.alerts[0].arn]
     }
     error_message = "Every address in alert_emails gets an email subscription to the alerts topic."
   }
 
   assert {
-    condition     = aws_sns_topic.alerts.kms_master_key_id == aws_kms_key.pipeline.arn
+    condition     = aws_sns_topic.alerts[0].kms_master_key_id == aws_kms_key.pipeline.arn
     error_message = "The alerts topic is encrypted with the stack's key (CloudWatch may use it; iam.tftest.hcl checks who may publish)."
   }
+}
+
+# The application's own alerts topic: the alarm notifies it, and the stack creates no topic.
+run "the_alarm_notifies_an_existing_alerts_topic" {
+  variables {
+    alerts_topic_arn = "arn:aws:sns:us-west-2:123456789012:toborverse-alerts"
+    alert_emails     = []
+  }
+
+  assert {
+    condition = (aws_cloudwatch_metric_alarm.dlq_not_empty.alarm_actions == toset(["arn:aws:sns:us-west-2:123456789012:toborverse-alerts"])
+      && aws_cloudwatch_metric_alarm.dlq_not_empty.ok_actions == toset(["arn:aws:sns:us-west-2:123456789012:toborverse-alerts"])
+    && output.resources.alerts_topic_arn == "arn:aws:sns:us-west-2:123456789012:toborverse-alerts")
+    error_message = "With alerts_topic_arn the alarm (and its OK) goes to that topic."
+  }
+
+  assert {
+    condition     = length(aws_sns_topic.alerts) == 0 && length(aws_sns_topic_policy.alerts) == 0 && length(aws_sns_topic_subscription.alert_email) == 0
+    error_message = "Given a topic, the stack creates none, and changes nothing on it (no policy, no subscriptions)."
+  }
+
+  assert {
+    condition     = !contains(keys(data.aws_iam_policy_document.policy), "alerts_topic")
+    error_message = "No topic policy is rendered for a topic the stack does not own."
+  }
+}
+
+run "emails_are_subscribed_only_to_a_created_topic" {
+  command = plan
+
+  variables {
+    alerts_topic_arn = "arn:aws:sns:us-west-2:123456789012:toborverse-alerts"
+  }
+
+  expect_failures = [var.alert_emails]
+}
+
+run "the_alerts_topic_must_be_an_sns_arn" {
+  command = plan
+
+  variables {
+    alerts_topic_arn = "toborverse-alerts"
+    alert_emails     = []
+  }
+
+  expect_failures = [var.alerts_topic_arn]
 }
 
 run "tasks_services_logs_and_registry" {
@@ -108,11 +155,12 @@ run "tasks_services_logs_and_registry" {
       ] }) == jsonencode({
       "code-server" = ["episode-pipeline-code-server", "512", "1024", []]
       daemon        = ["episode-pipeline-daemon", "512", "1024", []]
+      dlq           = ["episode-pipeline-dlq", "256", "512", []]
       run           = ["episode-pipeline-run", "1024", "2048", [50]]
       transcode     = ["episode-pipeline-transcode", "2048", "4096", [50]]
       webserver     = ["episode-pipeline-webserver", "512", "1024", []]
     })
-    error_message = "Task sizes: runs 1 vCPU / 2 GB, transcodes 2 vCPU / 4 GB, services 0.5 vCPU / 1 GB; runs and transcodes 50 GiB of disk."
+    error_message = "Task sizes: runs 1 vCPU / 2 GB, transcodes 2 vCPU / 4 GB, services 0.5 vCPU / 1 GB, the dlq task 0.25 vCPU / 0.5 GB; runs and transcodes 50 GiB of disk."
   }
 
   assert {
@@ -157,11 +205,12 @@ run "tasks_services_logs_and_registry" {
       ] }) == jsonencode({
       "code-server" = [["dagster", "code-server", "start", "-h", "0.0.0.0", "-p", "4000", "-m", "episode_pipeline.definitions", "--location-name", "episode_pipeline"], [4000]]
       daemon        = [["dagster-daemon", "run", "-w", "/opt/dagster/dagster_home/workspace.yaml"], []]
+      dlq           = [["episode-pipeline", "dlq", "list"], []]
       run           = [null, []]
       transcode     = [["python", "-m", "episode_pipeline.transcode"], []]
       webserver     = [["dagster-webserver", "-h", "0.0.0.0", "-p", "3000", "-w", "/opt/dagster/dagster_home/workspace.yaml"], [3000]]
     })
-    error_message = "Commands: the code server serves the code location, the transcode task runs episode_pipeline.transcode, a run gets its command from EcsRunLauncher."
+    error_message = "Commands: the code server serves the code location, the transcode task runs episode_pipeline.transcode, a run gets its command from EcsRunLauncher, the dlq task lists the dead-letter queue unless run-task overrides the command."
   }
 
   assert {
@@ -222,6 +271,20 @@ run "tasks_services_logs_and_registry" {
     error_message = "Three services, <prefix>-<process>; the daemon never runs twice (AWS defaults elsewhere); the code server is in service discovery."
   }
 
+  # No documented command needs a shell in a running task: the dlq task is started on its own.
+  assert {
+    condition     = alltrue([for service in aws_ecs_service.service : !coalesce(service.enable_execute_command, false)]) && !contains(keys(aws_ecs_service.service), "dlq")
+    error_message = "ECS Exec stays off on every service, and the dlq task is a one-off task, not a service."
+  }
+
+  assert {
+    condition = output.dlq_run_task_command == join(" ", [
+      "aws ecs run-task --region us-west-2 --cluster episode-pipeline --task-definition episode-pipeline-dlq --launch-type FARGATE",
+      "--network-configuration 'awsvpcConfiguration={subnets=[subnet-aaa,subnet-bbb],securityGroups=[${aws_security_group.tasks.id}],assignPublicIp=DISABLED}'",
+    ])
+    error_message = "The output gives the run-task command of the dlq task in the tasks' subnets and security group: ${output.dlq_run_task_command}"
+  }
+
   assert {
     condition = alltrue([for key, service in aws_ecs_service.service : (
       service.cluster == aws_ecs_cluster.main.id && service.task_definition == aws_ecs_task_definition.task[key].arn
@@ -267,6 +330,7 @@ run "tasks_services_logs_and_registry" {
     condition = { for key, group in aws_cloudwatch_log_group.ecs : key => [group.name, group.retention_in_days, group.kms_key_id] } == {
       "code-server" = ["/ecs/episode-pipeline-code-server", 7, aws_kms_key.pipeline.arn]
       daemon        = ["/ecs/episode-pipeline-daemon", 7, aws_kms_key.pipeline.arn]
+      dlq           = ["/ecs/episode-pipeline-dlq", 7, aws_kms_key.pipeline.arn]
       run           = ["/ecs/episode-pipeline-run", 7, aws_kms_key.pipeline.arn]
       transcode     = ["/ecs/episode-pipeline-transcode", 7, aws_kms_key.pipeline.arn]
       webserver     = ["/ecs/episode-pipeline-webserver", 7, aws_kms_key.pipeline.arn]

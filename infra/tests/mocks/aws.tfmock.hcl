@@ -129,3 +129,16 @@ mock_resource "aws_cloudwatch_event_rule" {
     arn = "arn:aws:events:us-west-2:123456789012:rule/episode-pipeline-uploads"
   }
 }
+
+override_resource {
+  target = aws_sns_topic.uploads
+  values = {
+    arn = "arn:aws:sns:us-west-2:123456789012:episode-pipeline-uploads"
+  }
+}
+
+mock_resource "aws_iam_policy" {
+  defaults = {
+    arn = "arn:aws:iam::123456789012:policy/mock"
+  }
+}
