@@ -74,7 +74,7 @@ locals {
   # The run worker and the transcode task: read anything under orgs/, write only below an
   # episode's processed/ prefix.
   episode_objects = [
-    { sid = "ReadEpisodeObjects", actions = ["s3:GetObject", "s3:GetObjectVersion"], resources = [local.raw_objects_arn] },
+    { sid = "ReadEpisodeObjects", actions = ["s3:GetObject"], resources = [local.raw_objects_arn] },
     {
       sid        = "ListEpisodeObjects", actions = ["s3:ListBucket"], resources = [local.data_bucket_arn]
       conditions = [{ test = "StringLike", variable = "s3:prefix", values = ["orgs/*"] }]

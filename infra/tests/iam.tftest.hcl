@@ -92,7 +92,7 @@ run "each_process_may_do_only_its_work" {
         "ecs:DescribeTaskDefinition on *",
       ])
       run = toset([
-        "s3:GetObject,s3:GetObjectVersion on arn:aws:s3:::toborverse-dev-data/orgs/*",
+        "s3:GetObject on arn:aws:s3:::toborverse-dev-data/orgs/*",
         "s3:ListBucket on arn:aws:s3:::toborverse-dev-data if s3:prefix StringLike orgs/*",
         "s3:AbortMultipartUpload,s3:DeleteObject,s3:PutObject on arn:aws:s3:::toborverse-dev-data/orgs/*/episodes/*/processed/*",
         "ecs:RunTask on arn:aws:ecs:us-west-2:123456789012:task-definition/episode-pipeline-transcode:* if ecs:cluster ArnEquals ${aws_ecs_cluster.main.arn}",
@@ -105,7 +105,7 @@ run "each_process_may_do_only_its_work" {
         "logs:DescribeLogStreams,logs:GetLogEvents on ${aws_cloudwatch_log_group.ecs["transcode"].arn},${aws_cloudwatch_log_group.ecs["transcode"].arn}:*",
       ])
       transcode = toset([
-        "s3:GetObject,s3:GetObjectVersion on arn:aws:s3:::toborverse-dev-data/orgs/*",
+        "s3:GetObject on arn:aws:s3:::toborverse-dev-data/orgs/*",
         "s3:ListBucket on arn:aws:s3:::toborverse-dev-data if s3:prefix StringLike orgs/*",
         "s3:AbortMultipartUpload,s3:DeleteObject,s3:PutObject on arn:aws:s3:::toborverse-dev-data/orgs/*/episodes/*/processed/*",
       ])
