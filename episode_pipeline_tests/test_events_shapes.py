@@ -15,6 +15,7 @@ from urllib.parse import quote_plus
 
 import pytest
 
+from episode_pipeline.dead_letters import as_dead_letter
 from episode_pipeline.events import Malformed, TestEvent, Upload, Uploads, parse_body
 from episode_pipeline.keys import EpisodeRef
 
@@ -166,3 +167,21 @@ def test_what_cannot_be_an_upload_is_malformed_naming_the_field(
     parsed = parse_body(json.dumps(body))
     assert isinstance(parsed, Malformed), parsed
     assert why in parsed.reason, parsed.reason
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        s3_notification(EPISODE + "a+b.tar.zst"),
+        sns_wrapped(s3_notification(EPISODE + "a+b.tar.zst")),
+        eventbridge_event(EPISODE + "a+b.tar.zst"),
+    ],
+    ids=["s3", "sns", "eventbridge"],
+)
+def test_dlq_list_names_the_episode_whatever_the_route(body: dict[str, Any]) -> None:
+    """`episode-pipeline dlq list` reads a dead letter of any route (and redrive resends the
+    body unchanged, so the sensor reads it again)."""
+    letter = as_dead_letter({"MessageId": "m", "ReceiptHandle": "h", "Body": json.dumps(body)})
+    assert letter.problem is None
+    assert letter.episodes == ["acme/ep-1"]
+    assert [upload.key for upload in letter.uploads] == [EPISODE + "a+b.tar.zst"]
