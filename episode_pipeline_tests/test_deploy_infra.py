@@ -120,6 +120,64 @@ def test_tasks_get_every_variable_the_code_and_dagster_read() -> None:
     assert "AWS_ENDPOINT_URL" not in names  # local stack only
 
 
+# Every AWS API call the pipeline's code makes itself, by boto3 method, and the IAM action it
+# needs. Dagster and dagster-aws (compute logs, PipesECSClient) call the rest on the run's
+# behalf; infra/tests/iam.tftest.hcl pins each role's statements.
+AWS_CALLS = {
+    "delete_objects": "s3:DeleteObject",
+    "download_file": "s3:GetObject",
+    "get_object": "s3:GetObject",
+    "head_object": "s3:GetObject",
+    "get_paginator": "s3:ListBucket",  # list_objects_v2
+    "put_object": "s3:PutObject",
+    "upload_file": "s3:PutObject",
+    "upload_fileobj": "s3:PutObject",
+    "generate_db_auth_token": "rds-db:connect",
+    "generate_presigned_url": None,  # signed locally, no request
+    "run_task": "ecs:RunTask",
+    "stop_task": "ecs:StopTask",
+    # The queue, only through episode_pipeline/upload_queue.py (sensors and `dlq`).
+    "change_message_visibility_batch": "sqs:ChangeMessageVisibility",
+    "delete_message": "sqs:DeleteMessage",
+    "receive_message": "sqs:ReceiveMessage",
+    "send_message": "sqs:SendMessage",
+}
+QUEUE_MODULES = {"upload_queue.py", "dead_letters.py", "cli.py", "defs/sensors/sqs.py"}
+
+
+def test_every_aws_call_of_the_code_is_known_and_the_run_never_touches_the_queue() -> None:
+    """A new boto3 call fails here until its IAM action is granted where it runs (infra/iam.tf,
+    pinned by iam.tftest.hcl) and listed above; the run worker's modules never reach SQS, which
+    is why the run role has no SQS permission (docs/deploy-aws.md, "The run worker's role")."""
+    package = ROOT / "episode_pipeline"
+    call = re.compile(r"(?:client(?:\(\))?|\b(?:ecs|logs|s3|sqs))\.([a-z_]+)\(")
+    seen: dict[str, set[str]] = {}
+    for path in package.rglob("*.py"):
+        module = str(path.relative_to(package))
+        if module.startswith("local/"):  # the laptop's stack, never deployed
+            continue
+        for method in call.findall(path.read_text()):
+            if method not in {"get", "get_client"}:
+                seen.setdefault(method, set()).add(module)
+    assert {"get_object", "run_task", "stop_task", "receive_message"} <= set(seen), seen
+    unknown = sorted(set(seen) - set(AWS_CALLS))
+    assert not unknown, f"AWS calls without an IAM action listed here: {unknown} in {seen}"
+    iam = tf_files()["iam.tf"]
+    for method, action in AWS_CALLS.items():
+        assert action is None or f'"{action}"' in iam, f"{action} ({method}) is granted nowhere"
+    for method, modules in seen.items():
+        if str(AWS_CALLS[method]).startswith("sqs:"):
+            assert modules <= QUEUE_MODULES, f"{method} called from {modules - QUEUE_MODULES}"
+    run_side = [
+        path
+        for path in (package / "defs").rglob("*.py")
+        if path.parent.name in {"assets", "io_managers"} or path.name in {"checks.py", "jobs.py"}
+    ]
+    assert run_side
+    for path in run_side:
+        assert "upload_queue" not in path.read_text(), f"{path} reaches the upload queue"
+
+
 def test_deploy_workflow_pushes_latest_and_sha_on_project_changes() -> None:
     workflow = yaml.safe_load((ROOT / ".github" / "workflows" / "deploy.yml").read_text())
     push = workflow[True]["push"]  # YAML 1.1 reads the key `on` as True
