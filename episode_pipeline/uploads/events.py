@@ -36,8 +36,8 @@ from episode_pipeline.episodes.keys import (
 
 TEST_EVENT = "s3:TestEvent"
 OBJECT_CREATED_PREFIX = "ObjectCreated:"
-# A record reshaped from an EventBridge event says eventSource "aws.s3" (a notification says
-# "aws:s3") and carries the key as it is, not URL-encoded.
+# EventBridge's `source` of S3 events. A Records body whose record says eventSource "aws.s3" (an
+# S3 notification says "aws:s3") was reshaped from such an event: its key is not URL-encoded.
 EVENTBRIDGE_SOURCE = "aws.s3"
 EVENTBRIDGE_OBJECT_CREATED = "Object Created"
 SNS_NOTIFICATION = "Notification"
