@@ -16,8 +16,9 @@
 # Every policy of the stack but the KMS key's is a list of statements in the tables below, all
 # rendered by one policy document (data.aws_iam_policy_document.policy[<name>]). A statement has
 # actions, and optionally a sid, resources, conditions ({test, variable, values}), and a service
-# principal. A statement for a service principal is always limited to this account
-# (aws:SourceAccount) and, given sources, to those source ARNs (aws:SourceArn).
+# principal. A statement for a service principal is limited to this account (aws:SourceAccount)
+# unless it says `any_account = true` (a service that sets only aws:SourceArn), and, given
+# sources, to those source ARNs (aws:SourceArn).
 # infra/tests/iam.tftest.hcl checks what they render: every role's statements, "*" only for
 # actions without resource-level permissions (checkov does not read statements built this way).
 
@@ -174,7 +175,7 @@ locals {
     # S3, the upload topic, or the EventBridge rule: the route's sender (notifications.tf).
     uploads_queue = [{
       sid       = local.upload_sender.sid, service = local.upload_sender.service, actions = ["sqs:SendMessage"]
-      resources = [aws_sqs_queue.uploads.arn], sources = [local.upload_sender.source_arn]
+      resources = [aws_sqs_queue.uploads.arn], sources = [local.upload_sender.source_arn], any_account = local.upload_sender.any_account
     }]
     access_log_delivery = [{
       sid       = "S3ServerAccessLogDelivery", service = "logging.s3.amazonaws.com", actions = ["s3:PutObject"]
@@ -213,7 +214,7 @@ data "aws_iam_policy_document" "policy" {
       dynamic "condition" {
         for_each = concat(
           try(statement.value.conditions, []),
-          [for service in try([statement.value.service], []) : { test = "StringEquals", variable = "aws:SourceAccount", values = [local.account_id] }],
+          [for service in try([statement.value.service], []) : { test = "StringEquals", variable = "aws:SourceAccount", values = [local.account_id] } if !try(statement.value.any_account, false)],
           [for sources in try([statement.value.sources], []) : { test = "ArnLike", variable = "aws:SourceArn", values = sources }],
         )
         content {

@@ -24,10 +24,12 @@ locals {
   upload_topic_arn    = local.upload_route == "sns" ? coalesce(var.upload_topic_arn, one(aws_sns_topic.uploads[*].arn)) : null
 
   # Who may send to the upload queue: S3 from the data bucket, the upload topic, or the rule.
+  # SNS deliveries are matched by the topic's ARN alone, as the SNS Developer Guide's queue
+  # policy for a subscription does (the topic ARN names its account).
   upload_sender = {
-    s3          = { sid = "DataBucketNotifications", service = "s3.amazonaws.com", source_arn = local.data_bucket_arn }
-    sns         = { sid = "UploadTopicSubscription", service = "sns.amazonaws.com", source_arn = local.upload_topic_arn }
-    eventbridge = { sid = "DataBucketEventBridgeRule", service = "events.amazonaws.com", source_arn = one(aws_cloudwatch_event_rule.uploads[*].arn) }
+    s3          = { sid = "DataBucketNotifications", service = "s3.amazonaws.com", source_arn = local.data_bucket_arn, any_account = false }
+    sns         = { sid = "UploadTopicSubscription", service = "sns.amazonaws.com", source_arn = local.upload_topic_arn, any_account = true }
+    eventbridge = { sid = "DataBucketEventBridgeRule", service = "events.amazonaws.com", source_arn = one(aws_cloudwatch_event_rule.uploads[*].arn), any_account = false }
   }[local.upload_route]
 }
 
