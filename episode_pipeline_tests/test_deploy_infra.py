@@ -136,13 +136,18 @@ AWS_CALLS = {
     "generate_presigned_url": None,  # signed locally, no request
     "run_task": "ecs:RunTask",
     "stop_task": "ecs:StopTask",
-    # The queue, only through episode_pipeline/upload_queue.py (sensors and `dlq`).
+    # The queue, only through episode_pipeline/uploads/upload_queue.py (sensors and `dlq`).
     "change_message_visibility_batch": "sqs:ChangeMessageVisibility",
     "delete_message": "sqs:DeleteMessage",
     "receive_message": "sqs:ReceiveMessage",
     "send_message": "sqs:SendMessage",
 }
-QUEUE_MODULES = {"upload_queue.py", "dead_letters.py", "cli.py", "defs/sensors/sqs.py"}
+QUEUE_MODULES = {
+    "uploads/upload_queue.py",
+    "uploads/dead_letters.py",
+    "cli.py",
+    "defs/sensors/sqs.py",
+}
 
 
 def test_every_aws_call_of_the_code_is_known_and_the_run_never_touches_the_queue() -> None:

@@ -15,9 +15,9 @@ from urllib.parse import quote_plus
 
 import pytest
 
-from episode_pipeline.dead_letters import as_dead_letter
-from episode_pipeline.events import Malformed, TestEvent, Upload, Uploads, parse_body
-from episode_pipeline.keys import EpisodeRef
+from episode_pipeline.episodes.keys import EpisodeRef
+from episode_pipeline.uploads.dead_letters import as_dead_letter
+from episode_pipeline.uploads.events import Malformed, TestEvent, Upload, Uploads, parse_body
 
 SAMPLES = Path(__file__).parent / "data" / "s3_events"
 EPISODE = "orgs/acme/episodes/ep-1/"

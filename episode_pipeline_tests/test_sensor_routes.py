@@ -20,14 +20,14 @@ from typing import Any
 import pytest
 from dagster import AssetRecordsFilter, DagsterInstance, SensorResult, SkipReason
 
-from episode_pipeline.bucket import Bucket
+from episode_pipeline.config.settings import Settings
 from episode_pipeline.defs.assets.archive import RAW_ARCHIVE_KEY
-from episode_pipeline.lerobot.sample import SampleSpec, write_sample
 from episode_pipeline.local import aws_setup
 from episode_pipeline.local.stack import StackInfo
 from episode_pipeline.local.upload import upload_episode
-from episode_pipeline.settings import Settings
-from episode_pipeline.upload_queue import UploadQueue
+from episode_pipeline.samples.writer import SampleSpec, write_sample
+from episode_pipeline.storage.bucket import Bucket
+from episode_pipeline.uploads.upload_queue import UploadQueue
 from episode_pipeline_tests.test_sensor_sqs import (
     PrivateQueue,
     depth,

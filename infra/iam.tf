@@ -139,9 +139,10 @@ locals {
       },
     ])
     transcode = local.episode_objects
-    # episode_pipeline/dead_letters.py: `list` receives every message (hiding each a while, then
-    # showing it again: ChangeMessageVisibility) and reads each upload's runs from Dagster's
-    # storage; `redrive` sends a message to the upload queue, then deletes it from the DLQ.
+    # episode_pipeline/uploads/dead_letters.py: `list` receives every message (hiding each a
+    # while, then showing it again: ChangeMessageVisibility) and reads each upload's runs from
+    # Dagster's storage; `redrive` sends a message to the upload queue, then deletes it from the
+    # DLQ.
     dlq = [
       {
         sid     = "ReadAndDeleteDeadLetters", resources = [aws_sqs_queue.dlq.arn]

@@ -6,7 +6,7 @@
 #   sns          S3 event notification -> SNS topic -> queue       (raw message delivery off)
 #   eventbridge  S3 -> EventBridge rule -> queue, event as it is   (adopted bucket's default)
 #
-# The sensor's parser (episode_pipeline/events.py) reads the three bodies as they arrive, so no
+# The sensor's parser (episode_pipeline/uploads/events.py) reads the three bodies as they arrive, so no
 # route reshapes anything: no EventBridge input transformer, no raw SNS delivery.
 #
 # An S3 notification configuration is one document per bucket: aws_s3_bucket_notification

@@ -54,7 +54,7 @@ run "adopts_the_existing_bucket" {
   assert {
     condition = (length(aws_cloudwatch_event_target.uploads[0].input_transformer) == 0
     && aws_cloudwatch_event_target.uploads[0].input == null && aws_cloudwatch_event_target.uploads[0].input_path == null)
-    error_message = "The queue gets the EventBridge event as it is (episode_pipeline/events.py reads it): no transformer, no template a key could break."
+    error_message = "The queue gets the EventBridge event as it is (episode_pipeline/uploads/events.py reads it): no transformer, no template a key could break."
   }
 
   assert {
