@@ -75,6 +75,7 @@ def cmd_process(args: argparse.Namespace) -> int:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
+    from episode_pipeline.defs.checks.sync import CHECK_NAME as SYNC_CHECK
     from episode_pipeline.local.stack import ensure_stack
     from episode_pipeline.runner import run_checks
 
@@ -82,7 +83,20 @@ def cmd_check(args: argparse.Namespace) -> int:
     results = run_checks(args.episode, set(args.only) if args.only else None)
     for name, passed in sorted(results.items()):
         print(f"{'passed' if passed else 'FAILED'}  {name}")
+        if name == SYNC_CHECK and not passed:
+            _print_sync_findings(args.episode)
     return 0 if all(results.values()) else 1
+
+
+def _print_sync_findings(ref: EpisodeRef) -> None:
+    """Under a failed sync check, what does not line up (docs/sync.md)."""
+    from dagster import DagsterInstance
+
+    from episode_pipeline.defs.checks.sync import latest_sync_result
+
+    result = latest_sync_result(DagsterInstance.get(), ref.partition_key) or {}
+    for finding in result.get("findings", []):
+        print(f"        {finding}")
 
 
 def cmd_status(args: argparse.Namespace) -> int:

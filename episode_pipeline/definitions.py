@@ -18,6 +18,7 @@ from episode_pipeline.defs.assets.episode_metadata import episode_metadata
 from episode_pipeline.defs.assets.frames import frames
 from episode_pipeline.defs.assets.hls_renditions import hls_renditions
 from episode_pipeline.defs.checks import EPISODE_CHECKS
+from episode_pipeline.defs.checks.sync import video_frames_in_sync
 from episode_pipeline.defs.io_managers.postgres_tables import PostgresPolarsIOManager
 from episode_pipeline.defs.io_managers.s3_outputs import S3IOManager
 from episode_pipeline.defs.jobs import episode_job
@@ -67,7 +68,10 @@ def build_definitions(settings: Settings) -> Definitions:
             episode_metadata,
             episode,
         ],
-        asset_checks=EPISODE_CHECKS,
+        asset_checks=[
+            *EPISODE_CHECKS,
+            video_frames_in_sync(blocking=settings.sync_check_blocking),
+        ],
         jobs=[episode_job],
         sensors=[
             *upload_queue_sensors(settings.queue),

@@ -12,6 +12,7 @@ from episode_pipeline.db import episodes as episode_db
 from episode_pipeline.db.connection import connect
 from episode_pipeline.definitions import build_definitions
 from episode_pipeline.defs.asset_keys import EXTRACTED_FILES_KEY
+from episode_pipeline.defs.checks.sync import latest_sync_result, sync_summary
 from episode_pipeline.defs.event_log import latest_check_results
 from episode_pipeline.defs.io_managers.s3_outputs import object_key
 from episode_pipeline.episodes.extracted_files import VIDEO
@@ -77,6 +78,7 @@ def episode_reports(
                     "metadata": episode_db.metadata_values(conn, current),
                     "hls": hls,
                     "checks": latest_check_results(instance, check_keys, current.partition_key),
+                    "sync": latest_sync_result(instance, current.partition_key),
                 }
             )
     return reports
@@ -86,12 +88,13 @@ def format_reports(reports: list[dict[str, Any]]) -> str:
     """A plain table for a terminal; `--json` has everything."""
     if not reports:
         return "no episodes"
-    header = [*REPORT_COLUMNS, "hls", "checks"]
+    header = [*REPORT_COLUMNS, "hls", "checks", "sync"]
     rows = [
         [
             *(str(report[c]) for c in REPORT_COLUMNS),
             f"{len(report['hls'])} camera(s)",
             f"{sum(report['checks'].values())}/{len(report['checks'])} passed",
+            sync_summary(report.get("sync")),
         ]
         for report in reports
     ]

@@ -42,3 +42,19 @@ def test_dg_check_defs_passes_against_the_local_instance(stack):
     )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "All definitions loaded successfully" in result.stdout + result.stderr
+
+
+def test_the_sync_check_warns_unless_the_setting_makes_it_blocking():
+    from episode_pipeline.config.settings import Settings
+    from episode_pipeline.definitions import build_definitions
+
+    for env, blocking in (({}, False), ({"SYNC_CHECK_BLOCKING": "1"}, True)):
+        settings = Settings.from_env({"DB_HOST": "db", "DATA_BUCKET": "bucket", **env})
+        (spec,) = [
+            spec
+            for checks in build_definitions(settings).asset_checks or []
+            for spec in checks.check_specs
+            if spec.name == "video_frames_in_sync"
+        ]
+        assert spec.blocking is blocking
+        assert spec.asset_key.to_user_string() == "hls_renditions"

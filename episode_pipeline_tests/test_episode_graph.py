@@ -42,6 +42,7 @@ ALL_CHECKS = {
     "hls_duration_matches_sources",
     "hls_decodes_to_source_frames",
     "frames_state_present",
+    "video_frames_in_sync",
 }
 
 

@@ -13,6 +13,7 @@ import pytest
 from episode_pipeline.defs.assets.frames import FramesRead, file_batches
 from episode_pipeline.defs.io_managers.postgres_tables import SkippedRows
 from episode_pipeline.lerobot.frames import BATCH_ROWS
+from episode_pipeline.lerobot.sync import TimingAccumulator
 
 LOG = logging.getLogger(__name__)
 
@@ -36,7 +37,7 @@ def data_file(path: Path, rows: int, *, nan_at: int | None = None, episodes: int
 
 
 def test_files_read_in_turn_number_frames_on_and_record_what_they_held(tmp_path: Path) -> None:
-    read = FramesRead(features=None)
+    read = FramesRead(features=None, timing=TimingAccumulator(fps=30))
     first = list(file_batches(data_file(tmp_path / "a.parquet", 10, episodes=2), "a", read, LOG))
     second = list(file_batches(data_file(tmp_path / "b.parquet", 5), "b", read, LOG))
 
@@ -49,6 +50,11 @@ def test_files_read_in_turn_number_frames_on_and_record_what_they_held(tmp_path:
     assert metadata["files_read"] == 2
     assert metadata["files_failed"] == 0
     assert metadata["lerobot_episodes"] == 2
+    # Per LeRobot episode, for the sync check; b.parquet's episode 0 continues a.parquet's.
+    recorded = metadata["lerobot_episode_timing"].value["episodes"]
+    timing = {e["episode_index"]: e for e in recorded}
+    assert {e: t["rows"] for e, t in timing.items()} == {0: 10, 1: 5}
+    assert timing[0]["irregular"] == 1 and timing[0]["first_irregular_row"] == 5  # 4/30 -> 0/30
 
 
 def test_a_file_unreadable_part_way_is_skipped_listed_and_not_counted(tmp_path: Path) -> None:
@@ -64,6 +70,7 @@ def test_a_file_unreadable_part_way_is_skipped_listed_and_not_counted(tmp_path: 
 
     assert read.rows == 0  # the IO manager rolls the part back: nothing of it counts
     assert read.metadata()["files_read"] == 0
+    assert read.timing.episodes == {}  # nor do its timestamps
     assert [f["file"] for f in read.failed] == ["data/bad.parquet"]
     # The next file numbers its frames from 0, as if the bad one had never been there.
     good = list(file_batches(data_file(tmp_path / "ok.parquet", 3), "data/ok.parquet", read, LOG))

@@ -99,3 +99,31 @@ def test_extra_members_repeat_a_path_or_carry_raw_bytes(tmp_path):
         read = [member.name for member in tar]
     assert read == names
     assert read[2].encode("utf-8", "surrogateescape") == b"ds/caf\xe9"
+
+
+def test_out_of_sync_options_write_what_they_promise(tmp_path):
+    from episode_pipeline.video.probe import probe
+
+    summary, _ = written(
+        tmp_path, codebase_version="v2.1", cameras=2, episodes=2, fps=10, seconds=1.0,
+        short_cameras={0: 0.1}, late_cameras={1: 0.5}, dropped_rows=[(1, 4)],
+    )  # fmt: skip
+    folder = tmp_path / "dataset"
+    front, wrist = (
+        probe(folder / f"videos/chunk-000/observation.images.{name}/episode_000000.mp4")
+        for name in ("front", "wrist")
+    )
+    assert (front.frames, front.start_seconds) == (9, 0.0)
+    assert (wrist.frames, wrist.start_seconds) == (10, 0.5)
+    second = pq.read_table(folder / summary["data_files"][1]).column("frame_index").to_pylist()
+    assert 4 not in second and len(second) == 9
+    assert summary["total_frames"] == 19
+    episodes = (folder / "meta/episodes.jsonl").read_text().splitlines()
+    assert [json.loads(line)["length"] for line in episodes] == [10, 9]
+
+
+def test_range_end_offsets_move_a_v30_episodes_to_timestamp(tmp_path):
+    written(tmp_path, cameras=1, episodes=2, fps=10, seconds=1.0, range_end_offsets={1: 1.0})
+    table = pq.read_table(tmp_path / "dataset/meta/episodes/chunk-000/file-000.parquet")
+    column = "videos/observation.images.front/to_timestamp"
+    assert table.column(column).to_pylist() == [1.0, 3.0]

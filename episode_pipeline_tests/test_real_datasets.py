@@ -153,7 +153,15 @@ def test_stale_totals_and_more_data_episodes_than_videos(tmp_path, stack):
     assert report["frames_rows"] == summary["total_frames"] == 90  # every data row
     assert report["frame_count"] == 45  # the contract: frame_count is info.json's total_frames
     failed = {name for name, passed in report["checks"].items() if not passed}
-    assert failed == {"frame_count_matches_rows"}  # WARN: the stale total is flagged
+    # WARN: the stale total is flagged; and episodes 1 and 2 have rows but no video, which
+    # LeRobot could not load as (row, frame) pairs: the sync check names both.
+    assert failed == {"frame_count_matches_rows", "video_frames_in_sync"}
+    sync = check_evaluation(ref, "hls_renditions", "video_frames_in_sync")
+    camera = "observation.images.front"
+    assert sync.metadata["findings"].value == [
+        f"episode {e}, camera {camera}: no video of camera {camera} for this episode"
+        for e in (1, 2)
+    ]
     assert camera_summary(ref, "observation.images.front")["sources"] == 1
     assert latest_metadata(ref, "hls_renditions")["failed_videos"] == []
 

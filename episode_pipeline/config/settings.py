@@ -374,3 +374,9 @@ class Settings(EnvSettings):
     queue: QueueSettings = field(default_factory=QueueSettings)
     reconcile: ReconcileSettings = field(default_factory=ReconcileSettings)
     archive_limits: ArchiveLimits = field(default_factory=ArchiveLimits)
+    sync_check_blocking: bool = setting(
+        "SYNC_CHECK_BLOCKING",
+        "`video_frames_in_sync` fails as ERROR and blocks the episode row (docs/sync.md); "
+        "unset, it only warns.",
+        False,
+    )

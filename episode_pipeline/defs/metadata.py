@@ -19,6 +19,9 @@ Cell = str | int | float | bool | None
 # Entries of the `frames` materialization that the frames_state_present check reads.
 STATE_FEATURE_METADATA = "state_feature"
 FILES_WITHOUT_STATE_METADATA = "files_without_state"
+# Entry of the `frames` materialization that video_frames_in_sync reads: per LeRobot episode,
+# rows and timestamp spacing (lerobot/sync.py).
+EPISODE_TIMING_METADATA = "lerobot_episode_timing"
 
 
 def bucket_links(s3: S3BucketResource) -> BucketLinks:

@@ -7,7 +7,7 @@ values shortest-round-trip and writes NaN/inf as ``null`` (jsonb rejects NaN).
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 
 import polars as pl
@@ -42,6 +42,8 @@ FRAMES_SCHEMA = pl.Schema(
 )
 # Rows converted at a time: memory stays at a few MB per batch however long the episode.
 BATCH_ROWS = 8_192
+# Sees each batch as read, before conversion: its `timestamp` (seconds) and `episode_index`.
+BatchObserver = Callable[[pl.DataFrame], None]
 
 
 class FrameDataError(ValueError):
@@ -188,19 +190,23 @@ def _batches(
     path: str,
     frame_order_start: int,
     batch_rows: int,
+    observe: BatchObserver | None = None,
 ) -> Iterator[pl.DataFrame]:
     order = frame_order_start
     try:
         for record_batch in parquet.iter_batches(batch_size=batch_rows, columns=list(columns.read)):
             batch = pl.from_arrow(record_batch)
             assert isinstance(batch, pl.DataFrame)
-            yield _convert(
+            converted = _convert(
                 batch,
                 columns=columns,
                 start=order,
                 path=path,
                 row_offset=order - frame_order_start,
             )
+            if observe is not None:
+                observe(batch)
+            yield converted
             order += batch.height
     except (pa.ArrowException, OSError) as error:
         raise FrameDataError(f"{path}: cannot read rows: {error}") from error
@@ -215,7 +221,10 @@ class FrameStream:
     path: str
 
     def batches(
-        self, frame_order_start: int = 0, batch_rows: int = BATCH_ROWS
+        self,
+        frame_order_start: int = 0,
+        batch_rows: int = BATCH_ROWS,
+        observe: BatchObserver | None = None,
     ) -> Iterator[pl.DataFrame]:
         """Frame rows in bounded batches (memory stays flat for long episodes).
 
@@ -228,6 +237,7 @@ class FrameStream:
             path=self.path,
             frame_order_start=frame_order_start,
             batch_rows=batch_rows,
+            observe=observe,
         )
 
 

@@ -79,6 +79,11 @@ class SampleSpec:
     claimed_codec: str | None = None  # the codec info.json claims (None: the one encoded)
     video_episodes: int | None = None  # LeRobot episodes that have videos (None: all)
     info_overrides: Mapping[str, Any] = field(default_factory=dict)  # e.g. a stale total_frames
+    # Video and data out of step (docs/sync.md), by camera index / LeRobot episode index:
+    short_cameras: Mapping[int, float] = field(default_factory=dict)  # fraction of frames cut
+    late_cameras: Mapping[int, float] = field(default_factory=dict)  # seconds its frames start late
+    dropped_rows: Sequence[tuple[int, int]] = ()  # (episode, frame_index) rows left out: a gap
+    range_end_offsets: Mapping[int, float] = field(default_factory=dict)  # v3.0: to_timestamp +s
 
     @property
     def frames_per_episode(self) -> int:
@@ -112,6 +117,16 @@ class SampleSpec:
             raise SampleError("need cameras >= 0, episodes >= 1 and at least one frame")
         if self.width % 2 or self.height % 2:
             raise SampleError("width and height must be even (yuv420p)")
+        cameras = {*self.short_cameras, *self.late_cameras}
+        if not all(0 <= camera < self.cameras for camera in cameras):
+            raise SampleError("short_cameras and late_cameras take camera indices")
+        if not all(0 <= cut < 1 for cut in self.short_cameras.values()):
+            raise SampleError("short_cameras: the fraction cut must be in [0, 1)")
+        if not all(
+            0 <= e < self.episodes and 0 <= i < self.frames_per_episode
+            for e, i in self.dropped_rows
+        ):
+            raise SampleError("dropped_rows: (episode, frame_index) must exist")
 
 
 @lru_cache(maxsize=1)
@@ -154,10 +169,13 @@ def _video_command(
     source = f"testsrc2=size={spec.width}x{spec.height}:rate={spec.fps}"
     hue = camera * 90 + episode * 37
     filters = f"hue=h={hue}" if hue else "null"
+    frames = max(1, round(frames * (1 - spec.short_cameras.get(camera, 0.0))))
+    late = spec.late_cameras.get(camera)
+    offset = ["-output_ts_offset", f"{late:g}"] if late else []
     return [
         ffmpeg_exe(), "-hide_banner", "-loglevel", "error", "-nostdin", "-y",
         "-f", "lavfi", "-i", source, "-vf", filters, "-frames:v", str(frames), "-an",
-        *_codec_args(spec.codec, spec.fps), "-pix_fmt", "yuv420p", str(out),
+        *_codec_args(spec.codec, spec.fps), "-pix_fmt", "yuv420p", *offset, str(out),
     ]  # fmt: skip
 
 
@@ -191,7 +209,7 @@ def _episode_table(spec: SampleSpec, episode: int, first_index: int) -> pa.Table
     state = 30.0 * np.sin(t[:, None] * 1.5 + phase[None, :])
     action = state + rng.normal(0, 0.5, size=state.shape)
     vectors = {spec.action_key: _vector_array(action), spec.state_key: _vector_array(state)}
-    return pa.table(
+    table = pa.table(
         {
             **{key: values for key, values in vectors.items() if key is not None},
             "timestamp": pa.array(t.astype(np.float32), type=pa.float32()),
@@ -201,6 +219,8 @@ def _episode_table(spec: SampleSpec, episode: int, first_index: int) -> pa.Table
             "task_index": pa.array(np.zeros(n), type=pa.int64()),
         }
     )
+    dropped = {i for e, i in spec.dropped_rows if e == episode}
+    return table.filter(pa.array([i not in dropped for i in range(n)])) if dropped else table
 
 
 def _vector_names(style: str) -> object:
@@ -245,7 +265,7 @@ def _features(spec: SampleSpec) -> dict:
 
 
 def _info(spec: SampleSpec) -> dict:
-    total_frames = spec.frames_per_episode * spec.episodes
+    total_frames = spec.frames_per_episode * spec.episodes - len(set(spec.dropped_rows))
     common = {
         "codebase_version": spec.codebase_version,
         "robot_type": spec.robot_type,
@@ -328,21 +348,24 @@ def _write_v30(root: Path, spec: SampleSpec) -> tuple[list[list[str]], list[pa.T
         jobs.append(_video_command(spec, camera, n * spec.episodes_with_video, video))
     _write_tasks_parquet(root / "meta/tasks.parquet", spec)
 
+    lengths = [table.num_rows for table in tables]
+    ends = np.cumsum(lengths).tolist()
     episodes: dict[str, list] = {
         "episode_index": list(range(spec.episodes)),
         "tasks": [[spec.task]] * spec.episodes,
-        "length": [n] * spec.episodes,
+        "length": lengths,
         "data/chunk_index": [0] * spec.episodes,
         "data/file_index": [0] * spec.episodes,
-        "dataset_from_index": [e * n for e in range(spec.episodes)],
-        "dataset_to_index": [(e + 1) * n for e in range(spec.episodes)],
+        "dataset_from_index": [end - length for end, length in zip(ends, lengths, strict=True)],
+        "dataset_to_index": ends,
     }
     for key in spec.camera_keys:
         episodes[f"videos/{key}/chunk_index"] = [0] * spec.episodes
         episodes[f"videos/{key}/file_index"] = [0] * spec.episodes
         episodes[f"videos/{key}/from_timestamp"] = [e * n / spec.fps for e in range(spec.episodes)]
         episodes[f"videos/{key}/to_timestamp"] = [
-            (e + 1) * n / spec.fps for e in range(spec.episodes)
+            (e + 1) * n / spec.fps + spec.range_end_offsets.get(e, 0.0)
+            for e in range(spec.episodes)
         ]
     episodes["meta/episodes/chunk_index"] = [0] * spec.episodes
     episodes["meta/episodes/file_index"] = [0] * spec.episodes
@@ -376,7 +399,9 @@ def _write_v2(root: Path, spec: SampleSpec) -> tuple[list[list[str]], list[pa.Ta
                 episode_chunk=chunk, video_key=key, episode_index=episode
             )
             jobs.append(_video_command(spec, camera, n, _video_file(root, spec, relative), episode))
-        episodes_lines.append({"episode_index": episode, "tasks": [spec.task], "length": n})
+        episodes_lines.append(
+            {"episode_index": episode, "tasks": [spec.task], "length": table.num_rows}
+        )
         stats_lines.append({"episode_index": episode, "stats": _stats(table, spec)})
     meta = root / "meta"
     meta.mkdir(parents=True, exist_ok=True)

@@ -46,6 +46,10 @@ class VideoProbe:
     frames: int  # video packets in the file (one per frame), counted, not read from the header
     fps: float
     has_audio: bool = False
+    # Presentation times of the first and last frame (seconds on the file's own timeline):
+    # where a camera starts and ends, for the sync check (lerobot/sync.py). None: not probed.
+    start_seconds: float | None = None
+    last_frame_seconds: float | None = None
 
     @property
     def resolution(self) -> str:
@@ -62,6 +66,10 @@ def _duration_ms(container: Any, stream: Any) -> int:
     if container.duration is not None:  # microseconds (AV_TIME_BASE)
         return round(container.duration / 1000)
     return 0
+
+
+def _seconds(pts: int | None, time_base: Fraction | None) -> float | None:
+    return None if pts is None or time_base is None else round(float(pts * time_base), 6)
 
 
 def probe(path: str | Path) -> VideoProbe:
@@ -84,8 +92,14 @@ def probe(path: str | Path) -> VideoProbe:
                 raise ProbeError(f"{path}: video stream has no size ({width}x{height})")
             indexed = int(stream.frames or 0)
             packets, decoded = 0, False
+            first_pts: int | None = None
+            last_pts: int | None = None
             for packet in container.demux(stream):
-                packets += 1 if packet.size else 0
+                if packet.size:
+                    packets += 1
+                    if packet.pts is not None:
+                        first_pts = packet.pts if first_pts is None else min(first_pts, packet.pts)
+                        last_pts = packet.pts if last_pts is None else max(last_pts, packet.pts)
                 if not decoded:  # the last, empty packet flushes the decoder
                     decoded = bool(packet.decode())
             if packets == 0 or not decoded:
@@ -103,6 +117,8 @@ def probe(path: str | Path) -> VideoProbe:
                 frames=packets,
                 fps=float(rate),
                 has_audio=bool(container.streams.audio),
+                start_seconds=_seconds(first_pts, stream.time_base),
+                last_frame_seconds=_seconds(last_pts, stream.time_base),
             )
     except ProbeError:
         raise

@@ -19,6 +19,7 @@ from episode_pipeline.db.schema_check import OPTIONAL_COLUMNS
 from episode_pipeline.defs.asset_keys import EXTRACTED_FILES_KEY
 from episode_pipeline.defs.io_managers.postgres_tables import RowBatches, SkippedRows
 from episode_pipeline.defs.metadata import (
+    EPISODE_TIMING_METADATA,
     FILES_WITHOUT_STATE_METADATA,
     STATE_FEATURE_METADATA,
     table_schema,
@@ -32,10 +33,12 @@ from episode_pipeline.lerobot.frames import (
     FRAME_INDEX,
     FRAMES_SCHEMA,
     TIMESTAMP,
+    BatchObserver,
     FrameColumns,
     FrameDataError,
     open_frame_file,
 )
+from episode_pipeline.lerobot.sync import TimingAccumulator
 from episode_pipeline.storage.bucket import Bucket
 
 FRAMES_TABLE = "frames"
@@ -98,8 +101,9 @@ def frames(
     context: AssetExecutionContext, extracted_files: ExtractedFiles, s3: S3BucketResource
 ) -> Output[RowBatches]:
     # One rule for the whole upload: state/action names from info.json (None: each file's own).
-    features = features_from_info(extracted_files.dataset_info())
-    read = FramesRead(features)
+    info = extracted_files.dataset_info()
+    features = features_from_info(info)
+    read = FramesRead(features, timing=TimingAccumulator(info.fps))
     # Streamed: the IO manager copies each batch as it is made, so memory stays flat however
     # long the episode; what the reading found joins the metadata after the last batch.
     parts = frame_parts(s3.get_client(), extracted_files, read, context.log)
@@ -123,6 +127,7 @@ class FramesRead:
     failed: list[dict[str, str]] = dataclasses.field(default_factory=list)
     without_state: list[dict[str, str]] = dataclasses.field(default_factory=list)
     lerobot_episodes: set[int | None] = dataclasses.field(default_factory=set)
+    timing: TimingAccumulator = dataclasses.field(default_factory=lambda: TimingAccumulator(None))
 
     def metadata(self) -> dict[str, Any]:
         return {
@@ -135,8 +140,21 @@ class FramesRead:
             "files_failed": len(self.failed),
             "failed_files": MetadataValue.json(self.failed),
             "lerobot_episodes": len(self.lerobot_episodes),
+            EPISODE_TIMING_METADATA: MetadataValue.json(self.timing.to_json()),
             FILES_WITHOUT_STATE_METADATA: MetadataValue.json(self.without_state),
         }
+
+
+def timing_observer(timing: TimingAccumulator) -> BatchObserver:
+    """Feeds each batch's raw timestamps (seconds, before rounding to ms) to `timing`."""
+
+    def observe(batch: pl.DataFrame) -> None:
+        episodes = (
+            batch[EPISODE_INDEX].fill_null(0).to_numpy() if EPISODE_INDEX in batch.columns else None
+        )
+        timing.add(batch[TIMESTAMP].cast(pl.Float64).to_numpy(), episodes)
+
+    return observe
 
 
 def frame_parts(
@@ -157,9 +175,11 @@ def file_batches(local: Path, path: str, read: FramesRead, log: Any) -> Iterator
     """
     rows = 0
     episodes: set[int | None] = set()
+    timing = TimingAccumulator(read.timing.fps)  # joins read.timing once the file is read
     try:
         stream = open_frame_file(local, path=path, features=read.features)
-        for batch in stream.batches(frame_order_start=read.rows):
+        observe = timing_observer(timing)
+        for batch in stream.batches(frame_order_start=read.rows, observe=observe):
             rows += batch.height
             episodes.update(batch["lerobot_episode_index"].unique().to_list())
             yield batch
@@ -171,6 +191,7 @@ def file_batches(local: Path, path: str, read: FramesRead, log: Any) -> Iterator
         log.warning(f"{stream.columns.missing_state}: states written as null")
         read.without_state.append({"file": path, "missing": stream.columns.missing_state})
     read.rows += rows
+    read.timing.absorb(timing)
     read.read_columns.append(stream.columns)
     read.lerobot_episodes |= episodes
 

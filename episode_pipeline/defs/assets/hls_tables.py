@@ -34,6 +34,8 @@ SOURCE_COLUMNS = [
     ("fps", "float", "Probed frame rate"),
     ("seconds", "float", "Probed length"),
     ("frames", "int", "Video packets in the file (one per frame)"),
+    ("start_seconds", "float", "When its first frame is shown (its own timeline)"),
+    ("last_frame_seconds", "float", "When its last frame is shown"),
     ("error", "string", "Why it was left out (cannot be downloaded, probed or decoded)"),
 ]
 RENDITION_COLUMNS = [
@@ -89,6 +91,8 @@ def source_rows(result: TranscodeResult) -> list[dict[str, Any]]:
                 "fps": probe.fps,
                 "seconds": probe.duration_ms / 1000,
                 "frames": probe.frames,
+                "start_seconds": probe.start_seconds,
+                "last_frame_seconds": probe.last_frame_seconds,
                 "error": None,
             }
         )

@@ -1,0 +1,243 @@
+"""`video_frames_in_sync`: each LeRobot episode's rows against each camera's frames.
+
+The rule is `lerobot/sync.py` (docs/sync.md); this check only gathers its inputs, all recorded
+by steps that already read the sources: the rows' timing from the `frames` materialization (fed
+while the data parquets streamed), each mp4's probe from the `hls_renditions` materialization
+(the transcode's), and for v3.0 the episodes table (`meta/episodes/*.parquet`, a small file).
+Nothing is decoded again.
+
+WARN by default; `SYNC_CHECK_BLOCKING=1` makes it an ERROR that blocks the episode row.
+"""
+
+import io
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+from dagster import (
+    AssetCheckEvaluation,
+    AssetCheckExecutionContext,
+    AssetCheckKey,
+    AssetCheckResult,
+    AssetChecksDefinition,
+    AssetCheckSeverity,
+    AssetIn,
+    DagsterInstance,
+    MetadataValue,
+)
+from dagster._core.event_api import PartitionKeyFilter
+
+from episode_pipeline.defs.asset_keys import EXTRACTED_FILES_KEY, FRAMES_KEY, HLS_RENDITIONS_KEY
+from episode_pipeline.defs.checks.hls import recorded_sources
+from episode_pipeline.defs.event_log import latest_materialization_metadata
+from episode_pipeline.defs.metadata import EPISODE_TIMING_METADATA, table
+from episode_pipeline.defs.partitions import declared_severity, episode_check
+from episode_pipeline.defs.resources.s3 import S3BucketResource
+from episode_pipeline.episodes.extracted_files import META, ExtractedFiles, videos_by_camera
+from episode_pipeline.lerobot.cameras import locate_video
+from episode_pipeline.lerobot.info import DatasetInfo
+from episode_pipeline.lerobot.sync import (
+    EPISODES_TABLE_PREFIX,
+    TOLERANCE_S,
+    EpisodesTable,
+    SyncReport,
+    VideoFacts,
+    check_sync,
+    episodes_table,
+    path_indices,
+    timings_from_json,
+)
+from episode_pipeline.storage.bucket import Bucket
+
+CHECK_NAME = "video_frames_in_sync"
+DESCRIPTION_FINDINGS = 5  # findings spelled out in the description; all are in the metadata
+SYNC_COLUMNS = [
+    ("episode", "int", "LeRobot episode_index"),
+    ("camera", "string", "Camera (the LeRobot feature key)"),
+    ("file", "string", "The mp4 holding the episode's frames"),
+    ("rows", "int", "Data rows of the episode"),
+    ("frames", "int", "The camera's frames for the episode (v3.0: inside its range)"),
+    ("drift_frames", "int", "frames - rows (± 1 allowed)"),
+    ("drift_seconds", "float", "drift_frames / fps"),
+    ("start_offset_seconds", "float", "First frame minus the first row's time (late: > 0)"),
+    ("timestamps", "string", "ok, or where the rows' timestamps are not 1/fps apart"),
+    ("passed", "bool", "Whether this episode and camera line up"),
+    ("problems", "string", "What does not line up, with the offset"),
+]
+
+
+def video_facts(
+    extracted: ExtractedFiles, info: DatasetInfo | None, recorded: dict[str, list[dict[str, Any]]]
+) -> list[VideoFacts]:
+    """Every mp4 with its path's indices and the transcode's probe of it."""
+    facts = []
+    for camera, files in videos_by_camera(extracted).items():
+        probes = {row["key"]: row for row in recorded.get(camera, [])}
+        for file in files:
+            captured = locate_video(file.path, info).indices
+            probe = probes.get(file.key)
+            common = {
+                "key": file.key,
+                "camera": camera,
+                "indices": path_indices(file.path, captured),
+            }
+            if probe is None or probe.get("error"):
+                error = probe["error"] if probe else "no probe recorded by hls_renditions"
+                facts.append(VideoFacts(**common, error=error))
+                continue
+            facts.append(
+                VideoFacts(
+                    **common,
+                    frames=probe.get("frames"),
+                    seconds=probe.get("seconds"),
+                    fps=probe.get("fps"),
+                    start_seconds=probe.get("start_seconds"),
+                    last_frame_seconds=probe.get("last_frame_seconds"),
+                )
+            )
+    return facts
+
+
+def read_episodes_table(
+    bucket: Bucket, extracted: ExtractedFiles, cameras: list[str]
+) -> EpisodesTable | None:
+    """The v3.0 episodes table (every `meta/episodes/*.parquet`), None when the archive has none."""
+    parts = sorted(
+        (f for f in extracted.files if f.kind == META and f.path.endswith(".parquet")),
+        key=lambda f: f.path,
+    )
+    parts = [f for f in parts if f"/{EPISODES_TABLE_PREFIX}" in f"/{f.path}"]
+    if not parts:
+        return None
+    wanted = {"episode_index", "length"} | {
+        f"videos/{camera}/{name}"
+        for camera in cameras
+        for name in ("chunk_index", "file_index", "from_timestamp", "to_timestamp")
+    }
+    rows: list[dict[str, Any]] = []
+    problems = []
+    for part in parts:
+        try:
+            parquet = pq.ParquetFile(io.BytesIO(bucket.get_bytes(part.key)))
+            columns = [name for name in parquet.schema_arrow.names if name in wanted]
+            rows += parquet.read(columns=columns).to_pylist()
+        except (pa.ArrowException, OSError) as error:
+            problems.append(f"{part.key}: unreadable episodes table ({error})")
+    found = episodes_table(rows, cameras, ", ".join(part.key for part in parts))
+    found.problems[:0] = problems
+    return found
+
+
+def sync_result(
+    report: SyncReport, severity: AssetCheckSeverity, tolerance: float
+) -> AssetCheckResult:
+    """The report as the UI shows it: findings in the description, the episode by camera table."""
+    rows = [
+        {
+            **{name: getattr(row, name) for name, _, _ in SYNC_COLUMNS if hasattr(row, name)},
+            "passed": not row.problems,
+            "problems": "; ".join(row.problems),
+        }
+        for row in report.rows
+    ]
+    shown = report.findings[:DESCRIPTION_FINDINGS]
+    more = len(report.findings) - len(shown)
+    description = "\n".join(shown + ([f"... and {more} more (see findings)"] if more else []))
+    return AssetCheckResult(
+        passed=report.passed,
+        severity=severity,
+        description=description or None,
+        metadata={
+            "per_episode_camera": table(SYNC_COLUMNS, rows),
+            "findings": MetadataValue.json(report.findings),
+            "failing": MetadataValue.json(report.failing),
+            "episodes_checked": len({row.episode for row in report.rows}),
+            "tolerance_s": tolerance,
+        },
+    )
+
+
+def video_frames_in_sync(blocking: bool = False) -> AssetChecksDefinition:
+    """The check; `blocking` (SYNC_CHECK_BLOCKING) makes a failure an ERROR that stops the
+    episode row."""
+    severity = AssetCheckSeverity.ERROR if blocking else AssetCheckSeverity.WARN
+
+    @episode_check(
+        severity=severity,
+        name=CHECK_NAME,
+        asset=HLS_RENDITIONS_KEY,
+        blocking=blocking,
+        additional_ins={"extracted_files": AssetIn(key=EXTRACTED_FILES_KEY)},
+        additional_deps=[FRAMES_KEY],  # reads the timing frames recorded: runs after it
+        description="Video and data line up, per LeRobot episode and camera, the way LeRobot "
+        "checks: rows vs the camera's frames (± 1), its duration vs rows / fps, timestamps "
+        f"1/fps apart (± {TOLERANCE_S:g} s), and for v3.0 the episode's from_timestamp.."
+        "to_timestamp inside the concatenated mp4. Counts come from the transcode's probe and "
+        f"the frames step's read (docs/sync.md). {severity.value}.",
+    )
+    def video_frames_in_sync_check(
+        context: AssetCheckExecutionContext, extracted_files: ExtractedFiles, s3: S3BucketResource
+    ) -> AssetCheckResult:
+        instance, partition = context.instance, context.partition_key
+        severity = declared_severity(context)
+        timing = latest_materialization_metadata(instance, FRAMES_KEY, partition).get(
+            EPISODE_TIMING_METADATA
+        )
+        if not isinstance(timing, dict):
+            return AssetCheckResult(
+                passed=False,
+                severity=severity,
+                description="Not checked: no `frames` materialization recorded the rows' timing "
+                f"({EPISODE_TIMING_METADATA}); materialize frames.",
+            )
+        try:
+            info: DatasetInfo | None = extracted_files.dataset_info()
+        except ValueError:
+            info = None  # the assets already failed on it; the paths still name the cameras
+        videos = video_facts(extracted_files, info, recorded_sources(context))
+        version = info.codebase_version if info else None
+        cameras = sorted({video.camera for video in videos})
+        episodes = None
+        if (version or "").startswith("v3") and cameras:
+            episodes = read_episodes_table(s3.get_client(), extracted_files, cameras)
+        tolerance = float(timing.get("tolerance_s") or TOLERANCE_S)  # what frames measured with
+        report = check_sync(
+            codebase_version=version,
+            fps=(info.fps if info else None) or timing.get("fps"),
+            timings=timings_from_json(timing),
+            videos=videos,
+            table=episodes,
+            tolerance_s=tolerance,
+        )
+        return sync_result(report, severity, tolerance)
+
+    return video_frames_in_sync_check
+
+
+def latest_sync_result(instance: DagsterInstance, partition_key: str) -> dict[str, Any] | None:
+    """The episode's latest sync evaluation as `check` and `status` print it (None: never run)."""
+    key = AssetCheckKey(HLS_RENDITIONS_KEY, CHECK_NAME)
+    latest = instance.event_log_storage.get_latest_asset_check_execution_by_key(
+        [key], partition_filter=PartitionKeyFilter(key=partition_key)
+    ).get(key)
+    event = latest.event if latest else None
+    evaluation = event.dagster_event.event_specific_data if event and event.dagster_event else None
+    if not isinstance(evaluation, AssetCheckEvaluation):
+        return None
+    metadata = {name: value.value for name, value in evaluation.metadata.items()}
+    return {
+        "passed": evaluation.passed,
+        "severity": evaluation.severity.value,
+        "failing": list(metadata.get("failing") or []),
+        "findings": list(metadata.get("findings") or []),
+    }
+
+
+def sync_summary(result: dict[str, Any] | None) -> str:
+    """One cell: `ok`, `2 finding(s): episode 1 / front`, or `-` (not run)."""
+    if result is None:
+        return "-"
+    if result["passed"]:
+        return "ok"
+    failing = ", ".join(result["failing"]) or "see findings"
+    return f"{len(result['findings'])} finding(s): {failing}"
