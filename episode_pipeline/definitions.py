@@ -12,6 +12,7 @@ from typing import Any
 from dagster import Definitions, definitions, in_process_executor
 
 from episode_pipeline.config.settings import Settings
+from episode_pipeline.daemon_throughput import apply_run_status_sensor_limits
 from episode_pipeline.defs.assets.archive import extracted_files, raw_archive
 from episode_pipeline.defs.assets.episode import episode
 from episode_pipeline.defs.assets.episode_metadata import episode_metadata
@@ -88,4 +89,6 @@ def build_definitions(settings: Settings) -> Definitions:
 
 @definitions
 def defs() -> Definitions:
+    # The code server evaluates the run-status sensors: their per-tick limits are set here.
+    apply_run_status_sensor_limits()
     return build_definitions(load_settings())

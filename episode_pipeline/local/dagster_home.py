@@ -14,6 +14,8 @@ from typing import Any
 
 import yaml
 
+from episode_pipeline import daemon_throughput as throughput
+
 MAX_CONCURRENT_RUNS = 2  # a laptop has few cores; FFmpeg runs fill them
 DEFAULT_POOL_LIMIT = 2
 # The whole run's deadline, as in production's dagster.yaml: past it run monitoring terminates
@@ -45,8 +47,13 @@ def instance_config(
             "module": "dagster._core.run_coordinator",
             "class": "QueuedRunCoordinator",
             # Dagster's default 5 s is felt on a laptop, where a run starts in seconds (on ECS
-            # a task's start dwarfs it); the dequeue query is one cheap read.
-            "config": {"dequeue_interval_seconds": 1},
+            # a task's start dwarfs it); the dequeue query is one cheap read. Launches of one
+            # dequeue go side by side, as in production (episode_pipeline/daemon_throughput.py).
+            "config": {
+                "dequeue_interval_seconds": 1,
+                "dequeue_use_threads": True,
+                "dequeue_num_workers": throughput.DEQUEUE_WORKERS,
+            },
         },
         "concurrency": {
             "runs": {
@@ -65,8 +72,8 @@ def instance_config(
             "poll_interval_seconds": MONITORING_POLL_SECONDS,
         },
         # As in production: each sensor ticks on its own thread, so a long reconciliation walk
-        # never holds back the upload sensor.
-        "sensors": {"use_threads": True, "num_workers": 4},
+        # never holds back the upload sensor; a tick's run requests are submitted side by side.
+        "sensors": throughput.daemon_sensor_config(),
         "telemetry": {"enabled": False},
     }
 
