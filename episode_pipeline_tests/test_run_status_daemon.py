@@ -1,0 +1,173 @@
+"""The run-status sensors on the real daemon: a tick that sees mixed runs never fails or wedges.
+
+Dagster fails a run-status sensor's tick that yields both a run reaction and a `SkipReason`,
+without moving its cursor, so every later tick would fail on the same pair. One tick here sees,
+for `episode_upload_done`, two succeeded runs that hold a message around one that holds none (a
+backfill's run), and for `episode_failed_on_run_failure` a failed run that changes its episode
+beside one that changes nothing: every message must be deleted, the episode marked `failed`,
+and no tick of either sensor fail.
+
+The runs are recorded straight into the daemon's instance (their workers would be ECS tasks;
+running them here costs minutes and decides nothing the sensors read): the daemon, its code
+server, the queue and the database are real. Reuses the crash tests' private instance and queue.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+
+import pytest
+from dagster import (
+    DagsterEvent,
+    DagsterEventType,
+    DagsterInstance,
+    DagsterRun,
+    DagsterRunStatus,
+)
+from dagster._core.remote_origin import (
+    InProcessCodeLocationOrigin,
+    RemoteJobOrigin,
+    RemoteRepositoryOrigin,
+)
+from dagster._core.scheduler.instigation import InstigatorTick, TickStatus
+from dagster._core.test_utils import create_run_for_test
+from dagster._core.types.loadable_target_origin import LoadableTargetOrigin
+
+from episode_pipeline.db.connection import connect
+from episode_pipeline.db.episodes import PROCESSING, ensure_episode_row, episode_row
+from episode_pipeline.defs.jobs import EPISODE_JOB_NAME
+from episode_pipeline.defs.runs import PARTITION_TAG, episode_tags
+from episode_pipeline.defs.sensors.sqs import UPLOAD_DONE_SENSOR_NAME, HeldMessage, sqs_tag
+from episode_pipeline.keys import EpisodeRef
+from episode_pipeline_tests.test_crash_daemon import (  # noqa: F401  (the fixture)
+    CrashStage,
+    Daemon,
+    crash_stage,
+    depth,
+    wait_until,
+)
+
+pytestmark = pytest.mark.integration
+
+FAILURE_SENSOR_NAME = "episode_failed_on_run_failure"
+SENSOR_START_SECONDS = 180  # the daemon and its code server start, each sensor ticks once
+REACT_SECONDS = 120
+
+# The code location as the daemon loads it (episode_pipeline/local/workspace.yaml): a
+# run-status sensor only looks at runs of its own location and repository.
+JOB_ORIGIN = RemoteJobOrigin(
+    repository_origin=RemoteRepositoryOrigin(
+        code_location_origin=InProcessCodeLocationOrigin(
+            LoadableTargetOrigin(module_name="episode_pipeline.definitions"),
+            location_name="episode_pipeline",
+        ),
+        repository_name="__repository__",
+    ),
+    job_name=EPISODE_JOB_NAME,
+)
+
+
+def sensor_ticks(instance: DagsterInstance, name: str) -> list[InstigatorTick]:
+    states = [s for s in instance.all_instigator_state() if s.instigator_name == name]
+    return [
+        tick
+        for state in states
+        for tick in instance.get_ticks(state.instigator_origin_id, state.selector_id)
+    ]
+
+
+def started_run(instance: DagsterInstance, tags: dict[str, str]) -> DagsterRun:
+    return create_run_for_test(
+        instance,
+        job_name=EPISODE_JOB_NAME,
+        status=DagsterRunStatus.STARTED,
+        tags=tags,
+        remote_job_origin=JOB_ORIGIN,
+    )
+
+
+def finish(instance: DagsterInstance, run: DagsterRun, event_type: DagsterEventType) -> None:
+    """The event a run worker reports at its end: what the run-status sensors read."""
+    instance.report_dagster_event(
+        DagsterEvent(event_type_value=event_type.value, job_name=run.job_name), run.run_id
+    )
+
+
+def held_message(stage: CrashStage, body: str) -> HeldMessage:
+    """A message on the stage's queue, received and hidden long enough that only its run's
+    success can remove it (the uploads sensor never sees it)."""
+    stage.queue.client.send_message(QueueUrl=stage.queue.queue_url, MessageBody=body)
+    (message,) = stage.queue.client.receive_message(
+        QueueUrl=stage.queue.queue_url, VisibilityTimeout=900, WaitTimeSeconds=1
+    )["Messages"]
+    return HeldMessage(message["MessageId"], message["ReceiptHandle"], 1)
+
+
+def test_a_tick_of_mixed_runs_deletes_every_message_and_marks_every_episode(
+    crash_stage: CrashStage,  # noqa: F811  (the fixture imported above)
+    db_conn,
+) -> None:
+    stage = crash_stage
+    daemon = Daemon(stage, "mixed-run-status-tick")
+    try:
+        with DagsterInstance.from_config(str(stage.dagster_home)) as instance:
+            ticked: Callable[[], bool] = lambda: all(  # noqa: E731
+                sensor_ticks(instance, name)
+                for name in (UPLOAD_DONE_SENSOR_NAME, FAILURE_SENSOR_NAME)
+            )
+            # Their first tick only sets the cursor: runs that end after it are theirs.
+            wait_until(ticked, SENSOR_START_SECONDS, lambda: f"no first ticks:\n{daemon.tail()}")
+            before = {
+                name: {t.tick_id for t in sensor_ticks(instance, name)}
+                for name in (UPLOAD_DONE_SENSOR_NAME, FAILURE_SENSOR_NAME)
+            }
+
+            ref = EpisodeRef("test-org", f"ep-mixed-{uuid.uuid4().hex[:8]}")
+            holding = [
+                started_run(
+                    instance,
+                    {**episode_tags(ref.partition_key), **sqs_tag([held_message(stage, body)])},
+                )
+                for body in ("first upload", "second upload")
+            ]
+            backfill = started_run(instance, {"dagster/backfill": "reprocess"})
+            processing = EpisodeRef("test-org", f"ep-failing-{uuid.uuid4().hex[:8]}")
+            ensure_episode_row(db_conn, processing)
+            db_conn.execute(
+                "UPDATE episodes SET status = %s WHERE id = %s",
+                (PROCESSING, processing.episode_id),
+            )
+            failing = started_run(
+                instance,
+                {**episode_tags(processing.partition_key), PARTITION_TAG: processing.partition_key},
+            )
+            unrelated = started_run(instance, {})  # a run of no episode: changes nothing
+            # Back to back, so the next tick of each sensor sees all of its runs.
+            for run in (holding[0], backfill, holding[1]):
+                finish(instance, run, DagsterEventType.RUN_SUCCESS)
+            for run in (unrelated, failing):
+                finish(instance, run, DagsterEventType.RUN_FAILURE)
+
+            def status() -> str:
+                with connect(stage.settings.database) as conn:
+                    return episode_row(conn, processing)["status"]
+
+            def new_ticks(name: str) -> list[InstigatorTick]:
+                return [t for t in sensor_ticks(instance, name) if t.tick_id not in before[name]]
+
+            def reacted() -> bool:
+                for name in before:  # a failed tick fails the test at once, not at the deadline
+                    failed = [t.error for t in new_ticks(name) if t.status == TickStatus.FAILURE]
+                    assert not failed, (name, failed)
+                return depth(stage.queue) == (0, 0) and status() == "failed"
+
+            wait_until(
+                reacted,
+                REACT_SECONDS,
+                lambda: f"queue {depth(stage.queue)}, episode {status()}\n{daemon.tail()}",
+            )
+            assert all(new_ticks(name) for name in before)
+            assert depth(stage.dlq) == (0, 0)
+    finally:
+        daemon.stop()
