@@ -13,6 +13,7 @@ from pathlib import Path
 
 from episode_pipeline.episodes.keys import EpisodeRef, InvalidEpisodeKey, parse_partition_key
 from episode_pipeline.lerobot.layout import CODEBASE_VERSIONS
+from episode_pipeline.reprocess import add_reprocess_command
 from episode_pipeline.runtime.fast_exit import skip_teardown
 
 
@@ -278,6 +279,8 @@ def build_parser() -> argparse.ArgumentParser:
     dlq_redrive.add_argument("episode", nargs="?", type=_episode_arg)
     dlq_redrive.add_argument("--all", action="store_true", help="every message on the queue")
     dlq.set_defaults(handler=cmd_dlq)
+
+    add_reprocess_command(commands)
 
     demo = commands.add_parser("demo", help="the whole pipeline on sample episodes, locally")
     demo.set_defaults(handler=cmd_demo)

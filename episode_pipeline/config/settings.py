@@ -311,6 +311,44 @@ class ReconcileSettings(EnvSettings):
 
 
 @dataclass(frozen=True)
+class RetentionSettings(EnvSettings):
+    """How long Dagster keeps an episode's runs, events and partition (docs/retention.md)."""
+
+    episode_days: float = setting(
+        "RETENTION_EPISODE_DAYS",
+        "An episode whose latest run succeeded this long ago, with no run in flight and no newer "
+        "upload waiting, loses its runs, event logs, check results and dynamic partition "
+        "(~30,000 live partitions at 10,000 uploads a day).",
+        3.0,
+    )
+    failed_episode_days: float = setting(
+        "RETENTION_FAILED_EPISODE_DAYS",
+        "The same for an episode whose latest run failed: its message can sit 4 days on the "
+        "queue and 14 in the dead-letter queue.",
+        19.0,
+    )
+    upload_record_days: float = setting(
+        "RETENTION_UPLOAD_RECORD_DAYS",
+        "How long the record of a pruned upload's success is kept, so a redelivery or a redrive "
+        "of its message is deleted, not run again.",
+        21.0,
+    )
+    episodes_per_tick: int = setting(
+        "RETENTION_EPISODES_PER_TICK",
+        "The most episodes one retention tick prunes, in batched statements of 500.",
+        5_000,
+    )
+
+    def __post_init__(self) -> None:
+        if not self.episode_days <= self.failed_episode_days <= self.upload_record_days:
+            raise RuntimeError(
+                f"RETENTION_EPISODE_DAYS={self.episode_days} <= RETENTION_FAILED_EPISODE_DAYS="
+                f"{self.failed_episode_days} <= RETENTION_UPLOAD_RECORD_DAYS="
+                f"{self.upload_record_days} must hold"
+            )
+
+
+@dataclass(frozen=True)
 class ArchiveLimits(EnvSettings):
     """Per-episode ceilings that stop a hostile or broken upload early, with a named error.
 
@@ -373,6 +411,7 @@ class Settings(EnvSettings):
     s3_deadlines: S3Deadlines = field(default_factory=S3Deadlines)
     queue: QueueSettings = field(default_factory=QueueSettings)
     reconcile: ReconcileSettings = field(default_factory=ReconcileSettings)
+    retention: RetentionSettings = field(default_factory=RetentionSettings)
     archive_limits: ArchiveLimits = field(default_factory=ArchiveLimits)
     sync_check_blocking: bool = setting(
         "SYNC_CHECK_BLOCKING",

@@ -8,6 +8,7 @@ delivery is decided by the upload's latest run:
 | Latest run of the upload | What the delivery does                                        |
 | ------------------------ | ------------------------------------------------------------- |
 | none                     | requests the run (key = the upload)                           |
+| pruned after it succeeded| deletes the message, starts nothing (docs/retention.md)       |
 | queued or running        | joins it: the message is added to the run's `sqs` tag         |
 | succeeded                | deletes the message, starts nothing                           |
 | failed or canceled       | requests one retry (key derived from the failed run's id)     |
@@ -52,6 +53,7 @@ from episode_pipeline.config.settings import QueueSettings
 from episode_pipeline.defs.assets.archive import report_archive_version
 from episode_pipeline.defs.jobs import EPISODE_JOB_NAME
 from episode_pipeline.defs.resources.sqs import UploadQueueResource
+from episode_pipeline.defs.retention import pruned_successes
 from episode_pipeline.defs.runs import (
     IN_FLIGHT_STATUSES,
     PARTITION_TAG,
@@ -198,6 +200,7 @@ class Outcome(Enum):
     START = "start"
     JOIN = "join"
     DONE = "done"
+    DONE_PRUNED = "done_pruned"  # succeeded; its runs were deleted by the retention policy
     RETRY = "retry"
 
 
@@ -215,11 +218,19 @@ class Decision:
             return f"{self.upload}: joined in-flight run {self.run_id}"
         if self.outcome is Outcome.DONE:
             return f"{self.upload}: run {self.run_id} already succeeded: message deleted"
+        if self.outcome is Outcome.DONE_PRUNED:
+            return (
+                f"{self.upload}: run {self.run_id} succeeded and was pruned since "
+                "(docs/retention.md): message deleted"
+            )
         return f"{self.upload}: run {self.run_id} did not succeed: requested retry {self.run_key}"
 
 
-def decide(upload: str, latest: DagsterRun | None) -> Decision:
-    """The table in the module docstring."""
+def decide(upload: str, latest: DagsterRun | None, pruned_success: str | None = None) -> Decision:
+    """The table in the module docstring; `pruned_success` is the id of the upload's successful
+    run whose runs the retention policy deleted (`retention.pruned_successes`)."""
+    if latest is None and pruned_success is not None:
+        return Decision(Outcome.DONE_PRUNED, upload, run_id=pruned_success)
     if latest is None:
         return Decision(Outcome.START, upload, run_key=upload_run_key(upload))
     if latest.status == DagsterRunStatus.SUCCESS:
@@ -310,6 +321,9 @@ def evaluate_uploads(
     instance = context.instance
     run_requests: list[RunRequest] = []
     latest_runs = latest_runs_of_uploads(instance, [upload_of(h) for h in plan.handoffs])
+    pruned = pruned_successes(
+        instance, [u for u in map(upload_of, plan.handoffs) if u not in latest_runs]
+    )
     known = known_partitions(instance, [h.upload.partition_key for h in plan.handoffs])
     for handoff in plan.handoffs:
         upload = upload_of(handoff)
@@ -319,7 +333,7 @@ def evaluate_uploads(
             + ", ".join(f"{m.message_id} (receive {m.receive_count})" for m in held)
         )
         latest = latest_runs.get(upload)
-        decision = decide(upload, latest)
+        decision = decide(upload, latest, pruned.get(upload))
         if decision.outcome in (Outcome.START, Outcome.RETRY):
             # A re-upload of a known episode shows stale while its run waits in the queue (a new
             # episode has nothing to be stale; one event per upload would halve the tick rate).
@@ -332,7 +346,7 @@ def evaluate_uploads(
                     tags=run_tags(handoff, held),
                 )
             )
-        elif decision.outcome is Outcome.DONE:
+        elif decision.outcome in (Outcome.DONE, Outcome.DONE_PRUNED):
             for message in held:
                 if not _not_yet_succeeded(instance, message):
                     queue.delete(message.receipt_handle)

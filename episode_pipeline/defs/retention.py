@@ -1,0 +1,328 @@
+"""Dagster keeps the working set, not the history (docs/retention.md).
+
+The application's tables and S3 are the record of what was processed; Dagster's run and event
+storage only need the episodes still moving. `prune` deletes, in batched statements, everything
+Dagster holds about an episode that has settled — no run in flight, no newer upload waiting, its
+latest run ended longer ago than the window (`RetentionSettings`) — its runs, their tags, event
+logs and check results, its archive observations and its dynamic partition. The partition comes
+back when the episode is uploaded again or reprocessed (`episode-pipeline reprocess`).
+
+Exactly once survives it: before an upload's successful run is deleted, a one-row record of it
+(`upload_done_records`) is kept in Dagster's key-value table for `upload_record_days`, longer than
+any message of the upload can live (4 days on the queue, 14 in the dead-letter queue). The
+uploads sensor reads it when an upload has no run: a redelivery of a pruned upload is deleted,
+not run a second time.
+
+`prune(instance, settings)` is the one entry point (the retention sensor and the benchmarks call
+it); `prunable` is the rule, without I/O.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import sqlalchemy as sa
+from dagster import DagsterEventType, DagsterInstance, DagsterRunStatus
+
+from episode_pipeline.defs.partitions import EPISODES_PARTITION_NAME
+from episode_pipeline.defs.runs import IN_FLIGHT_STATUSES, UPLOAD_TAG
+from episode_pipeline.config.settings import RetentionSettings
+
+DAY_SECONDS = 24 * 3600
+BATCH_EPISODES = 500  # episodes per group of statements: each statement stays well under 1 s
+# A pass stops starting batches after this long: it runs inside a sensor tick (60 s deadline);
+# a backlog is worked off over the next ticks.
+PASS_SECONDS = 30.0
+UPLOAD_DONE_PREFIX = "episode_pipeline/upload-done/"
+RAW_ARCHIVE_ASSET_KEY = '["raw_archive"]'  # how the event log stores AssetKey(["raw_archive"])
+ASSET_EVENTS = (
+    DagsterEventType.ASSET_MATERIALIZATION.value,
+    DagsterEventType.ASSET_OBSERVATION.value,
+)
+
+
+# -- the rule (pure) ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class EpisodeRuns:
+    """What Dagster's run storage says about one episode partition."""
+
+    partition: str
+    in_flight: bool
+    latest_status: str  # a DagsterRunStatus value
+    last_ended: float  # epoch seconds: the newest end (or last update) among its runs
+    latest_created: float  # epoch seconds: when its newest run was made
+    newest_observation: float | None = None  # a raw-archive version reported (a re-upload)
+
+
+def cutoffs(settings: RetentionSettings, now: float) -> tuple[float, float]:
+    """(succeeded, failed): an episode whose latest run ended before its cutoff may go."""
+    return (
+        now - settings.episode_days * DAY_SECONDS,
+        now - settings.failed_episode_days * DAY_SECONDS,
+    )
+
+
+def prunable(episode: EpisodeRuns, settings: RetentionSettings, now: float) -> bool:
+    if episode.in_flight:
+        return False
+    if episode.newest_observation is not None and (
+        episode.newest_observation > episode.latest_created
+    ):
+        return False  # a newer upload was seen after its last run: its run is still to come
+    succeeded, failed = cutoffs(settings, now)
+    cutoff = succeeded if episode.latest_status == DagsterRunStatus.SUCCESS.value else failed
+    return episode.last_ended < cutoff
+
+
+def upload_record(run_id: str, ended: float) -> str:
+    return json.dumps({"run_id": run_id, "ended": ended}, separators=(",", ":"))
+
+
+@dataclass
+class PruneReport:
+    """What one pass deleted: shown in the retention sensor's tick log and metadata."""
+
+    episodes: int = 0
+    runs: int = 0
+    run_tags: int = 0
+    event_logs: int = 0
+    asset_event_tags: int = 0
+    check_executions: int = 0
+    partitions: int = 0
+    upload_records_kept: int = 0
+    upload_records_expired: int = 0
+    kept_waiting: int = 0  # candidates kept: a newer upload waits for its run
+    seconds: float = 0.0
+    examples: list[str] = field(default_factory=list)  # a few of the episodes pruned
+
+    def add(self, counts: Mapping[str, int]) -> None:
+        for name, value in counts.items():
+            setattr(self, name, getattr(self, name) + value)
+
+    def as_metadata(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def describe(self) -> str:
+        return (
+            f"pruned {self.episodes} episode(s): {self.runs} run(s), {self.run_tags} run tag(s), "
+            f"{self.event_logs} event log row(s), {self.check_executions} check result(s), "
+            f"{self.partitions} partition(s); kept {self.upload_records_kept} upload record(s), "
+            f"expired {self.upload_records_expired}; {self.kept_waiting} kept for a waiting "
+            f"upload; {self.seconds:.1f} s"
+        )
+
+
+# -- I/O: Dagster's run and event storage (one PostgreSQL database) -----------------------------
+
+_CANDIDATES = sa.text(
+    """
+    SELECT partition,
+           (array_agg(status ORDER BY id DESC))[1] AS latest_status,
+           max(coalesce(end_time, extract(epoch FROM update_timestamp))) AS last_ended,
+           extract(epoch FROM max(create_timestamp)) AS latest_created
+      FROM runs
+     WHERE partition IS NOT NULL
+     GROUP BY partition
+    HAVING NOT bool_or(status = ANY(:in_flight))
+       AND max(coalesce(end_time, extract(epoch FROM update_timestamp))) <
+           CASE WHEN (array_agg(status ORDER BY id DESC))[1] = :success
+                THEN :succeeded_cutoff ELSE :failed_cutoff END
+     ORDER BY last_ended
+     LIMIT :limit
+    """
+)
+_NEWEST_OBSERVATIONS = sa.text(
+    """
+    SELECT partition, extract(epoch FROM max(timestamp))
+      FROM event_logs
+     WHERE asset_key = :asset_key AND dagster_event_type = :observation
+       AND partition = ANY(:partitions)
+     GROUP BY partition
+    """
+)
+_RUNS_OF = sa.text(
+    "SELECT run_id FROM runs WHERE partition = ANY(:partitions) AND NOT (status = ANY(:in_flight))"
+)
+_SUCCEEDED_UPLOADS = sa.text(
+    """
+    SELECT t.value, r.run_id, coalesce(r.end_time, extract(epoch FROM r.update_timestamp))
+      FROM run_tags t JOIN runs r ON r.run_id = t.run_id
+     WHERE t.key = :upload_tag AND t.run_id = ANY(:run_ids) AND r.status = :success
+    """
+)
+# Child rows first, the runs last, the partition only if no run of it appeared meanwhile: a pass
+# cut short is finished by the next one.
+_DELETES = (
+    (
+        "asset_event_tags",
+        "DELETE FROM asset_event_tags WHERE event_id IN (SELECT id FROM event_logs"
+        " WHERE run_id = ANY(:run_ids) AND dagster_event_type = ANY(:asset_events))",
+    ),
+    (
+        "asset_event_tags",
+        "DELETE FROM asset_event_tags WHERE event_id IN (SELECT id FROM event_logs"
+        " WHERE run_id = '' AND asset_key = :asset_key AND partition = ANY(:partitions))",
+    ),
+    ("event_logs", "DELETE FROM event_logs WHERE run_id = ANY(:run_ids)"),
+    (
+        "event_logs",
+        "DELETE FROM event_logs WHERE run_id = '' AND asset_key = :asset_key"
+        " AND dagster_event_type = ANY(:asset_events) AND partition = ANY(:partitions)",
+    ),
+    ("check_executions", "DELETE FROM asset_check_executions WHERE run_id = ANY(:run_ids)"),
+    ("run_tags", "DELETE FROM run_tags WHERE run_id = ANY(:run_ids)"),
+    ("runs", "DELETE FROM runs WHERE run_id = ANY(:run_ids)"),
+    (
+        "partitions",
+        "DELETE FROM dynamic_partitions d WHERE partitions_def_name = :partitions_def"
+        " AND partition = ANY(:partitions)"
+        " AND NOT EXISTS (SELECT 1 FROM runs r WHERE r.partition = d.partition)",
+    ),
+)
+_EXPIRE_RECORDS = sa.text(
+    "DELETE FROM kvs WHERE key LIKE :prefix AND (value::json ->> 'ended')::float < :cutoff"
+)
+
+
+def _in_flight() -> list[str]:
+    return [status.value for status in IN_FLIGHT_STATUSES]
+
+
+def _connect(instance: DagsterInstance) -> Any:
+    """A connection to the database holding both the run and the event-log storage."""
+    storage = instance.run_storage
+    if type(storage).__name__ != "PostgresRunStorage":
+        raise RuntimeError(
+            f"retention needs Dagster's PostgreSQL storage (dagster-postgres), not "
+            f"{type(storage).__name__}: the pruning statements are PostgreSQL's"
+        )
+    return storage.connect()  # type: ignore[attr-defined]
+
+
+def candidate_episodes(
+    conn: Any, settings: RetentionSettings, now: float, limit: int
+) -> list[EpisodeRuns]:
+    """The oldest settled episodes past their window, with their newest archive observation."""
+    succeeded, failed = cutoffs(settings, now)
+    rows = conn.execute(
+        _CANDIDATES,
+        {
+            "in_flight": _in_flight(),
+            "success": DagsterRunStatus.SUCCESS.value,
+            "succeeded_cutoff": succeeded,
+            "failed_cutoff": failed,
+            "limit": limit,
+        },
+    ).fetchall()
+    if not rows:
+        return []
+    observed = dict(
+        conn.execute(
+            _NEWEST_OBSERVATIONS,
+            {
+                "asset_key": RAW_ARCHIVE_ASSET_KEY,
+                "observation": DagsterEventType.ASSET_OBSERVATION.value,
+                "partitions": [row[0] for row in rows],
+            },
+        ).fetchall()
+    )
+    return [
+        EpisodeRuns(
+            partition=partition,
+            in_flight=False,
+            latest_status=status,
+            last_ended=float(ended),
+            latest_created=float(created),
+            newest_observation=float(observed[partition]) if partition in observed else None,
+        )
+        for partition, status, ended, created in rows
+    ]
+
+
+def delete_episodes(conn: Any, partitions: Sequence[str]) -> dict[str, int]:
+    """Delete the finished runs of these partitions, their events and the partitions; first
+    keep the record of each upload they succeeded for. Returns rows deleted by kind."""
+    params: dict[str, Any] = {
+        "partitions": list(partitions),
+        "in_flight": _in_flight(),
+        "asset_key": RAW_ARCHIVE_ASSET_KEY,
+        "asset_events": list(ASSET_EVENTS),
+        "partitions_def": EPISODES_PARTITION_NAME,
+        "upload_tag": UPLOAD_TAG,
+        "success": DagsterRunStatus.SUCCESS.value,
+    }
+    params["run_ids"] = [row[0] for row in conn.execute(_RUNS_OF, params).fetchall()]
+    counts = {"runs": 0, "upload_records_kept": 0}
+    records = {
+        UPLOAD_DONE_PREFIX + upload: upload_record(run_id, float(ended))
+        for upload, run_id, ended in conn.execute(_SUCCEEDED_UPLOADS, params).fetchall()
+    }
+    if records:
+        conn.execute(
+            sa.text(
+                "INSERT INTO kvs (key, value) VALUES (:key, :value)"
+                " ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value"
+            ),
+            [{"key": key, "value": value} for key, value in records.items()],
+        )
+        counts["upload_records_kept"] = len(records)
+    for kind, statement in _DELETES:
+        deleted = conn.execute(sa.text(statement), params).rowcount
+        counts[kind] = counts.get(kind, 0) + max(deleted, 0)
+    return counts
+
+
+def prune(
+    instance: DagsterInstance,
+    settings: RetentionSettings | None = None,
+    now: float | None = None,
+    log: Any = None,
+) -> PruneReport:
+    """One pass: up to `settings.episodes_per_tick` settled episodes, oldest first."""
+    settings = settings or RetentionSettings()
+    now = time.time() if now is None else now
+    started = time.monotonic()
+    report = PruneReport()
+    with _connect(instance) as conn:
+        remaining = settings.episodes_per_tick
+        while remaining > 0:
+            batch = candidate_episodes(conn, settings, now, min(BATCH_EPISODES, remaining))
+            chosen = [e.partition for e in batch if prunable(e, settings, now)]
+            report.kept_waiting += len(batch) - len(chosen)
+            if chosen:
+                report.add(delete_episodes(conn, chosen))
+                report.episodes += len(chosen)
+                report.examples.extend(chosen[: max(0, 5 - len(report.examples))])
+                if log is not None:
+                    log.info(f"pruned {len(chosen)} episode(s): {', '.join(chosen[:20])}")
+            remaining -= len(batch)
+            out_of_time = time.monotonic() - started > PASS_SECONDS
+            if len(batch) < BATCH_EPISODES or not chosen or out_of_time:
+                break
+        record_cutoff = now - settings.upload_record_days * DAY_SECONDS
+        report.upload_records_expired = conn.execute(
+            _EXPIRE_RECORDS, {"prefix": UPLOAD_DONE_PREFIX + "%", "cutoff": record_cutoff}
+        ).rowcount
+    report.seconds = time.monotonic() - started
+    return report
+
+
+# -- the uploads sensor's fallback --------------------------------------------------------------
+
+
+def pruned_successes(instance: DagsterInstance, uploads: Iterable[str]) -> dict[str, str]:
+    """Upload → the id of its successful run, for uploads whose runs were pruned: one query."""
+    keys = {UPLOAD_DONE_PREFIX + upload for upload in uploads}
+    if not keys:
+        return {}
+    found = instance.run_storage.get_cursor_values(keys)
+    return {
+        key.removeprefix(UPLOAD_DONE_PREFIX): json.loads(value)["run_id"]
+        for key, value in found.items()
+    }

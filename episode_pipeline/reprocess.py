@@ -1,0 +1,209 @@
+"""`episode-pipeline reprocess`: run episodes again, pruned ones included, as one Dagster backfill.
+
+The episodes come from the application's table (the record that outlives Dagster's retention,
+docs/retention.md): named ones (`ORG/EP ...`) or a filter (`--org`, `--status failed`, `--since`).
+Their partitions are added back where the retention removed them, and one job backfill of the
+episode job is recorded: the daemon launches its runs (each with its org's tags, under the run
+queue's limits) and the UI's Backfills page shows it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from episode_pipeline.episodes.keys import EpisodeRef, InvalidEpisodeKey, parse_partition_key
+
+# The code location as both workspace files name it (workspace.yaml, local/workspace.yaml): the
+# backfill daemon finds the episode job's partition set through it.
+CODE_LOCATION_NAME = "episode_pipeline"
+REPROCESS_TAG = "episode_pipeline/reprocess"
+STATUSES = ("uploaded", "processing", "processed", "failed")
+
+
+@dataclass(frozen=True)
+class Selection:
+    """Which episodes to reprocess: named ones, or every row matching all the filters."""
+
+    episodes: tuple[EpisodeRef, ...] = ()
+    org: str | None = None
+    status: str | None = None
+    since: datetime | None = None
+
+    def describe(self) -> str:
+        if self.episodes:
+            return ", ".join(ref.partition_key for ref in self.episodes[:5]) + (
+                f" and {len(self.episodes) - 5} more" if len(self.episodes) > 5 else ""
+            )
+        filters = [
+            f"org {self.org}" if self.org else "",
+            f"status {self.status}" if self.status else "",
+            f"changed since {self.since:%Y-%m-%d %H:%M}" if self.since else "",
+        ]
+        return ", ".join(f for f in filters if f)
+
+
+def selection_sql(selection: Selection, has_updated_at: bool) -> tuple[str, tuple[Any, ...]]:
+    """The query for a filter selection (pure); raises ValueError for one it cannot answer."""
+    if selection.episodes:
+        raise ValueError("named episodes need no query")
+    if not (selection.org or selection.status or selection.since):
+        raise ValueError("name episodes (ORG/EP ...) or give --org, --status or --since")
+    where, params = [], []
+    if selection.org:
+        where.append("org_id = %s")
+        params.append(selection.org)
+    if selection.status:
+        where.append("status = %s")
+        params.append(selection.status)
+    if selection.since:
+        if not has_updated_at:
+            raise ValueError("the episodes table has no updated_at column: --since cannot filter")
+        where.append("updated_at >= %s")
+        params.append(selection.since)
+    return (
+        f"SELECT org_id, id::text FROM episodes WHERE {' AND '.join(where)} ORDER BY org_id, id",
+        tuple(params),
+    )
+
+
+def select_episodes(conn: Any, selection: Selection) -> list[EpisodeRef]:
+    """The selected episodes; named ones as given (the application may not list them)."""
+    if selection.episodes:
+        return list(dict.fromkeys(selection.episodes))
+    from episode_pipeline.db.schema_check import read_schema
+
+    schema = read_schema(conn)
+    if not schema.has("episodes", "org_id"):
+        raise ValueError("the episodes table has no org_id column: name the episodes as ORG/EP")
+    query, params = selection_sql(selection, schema.has("episodes", "updated_at"))
+    return [EpisodeRef(org_id, episode_id) for org_id, episode_id in conn.execute(query, params)]
+
+
+def launch_backfill(
+    instance: Any, refs: Sequence[EpisodeRef], title: str, tags: dict[str, str] | None = None
+) -> str:
+    """Add the episodes' partitions that are missing, record one backfill of the episode job
+    over them, and return its id (the daemon launches its runs)."""
+    from dagster._core.definitions.repository_definition import SINGLETON_REPOSITORY_NAME
+    from dagster._core.execution.backfill import BulkActionStatus, PartitionBackfill
+    from dagster._core.remote_origin import (
+        InProcessCodeLocationOrigin,
+        RemotePartitionSetOrigin,
+        RemoteRepositoryOrigin,
+    )
+    from dagster._core.remote_representation.external_data import (
+        partition_set_snap_name_for_job_name,
+    )
+    from dagster._core.types.loadable_target_origin import LoadableTargetOrigin
+
+    from episode_pipeline.defs.jobs import EPISODE_JOB_NAME
+    from episode_pipeline.defs.partitions import EPISODES_PARTITION_NAME
+
+    keys = list(dict.fromkeys(ref.partition_key for ref in refs))
+    if not keys:
+        raise ValueError("no episode matches: nothing to reprocess")
+    known = instance.get_existing_dynamic_partitions(EPISODES_PARTITION_NAME, keys)
+    missing = [key for key in keys if key not in known]
+    if missing:
+        instance.add_dynamic_partitions(EPISODES_PARTITION_NAME, missing)
+    origin = RemotePartitionSetOrigin(
+        repository_origin=RemoteRepositoryOrigin(
+            code_location_origin=InProcessCodeLocationOrigin(
+                LoadableTargetOrigin(module_name="episode_pipeline.definitions"),
+                location_name=CODE_LOCATION_NAME,
+            ),
+            repository_name=SINGLETON_REPOSITORY_NAME,
+        ),
+        partition_set_name=partition_set_snap_name_for_job_name(EPISODE_JOB_NAME),
+    )
+    backfill_id = uuid.uuid4().hex[:8]
+    instance.add_backfill(
+        PartitionBackfill(
+            backfill_id=backfill_id,
+            partition_set_origin=origin,
+            status=BulkActionStatus.REQUESTED,
+            partition_names=keys,
+            from_failure=False,
+            reexecution_steps=None,
+            tags={REPROCESS_TAG: "true", **(tags or {})},
+            backfill_timestamp=time.time(),
+            title=title,
+            description=f"{len(keys)} episode(s), {len(missing)} partition(s) added back",
+        )
+    )
+    return backfill_id
+
+
+def reprocess(selection: Selection, instance: Any = None, settings: Any = None) -> dict[str, Any]:
+    """The one entry point: select, bring partitions back, launch the backfill."""
+    from episode_pipeline.db.connection import connect
+    from episode_pipeline.local.stack_env import load_settings
+
+    settings = settings or load_settings()
+    if selection.episodes:
+        refs = select_episodes(None, selection)
+    else:
+        with connect(settings.database) as conn:
+            refs = select_episodes(conn, selection)
+    if instance is None:
+        from dagster import DagsterInstance
+
+        instance = DagsterInstance.get()
+    backfill_id = launch_backfill(instance, refs, f"reprocess: {selection.describe()}")
+    return {"backfill_id": backfill_id, "episodes": len(refs)}
+
+
+# -- command line -------------------------------------------------------------------------------
+
+
+def _episode(value: str) -> EpisodeRef:
+    try:
+        return parse_partition_key(value)
+    except InvalidEpisodeKey as error:
+        raise argparse.ArgumentTypeError(str(error)) from error
+
+
+def _since(value: str) -> datetime:
+    try:
+        stamp = datetime.fromisoformat(value)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(
+            f"--since {value!r}: expected a date or time such as 2026-12-01 or 2026-12-01T08:00"
+        ) from error
+    return stamp if stamp.tzinfo else stamp.replace(tzinfo=UTC)
+
+
+def cmd_reprocess(args: argparse.Namespace) -> int:
+    from episode_pipeline.local.stack_env import apply_local_stack_env
+
+    if apply_local_stack_env():  # no production settings: the local stack, started if down
+        from episode_pipeline.local.stack import ensure_stack
+
+        ensure_stack()
+    selection = Selection(tuple(args.episodes), args.org, args.status, args.since)
+    if selection.episodes and (args.org or args.status or args.since):
+        raise ValueError("name episodes or give filters, not both")
+    outcome = reprocess(selection)
+    print(
+        f"backfill {outcome['backfill_id']}: {outcome['episodes']} episode(s) "
+        "(Dagster UI: Overview → Backfills)"
+    )
+    return 0
+
+
+def add_reprocess_command(commands: Any) -> None:
+    """`reprocess` on the `episode-pipeline` parser."""
+    parser = commands.add_parser(
+        "reprocess", help="run episodes again (pruned ones too) as one Dagster backfill"
+    )
+    parser.add_argument("episodes", nargs="*", type=_episode, metavar="ORG/EP")
+    parser.add_argument("--org", help="every episode of this org")
+    parser.add_argument("--status", choices=STATUSES, help="episodes with this status")
+    parser.add_argument("--since", type=_since, help="episodes whose row changed since (UTC)")
+    parser.set_defaults(handler=cmd_reprocess)
