@@ -317,3 +317,16 @@ def test_a_pruned_episode_is_reprocessed_as_a_backfill_with_its_partition_back(
     assert instance.get_existing_dynamic_partitions(
         EPISODES_PARTITION_NAME, [r.partition_key for r in refs]
     ) == {r.partition_key for r in refs[:2]}
+
+
+@pytest.mark.integration
+def test_an_episode_a_requested_backfill_will_run_is_not_pruned(
+    instance: DagsterInstance, settings: Settings
+) -> None:
+    old = episode(instance, (DagsterRunStatus.SUCCESS, 5))
+    before = state(instance, old)
+
+    reprocess(Selection(episodes=(old,)), instance=instance, settings=settings)
+    prune(instance, POLICY, now=NOW)
+
+    assert state(instance, old) == before

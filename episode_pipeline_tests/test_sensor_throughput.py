@@ -36,3 +36,8 @@ def test_run_status_limits_are_set_unless_the_deployment_set_them() -> None:
     }
     # 1,000 successes within two minutes at one tick every 10 s.
     assert throughput.RUN_STATUS_SENSOR_PROCESS_LIMIT * (120 // 10 - 2) >= 1_000
+
+
+def test_both_instances_purge_sensor_ticks_alike() -> None:
+    production = yaml.safe_load(DAGSTER_YAML.read_text())
+    assert instance_config("pw", 1)["retention"] == production["retention"]

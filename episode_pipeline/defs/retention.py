@@ -97,7 +97,7 @@ class PruneReport:
     partitions: int = 0
     upload_records_kept: int = 0
     upload_records_expired: int = 0
-    kept_waiting: int = 0  # candidates kept: a newer upload waits for its run
+    kept_waiting: int = 0  # candidates kept: a newer upload or a backfill waits to run them
     seconds: float = 0.0
     examples: list[str] = field(default_factory=list)  # a few of the episodes pruned
 
@@ -278,6 +278,16 @@ def delete_episodes(conn: Any, partitions: Sequence[str]) -> dict[str, int]:
     return counts
 
 
+def partitions_of_active_backfills(instance: DagsterInstance) -> set[str]:
+    """Episodes a requested backfill has still to run (`reprocess`): kept, whatever their age."""
+    from dagster._core.execution.backfill import BulkActionsFilter, BulkActionStatus
+
+    backfills = instance.get_backfills(
+        filters=BulkActionsFilter(statuses=[BulkActionStatus.REQUESTED])
+    )
+    return {key for backfill in backfills for key in backfill.partition_names or ()}
+
+
 def prune(
     instance: DagsterInstance,
     settings: RetentionSettings | None = None,
@@ -289,11 +299,14 @@ def prune(
     now = time.time() if now is None else now
     started = time.monotonic()
     report = PruneReport()
+    busy = partitions_of_active_backfills(instance)
     with _connect(instance) as conn:
         remaining = settings.episodes_per_tick
         while remaining > 0:
             batch = candidate_episodes(conn, settings, now, min(BATCH_EPISODES, remaining))
-            chosen = [e.partition for e in batch if prunable(e, settings, now)]
+            chosen = [
+                e.partition for e in batch if prunable(e, settings, now) and e.partition not in busy
+            ]
             report.kept_waiting += len(batch) - len(chosen)
             if chosen:
                 report.add(delete_episodes(conn, chosen))

@@ -74,6 +74,14 @@ def instance_config(
         # As in production: each sensor ticks on its own thread, so a long reconciliation walk
         # never holds back the upload sensor; a tick's run requests are submitted side by side.
         "sensors": throughput.daemon_sensor_config(),
+        # Tick history purged as in production (dagster.yaml); runs and events are pruned by
+        # the retention sensor (docs/retention.md).
+        "retention": {
+            "schedule": {"purge_after_days": 90},
+            "sensor": {
+                "purge_after_days": {"skipped": 3, "success": 14, "failure": 30, "started": 14}
+            },
+        },
         "telemetry": {"enabled": False},
     }
 
