@@ -39,6 +39,10 @@ from dagster import (
 from dagster._core.events import StepMaterializationData
 from dagster._core.execution.backfill import BulkActionStatus
 from dagster._core.test_utils import create_run_for_test
+from episode_pipeline.keys import EpisodeRef
+from episode_pipeline.lerobot.sample import SampleSpec, write_sample
+from episode_pipeline.settings import RetentionSettings, Settings
+from episode_pipeline.upload_queue import UploadQueue
 
 from episode_pipeline.defs.assets.archive import report_archive_version
 from episode_pipeline.defs.jobs import EPISODE_JOB_NAME
@@ -54,15 +58,11 @@ from episode_pipeline.defs.retention import (
 )
 from episode_pipeline.defs.runs import PARTITION_TAG, UPLOAD_TAG, episode_tags, upload_id
 from episode_pipeline.defs.sensors import sqs
-from episode_pipeline.keys import EpisodeRef
-from episode_pipeline.lerobot.sample import SampleSpec, write_sample
 from episode_pipeline.local import aws_setup
 from episode_pipeline.local.dagster_home import instance_config
 from episode_pipeline.local.stack import StackInfo
 from episode_pipeline.local.upload import upload_episode
 from episode_pipeline.reprocess import Selection, reprocess, selection_sql
-from episode_pipeline.settings import RetentionSettings, Settings
-from episode_pipeline.upload_queue import UploadQueue
 
 POLICY = RetentionSettings()  # 3 days; 19 for a failed episode; upload records 21
 NOW = time.time()

@@ -299,7 +299,8 @@ class ReconcileSettings(EnvSettings):
     )
     episodes_per_tick: int = setting(
         "RECONCILE_EPISODES_PER_TICK",
-        "Episodes one tick looks at; the next tick goes on after the last one.",
+        "The fewest episodes the walk of every episode visits per tick; the next tick goes on "
+        "after the last one.",
         200,
     )
     stale_processing_after_seconds: int = setting(
@@ -307,6 +308,30 @@ class ReconcileSettings(EnvSettings):
         "An episode `processing` this long after its last change with no run alive becomes "
         "`failed`.",
         10 * 60,
+    )
+    walk_cycle_seconds: int = setting(
+        "RECONCILE_WALK_CYCLE_SECONDS",
+        "The walk of every episode is sized so the whole table is visited once in this time "
+        "(a lost re-upload of a processed episode).",
+        24 * 3600,
+    )
+    pending_per_tick: int = setting(
+        "RECONCILE_PENDING_PER_TICK",
+        "Never-processed episodes (status `uploaded`) one tick visits, by a cursor of their own.",
+        1_000,
+    )
+    pending_lookback_seconds: int = setting(
+        "RECONCILE_PENDING_LOOKBACK_SECONDS",
+        "Never-processed episodes changed longer ago than this are left to the full walk.",
+        2 * 24 * 3600,
+    )
+    s3_requests_per_hour: int = setting(
+        "RECONCILE_S3_REQUESTS_PER_HOUR",
+        "The most S3 requests reconciliation makes in an hour; the walk's page shrinks to fit.",
+        120_000,
+    )
+    interval_seconds: int = setting(
+        "RECONCILE_INTERVAL_SECONDS", "Between two ticks of the `waiting_uploads` sensor.", 300
     )
 
 

@@ -277,22 +277,72 @@ def episode_refs(conn: psycopg.Connection) -> list[EpisodeRef]:
 def episodes_after(
     conn: psycopg.Connection, schema: DatabaseSchema, after_id: str, limit: int
 ) -> list[tuple[EpisodeRef, datetime | None]]:
-    """Up to `limit` episodes whose id sorts after `after_id`, in id order, with `processed_at`:
-    one page of a walk over every episode that no kind of row can stall (keyset paging, not
-    oldest-first).
+    """Up to `limit` episodes whose id sorts after `after_id` ('' = from the first), in id
+    order, with `processed_at`: one page of a walk over every episode that no kind of row can
+    stall (keyset paging on the primary key, not oldest-first). Any id type: a `uuid` id
+    compares with the previous page's last id, and the first page has no bound at all.
 
     Needs `episodes.org_id` (the upload's prefix): without it nothing can be reconciled.
     """
     if not schema.has("episodes", "org_id"):
         return []
-    processed_at = "processed_at" if schema.has("episodes", "processed_at") else "NULL"
+    return _episode_page(conn, schema, sql.SQL("TRUE"), (), after_id, limit)
+
+
+def pending_episodes(
+    conn: psycopg.Connection,
+    schema: DatabaseSchema,
+    after_id: str,
+    limit: int,
+    settled_seconds: int,
+    lookback_seconds: int,
+) -> list[tuple[EpisodeRef, datetime | None]]:
+    """A page (by id, after `after_id`) of the episodes never processed: status `uploaded`, and
+    where the table keeps `updated_at`, last changed between `lookback_seconds` and
+    `settled_seconds` ago (a younger upload may still be announced; an older one is left to
+    the full walk). The status filter is served by an index on `episodes.status`."""
+    if not schema.has("episodes", "org_id"):
+        return []
+    where: sql.Composable = sql.SQL("status = %s")
+    params: tuple[Any, ...] = (UPLOADED,)
+    if schema.has("episodes", "updated_at"):
+        where = sql.SQL(
+            "status = %s AND updated_at < now() - make_interval(secs => %s)"
+            " AND updated_at >= now() - make_interval(secs => %s)"
+        )
+        params = (UPLOADED, settled_seconds, lookback_seconds)
+    return _episode_page(conn, schema, where, params, after_id, limit)
+
+
+def _episode_page(
+    conn: psycopg.Connection,
+    schema: DatabaseSchema,
+    where: sql.Composable,
+    params: tuple[Any, ...],
+    after_id: str,
+    limit: int,
+) -> list[tuple[EpisodeRef, datetime | None]]:
+    processed_at = sql.SQL("processed_at" if schema.has("episodes", "processed_at") else "NULL")
+    after: sql.Composable = sql.SQL("")
+    if after_id:
+        after, params = sql.SQL(" AND id > %s"), (*params, after_id)
     rows = conn.execute(
-        sql.SQL("SELECT org_id, id, {} FROM episodes WHERE id > %s ORDER BY id LIMIT %s").format(
-            sql.SQL(processed_at)
+        sql.SQL("SELECT org_id, id::text, {} FROM episodes WHERE {}{} ORDER BY id LIMIT %s").format(
+            processed_at, where, after
         ),
-        (after_id, limit),
+        (*params, limit),
     ).fetchall()
     return [(EpisodeRef(org_id, episode_id), done) for org_id, episode_id, done in rows]
+
+
+def estimated_episode_count(conn: psycopg.Connection) -> int:
+    """The planner's row estimate of `episodes` (no scan), or an exact count if never analyzed."""
+    row = conn.execute(
+        "SELECT reltuples::bigint FROM pg_class WHERE oid = to_regclass('episodes')"
+    ).fetchone()
+    if row is not None and row[0] is not None and row[0] > 0:
+        return int(row[0])
+    return int(conn.execute("SELECT count(*) FROM episodes").fetchone()[0])
 
 
 def stale_processing(

@@ -28,9 +28,9 @@ from typing import Any
 import sqlalchemy as sa
 from dagster import DagsterEventType, DagsterInstance, DagsterRunStatus
 
+from episode_pipeline.config.settings import RetentionSettings
 from episode_pipeline.defs.partitions import EPISODES_PARTITION_NAME
 from episode_pipeline.defs.runs import IN_FLIGHT_STATUSES, UPLOAD_TAG
-from episode_pipeline.config.settings import RetentionSettings
 
 DAY_SECONDS = 24 * 3600
 BATCH_EPISODES = 500  # episodes per group of statements: each statement stays well under 1 s

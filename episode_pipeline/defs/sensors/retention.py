@@ -10,8 +10,8 @@ from dagster import (
     sensor,
 )
 
-from episode_pipeline.defs.retention import prune
 from episode_pipeline.config.settings import RetentionSettings
+from episode_pipeline.defs.retention import prune
 
 RETENTION_SENSOR_NAME = "dagster_retention"
 RETENTION_INTERVAL_SECONDS = 600
