@@ -11,8 +11,8 @@ from typing import Any
 
 from dagster import Definitions, definitions, in_process_executor
 
+from episode_pipeline.config.daemon_throughput import apply_run_status_sensor_limits
 from episode_pipeline.config.settings import Settings
-from episode_pipeline.daemon_throughput import apply_run_status_sensor_limits
 from episode_pipeline.defs.assets.archive import extracted_files, raw_archive
 from episode_pipeline.defs.assets.episode import episode
 from episode_pipeline.defs.assets.episode_metadata import episode_metadata

@@ -39,11 +39,8 @@ from dagster import (
 from dagster._core.events import StepMaterializationData
 from dagster._core.execution.backfill import BulkActionStatus
 from dagster._core.test_utils import create_run_for_test
-from episode_pipeline.keys import EpisodeRef
-from episode_pipeline.lerobot.sample import SampleSpec, write_sample
-from episode_pipeline.settings import RetentionSettings, Settings
-from episode_pipeline.upload_queue import UploadQueue
 
+from episode_pipeline.config.settings import RetentionSettings, Settings
 from episode_pipeline.defs.assets.archive import report_archive_version
 from episode_pipeline.defs.jobs import EPISODE_JOB_NAME
 from episode_pipeline.defs.partitions import EPISODES_PARTITION_NAME
@@ -58,11 +55,14 @@ from episode_pipeline.defs.retention import (
 )
 from episode_pipeline.defs.runs import PARTITION_TAG, UPLOAD_TAG, episode_tags, upload_id
 from episode_pipeline.defs.sensors import sqs
+from episode_pipeline.episodes.keys import EpisodeRef
 from episode_pipeline.local import aws_setup
 from episode_pipeline.local.dagster_home import instance_config
 from episode_pipeline.local.stack import StackInfo
 from episode_pipeline.local.upload import upload_episode
 from episode_pipeline.reprocess import Selection, reprocess, selection_sql
+from episode_pipeline.samples.writer import SampleSpec, write_sample
+from episode_pipeline.uploads.upload_queue import UploadQueue
 
 POLICY = RetentionSettings()  # 3 days; 19 for a failed episode; upload records 21
 NOW = time.time()
@@ -330,3 +330,18 @@ def test_an_episode_a_requested_backfill_will_run_is_not_pruned(
     prune(instance, POLICY, now=NOW)
 
     assert state(instance, old) == before
+
+
+def test_the_reprocess_command_reads_names_and_filters() -> None:
+    from episode_pipeline.cli import build_parser
+
+    args = build_parser().parse_args(["reprocess", "--status", "failed", "--since", "2026-12-01"])
+    assert (args.status, args.since, args.episodes) == (
+        "failed",
+        datetime(2026, 12, 1, tzinfo=UTC),
+        [],
+    )
+    named = build_parser().parse_args(["reprocess", "acme/ep-1", "acme/ep-2"])
+    assert [ref.partition_key for ref in named.episodes] == ["acme/ep-1", "acme/ep-2"]
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["reprocess", "--since", "yesterday"])

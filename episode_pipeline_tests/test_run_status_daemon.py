@@ -33,13 +33,13 @@ from dagster._core.remote_origin import (
 from dagster._core.scheduler.instigation import InstigatorTick, TickStatus
 from dagster._core.test_utils import create_run_for_test
 from dagster._core.types.loadable_target_origin import LoadableTargetOrigin
-from episode_pipeline.keys import EpisodeRef
 
 from episode_pipeline.db.connection import connect
 from episode_pipeline.db.episodes import PROCESSING, ensure_episode_row, episode_row
 from episode_pipeline.defs.jobs import EPISODE_JOB_NAME
 from episode_pipeline.defs.runs import PARTITION_TAG, episode_tags
 from episode_pipeline.defs.sensors.sqs import UPLOAD_DONE_SENSOR_NAME, HeldMessage, sqs_tag
+from episode_pipeline.episodes.keys import EpisodeRef
 from episode_pipeline_tests.test_crash_daemon import (  # noqa: F401  (the fixture)
     CrashStage,
     Daemon,

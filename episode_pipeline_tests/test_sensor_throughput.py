@@ -11,7 +11,7 @@ from pathlib import Path
 
 import yaml
 
-from episode_pipeline import daemon_throughput as throughput
+from episode_pipeline.config import daemon_throughput as throughput
 from episode_pipeline.local.dagster_home import instance_config
 
 DAGSTER_YAML = Path(__file__).resolve().parents[1] / "dagster.yaml"

@@ -14,7 +14,7 @@ from typing import Any
 
 import yaml
 
-from episode_pipeline import daemon_throughput as throughput
+from episode_pipeline.config import daemon_throughput as throughput
 
 MAX_CONCURRENT_RUNS = 2  # a laptop has few cores; FFmpeg runs fill them
 DEFAULT_POOL_LIMIT = 2
@@ -48,7 +48,7 @@ def instance_config(
             "class": "QueuedRunCoordinator",
             # Dagster's default 5 s is felt on a laptop, where a run starts in seconds (on ECS
             # a task's start dwarfs it); the dequeue query is one cheap read. Launches of one
-            # dequeue go side by side, as in production (episode_pipeline/daemon_throughput.py).
+            # dequeue go side by side, as in production (config/daemon_throughput.py).
             "config": {
                 "dequeue_interval_seconds": 1,
                 "dequeue_use_threads": True,
