@@ -14,6 +14,7 @@ server, the queue and the database are real. Reuses the crash tests' private ins
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Callable
 
@@ -53,6 +54,7 @@ pytestmark = pytest.mark.integration
 FAILURE_SENSOR_NAME = "episode_failed_on_run_failure"
 SENSOR_START_SECONDS = 180  # the daemon and its code server start, each sensor ticks once
 REACT_SECONDS = 120
+RECEIVE_SECONDS = 60  # the uploads sensor may hold our message for the queue's 24 s
 
 # The code location as the daemon loads it (episode_pipeline/local/workspace.yaml): a
 # run-status sensor only looks at runs of its own location and repository.
@@ -96,12 +98,22 @@ def finish(instance: DagsterInstance, run: DagsterRun, event_type: DagsterEventT
 
 def held_message(stage: CrashStage, body: str) -> HeldMessage:
     """A message on the stage's queue, received and hidden long enough that only its run's
-    success can remove it (the uploads sensor never sees it)."""
-    stage.queue.client.send_message(QueueUrl=stage.queue.queue_url, MessageBody=body)
-    (message,) = stage.queue.client.receive_message(
-        QueueUrl=stage.queue.queue_url, VisibilityTimeout=900, WaitTimeSeconds=1
-    )["Messages"]
-    return HeldMessage(message["MessageId"], message["ReceiptHandle"], 1)
+    success can remove it. Another message received meanwhile (the bucket's s3:TestEvent) is
+    made visible again for the daemon's uploads sensor, which deletes it."""
+    client, url = stage.queue.client, stage.queue.queue_url
+    client.send_message(QueueUrl=url, MessageBody=body)
+    deadline = time.monotonic() + RECEIVE_SECONDS
+    while time.monotonic() < deadline:
+        received = client.receive_message(
+            QueueUrl=url, MaxNumberOfMessages=10, VisibilityTimeout=900, WaitTimeSeconds=1
+        ).get("Messages", [])
+        for message in received:
+            if message["Body"] == body:
+                return HeldMessage(message["MessageId"], message["ReceiptHandle"], 1)
+            client.change_message_visibility(
+                QueueUrl=url, ReceiptHandle=message["ReceiptHandle"], VisibilityTimeout=0
+            )
+    raise AssertionError(f"message {body!r} not received within {RECEIVE_SECONDS} s")
 
 
 def test_a_tick_of_mixed_runs_deletes_every_message_and_marks_every_episode(
