@@ -13,6 +13,7 @@ time (a run worker would take minutes and decide nothing the pruning reads).
 from __future__ import annotations
 
 import dataclasses
+import logging
 import time
 import uuid
 from collections.abc import Iterator
@@ -38,7 +39,10 @@ from dagster import (
 )
 from dagster._core.events import StepMaterializationData
 from dagster._core.execution.backfill import BulkActionStatus
-from dagster._core.test_utils import create_run_for_test
+from dagster._core.storage.tags import BACKFILL_ID_TAG
+from dagster._core.test_utils import create_run_for_test, create_test_daemon_workspace_context
+from dagster._core.workspace.load_target import ModuleTarget
+from dagster._daemon.backfill import execute_backfill_iteration
 
 from episode_pipeline.config.settings import RetentionSettings, Settings
 from episode_pipeline.defs.assets.archive import report_archive_version
@@ -58,6 +62,7 @@ from episode_pipeline.defs.sensors import sqs
 from episode_pipeline.episodes.keys import EpisodeRef
 from episode_pipeline.local import aws_setup
 from episode_pipeline.local.dagster_home import instance_config
+from episode_pipeline.local.dev import WORKSPACE_FILE
 from episode_pipeline.local.stack import StackInfo
 from episode_pipeline.local.upload import upload_episode
 from episode_pipeline.reprocess import Selection, reprocess, selection_sql
@@ -317,6 +322,24 @@ def test_a_pruned_episode_is_reprocessed_as_a_backfill_with_its_partition_back(
     assert instance.get_existing_dynamic_partitions(
         EPISODES_PARTITION_NAME, [r.partition_key for r in refs]
     ) == {r.partition_key for r in refs[:2]}
+
+    # The backfill daemon's own iteration, against the code location as the workspace names it:
+    # one queued run of the episode job per episode, with its org's tags.
+    (location,) = yaml.safe_load(WORKSPACE_FILE.read_text())["load_from"]
+    target = ModuleTarget(
+        module_name=location["python_module"]["module_name"],
+        attribute=None,
+        working_directory=None,
+        location_name=location["python_module"]["location_name"],
+    )
+    with create_test_daemon_workspace_context(target, instance) as workspace:
+        list(execute_backfill_iteration(workspace, logging.getLogger("test_retention")))
+    runs = instance.get_runs(RunsFilter(tags={BACKFILL_ID_TAG: outcome["backfill_id"]}))
+    assert sorted(run.tags[PARTITION_TAG] for run in runs) == sorted(
+        r.partition_key for r in refs[:2]
+    )
+    assert {run.job_name for run in runs} == {EPISODE_JOB_NAME}
+    assert {run.tags["org"] for run in runs} == {org}
 
 
 @pytest.mark.integration
