@@ -150,14 +150,10 @@ def newest_raw_archive(bucket: Bucket, ref: EpisodeRef) -> tuple[ObjectInfo | No
     newest: ObjectInfo | None = None
     requests = 0
     prefixes = [ref.prefix]
+    paginator = bucket.client.get_paginator("list_objects_v2")
     while prefixes:
         prefix = prefixes.pop()
-        token: str | None = None
-        while True:
-            kwargs: dict[str, Any] = {"Bucket": bucket.name, "Prefix": prefix, "Delimiter": "/"}
-            if token:
-                kwargs["ContinuationToken"] = token
-            page = bucket.client.list_objects_v2(**kwargs)
+        for page in paginator.paginate(Bucket=bucket.name, Prefix=prefix, Delimiter="/"):
             requests += 1
             for item in page.get("Contents", []):
                 if not is_raw_archive_key(item["Key"]):
@@ -179,9 +175,6 @@ def newest_raw_archive(bucket: Bucket, ref: EpisodeRef) -> tuple[ObjectInfo | No
                 for p in page.get("CommonPrefixes", [])
                 if p["Prefix"] != f"{ref.prefix}{PROCESSED_DIR}/"
             ]
-            token = page.get("NextContinuationToken")
-            if not token:
-                break
     return newest, requests
 
 
