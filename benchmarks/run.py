@@ -27,6 +27,7 @@ from typing import Any
 from benchmarks import (
     end_to_end,
     extraction,
+    footprint,
     frames_convert,
     frames_load,
     hls,
@@ -37,6 +38,7 @@ from benchmarks.common import REPO_ROOT, BenchContext, Config, Result, machine_f
 
 STAGES: dict[str, ModuleType] = {
     startup.NAME: startup,
+    footprint.NAME: footprint,
     sensor.NAME: sensor,
     frames_load.NAME: frames_load,
     frames_convert.NAME: frames_convert,

@@ -44,8 +44,8 @@ def build_resources(settings: Settings) -> dict[str, Any]:
         "postgres": postgres,
         "s3": s3,
         "upload_queue": UploadQueueResource.from_settings(settings),
-        # FFmpeg runs out of process: a subprocess locally, an ECS task when
-        # TRANSCODE_TASK_DEFINITION is set (production).
+        # FFmpeg runs out of process: a subprocess of the run (by default, also on AWS), or an
+        # ECS task of its own when the run's tags say so (transcode.placement).
         "transcoder": HlsTranscoder.from_settings(settings),
         "s3_io_manager": S3IOManager(s3=s3),
         "postgres_io_manager": PostgresPolarsIOManager(postgres=postgres),
@@ -76,7 +76,7 @@ def build_definitions(settings: Settings) -> Definitions:
         ],
         jobs=[episode_job],
         sensors=[
-            *upload_queue_sensors(settings.queue),
+            *upload_queue_sensors(settings.queue, settings.transcode),
             episode_failed_on_run_failure,
             orphaned_runs,
             *reconciliation_sensors(settings.reconcile),

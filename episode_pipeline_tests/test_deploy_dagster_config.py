@@ -220,8 +220,8 @@ def test_run_launcher_uses_the_terraform_task_definition(aws_env, instance_yaml)
         context = EcsContainerContext.create_for_run(run, launcher)
         return dict(launcher.get_cpu_and_memory_overrides(context, run))
 
-    # The replaced worker's size by default; a heavy episode asks for more with run tags.
-    assert overrides({}) == {"cpu": "1024", "memory": "2048"}
+    # Enough to transcode by default; the uploads sensor sizes each run with these tags.
+    assert overrides({}) == {"cpu": "2048", "memory": "4096"}
     assert overrides({"ecs/cpu": "4096", "ecs/memory": "8192"}) == {
         "cpu": "4096",
         "memory": "8192",

@@ -10,6 +10,7 @@ FFmpeg misbehaving (exiting non-zero, hanging) is played by a shell stand-in tha
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import stat
@@ -20,25 +21,40 @@ import time
 import uuid
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any, ClassVar
 
 import av
 import botocore.exceptions
 import pytest
-from dagster import DagsterInstance, materialize
+from dagster import DagsterInstance, DagsterRunStatus, materialize
+from dagster._core.launcher import LaunchRunContext
+from dagster._core.remote_origin import (
+    InProcessCodeLocationOrigin,
+    RemoteJobOrigin,
+    RemoteRepositoryOrigin,
+)
+from dagster._core.storage.tags import PARTITION_NAME_TAG
+from dagster._core.types.loadable_target_origin import LoadableTargetOrigin
+from dagster_aws.ecs import EcsRunLauncher
 
 from episode_pipeline.config.settings import TranscodeSettings
-from episode_pipeline.definitions import build_resources
+from episode_pipeline.definitions import build_definitions, build_resources
 from episode_pipeline.defs.assets.archive import extracted_files, raw_archive
 from episode_pipeline.defs.assets.hls_renditions import hls_renditions
 from episode_pipeline.defs.checks.hls import HLS_CHECKS
+from episode_pipeline.defs.jobs import EPISODE_JOB_NAME
 from episode_pipeline.defs.partitions import EPISODES_PARTITION_NAME
 from episode_pipeline.defs.resources.transcoder import HlsTranscoder
+from episode_pipeline.defs.runs import ECS_CPU_TAG, ECS_MEMORY_TAG, TRANSCODER_TAG
+from episode_pipeline.defs.sensors import sqs
 from episode_pipeline.episodes.keys import EpisodeRef
 from episode_pipeline.local import aws_setup
+from episode_pipeline.local.stack_env import HOME_ENV
 from episode_pipeline.local.upload import upload_episode
 from episode_pipeline.samples.writer import SampleSpec, pack_archive, write_dataset, write_sample
 from episode_pipeline.transcode.job import task_size
+from episode_pipeline.uploads.upload_queue import UploadQueue
 from episode_pipeline.video import ffmpeg_exe
 from episode_pipeline.video.playlist import (
     check_master,
@@ -89,7 +105,13 @@ class Run:
         return {r.data["camera"]: dict(r.data) for r in records}
 
 
-def run_hls(instance, settings, ref: EpisodeRef, transcoder: HlsTranscoder | None = None) -> Run:
+def run_hls(
+    instance,
+    settings,
+    ref: EpisodeRef,
+    transcoder: HlsTranscoder | None = None,
+    tags: dict[str, str] | None = None,
+) -> Run:
     """Materialize extracted_files + hls_renditions (+ its checks) for the episode's partition."""
     if not instance.has_dynamic_partition(EPISODES_PARTITION_NAME, ref.partition_key):
         instance.add_dynamic_partitions(EPISODES_PARTITION_NAME, [ref.partition_key])
@@ -98,6 +120,7 @@ def run_hls(instance, settings, ref: EpisodeRef, transcoder: HlsTranscoder | Non
         selection=[extracted_files, hls_renditions],
         partition_key=ref.partition_key,
         instance=instance,
+        tags=tags,
         resources={
             **build_resources(settings),
             "transcoder": transcoder or HlsTranscoder(mode="subprocess"),
@@ -386,11 +409,18 @@ class _Container:
     log_group: str
     log_stream: str
     started: threading.Event
+    container: str = "transcode"
     output: list[str] = field(default_factory=list)
     reader: threading.Thread | None = None
     started_at: float = 0.0
     stopped: bool = False
     shipped: bool = False
+
+
+def executable(name: str) -> str:
+    """A program of this virtualenv by name (`dagster`), else the name as given."""
+    beside = Path(sys.executable).parent / name
+    return str(beside) if beside.exists() else name
 
 
 class LocalContainerEcs:
@@ -427,18 +457,22 @@ class LocalContainerEcs:
         definition = self._ecs.describe_task_definition(taskDefinition=kwargs["taskDefinition"])
         (container,) = definition["taskDefinition"]["containerDefinitions"]
         env = {e["name"]: e["value"] for e in container.get("environment", [])}
+        command = list(container.get("command") or [])
         for override in kwargs.get("overrides", {}).get("containerOverrides", []):
             if override["name"] == container["name"]:
                 env.update({e["name"]: e["value"] for e in override.get("environment", [])})
+                command = list(override.get("command") or command)
         env["PATH"] = os.environ.get("PATH", "/usr/bin:/bin")
-        command = list(container["command"])
-        if command[0] == "python":  # the image's interpreter is this virtualenv's here
-            command[0] = sys.executable
+        env["HOME"] = os.environ.get("HOME", "/tmp")
+        # The image's programs (python, dagster) are this virtualenv's here.
+        command[0] = sys.executable if command[0] == "python" else executable(command[0])
         options = container["logConfiguration"]["options"]
         task_id = task["taskArn"].rsplit("/", 1)[1]
         stream = f"{options['awslogs-stream-prefix']}/{container['name']}/{task_id}"
         self._logs.create_log_stream(logGroupName=options["awslogs-group"], logStreamName=stream)
-        run = _Container(None, options["awslogs-group"], stream, threading.Event())
+        run = _Container(
+            None, options["awslogs-group"], stream, threading.Event(), container["name"]
+        )
         self._tasks[task["taskArn"]] = run
 
         def start() -> None:
@@ -494,7 +528,7 @@ class LocalContainerEcs:
         for task in response["tasks"]:
             run = self._tasks[task["taskArn"]]
             code = self._exit_code(run)
-            container = {"name": "transcode", "runtimeId": task["taskArn"]}
+            container = {"name": run.container, "runtimeId": task["taskArn"]}
             if code is None:
                 task["lastStatus"] = "RUNNING" if run.process else "PENDING"
             else:
@@ -531,6 +565,43 @@ class LocalContainerEcs:
         return Waiter()
 
 
+def register_fargate_task(
+    ecs: Any,
+    family: str,
+    container: str,
+    environment: dict[str, str],
+    log_group: str,
+    command: list[str] | None = None,
+) -> None:
+    """A task definition as infra/ecs.tf makes them: Fargate 2 vCPU / 4 GB, one container
+    named like its task, awslogs with the container's name as stream prefix."""
+    definition: dict[str, Any] = {
+        "name": container,
+        "image": "episode-pipeline:test",
+        "essential": True,
+        "memory": 4096,
+        "environment": [{"name": k, "value": v} for k, v in environment.items()],
+        "logConfiguration": {
+            "logDriver": "awslogs",
+            "options": {
+                "awslogs-group": log_group,
+                "awslogs-region": aws_setup.REGION,
+                "awslogs-stream-prefix": container,
+            },
+        },
+    }
+    if command:
+        definition["command"] = command
+    ecs.register_task_definition(
+        family=family,
+        requiresCompatibilities=["FARGATE"],
+        networkMode="awsvpc",
+        cpu="2048",
+        memory="4096",
+        containerDefinitions=[definition],
+    )
+
+
 @pytest.fixture(scope="module")
 def ecs_setup(stack) -> dict[str, Any]:
     """What infra/ecs.tf creates, on moto: VPC, subnet, security group, cluster, log group, and
@@ -557,30 +628,13 @@ def ecs_setup(stack) -> dict[str, Any]:
             "DATA_BUCKET",
         )
     }
-    ecs.register_task_definition(
-        family=f"{name}-transcode",
-        requiresCompatibilities=["FARGATE"],
-        networkMode="awsvpc",
-        cpu="2048",
-        memory="4096",
-        containerDefinitions=[
-            {
-                "name": "transcode",
-                "image": "episode-pipeline:test",
-                "essential": True,
-                "memory": 4096,
-                "command": ["python", "-m", "episode_pipeline.transcode"],
-                "environment": [{"name": k, "value": v} for k, v in environment.items()],
-                "logConfiguration": {
-                    "logDriver": "awslogs",
-                    "options": {
-                        "awslogs-group": log_group,
-                        "awslogs-region": aws_setup.REGION,
-                        "awslogs-stream-prefix": "transcode",
-                    },
-                },
-            }
-        ],
+    register_fargate_task(
+        ecs,
+        f"{name}-transcode",
+        "transcode",
+        environment,
+        log_group,
+        command=["python", "-m", "episode_pipeline.transcode"],
     )
     return {
         "env": {
@@ -609,8 +663,12 @@ def ecs_transcoder(settings, ecs_setup, fake: LocalContainerEcs, **fields: Any) 
         replace(settings, transcode=TranscodeSettings.from_env(ecs_setup["env"]))
     )
     transcoder = LocalEcsTranscoder(**{**base.model_dump(), "poll_seconds": 1, **fields})
-    assert transcoder.mode == "ecs"
+    assert transcoder.mode == "subprocess"  # a run transcodes in its own task unless tagged
     return transcoder
+
+
+# What the uploads sensor tags a run with when its archive is over TRANSCODE_TASK_ABOVE_BYTES.
+ECS_TASK_TAGS = {TRANSCODER_TAG: "ecs"}
 
 
 def test_ecs_one_task_per_episode_holds_one_start_delay(
@@ -624,7 +682,7 @@ def test_ecs_one_task_per_episode_holds_one_start_delay(
     summary = write_sample(archive, SampleSpec(codebase_version="v3.0", cameras=3, seconds=1.0))
     upload_episode(archive, ref)
 
-    run = run_hls(instance, settings, ref, ecs_transcoder(settings, ecs_setup, fake))
+    run = run_hls(instance, settings, ref, ecs_transcoder(settings, ecs_setup, fake), ECS_TASK_TAGS)
 
     assert run.metadata["transcoder"] == "ecs"
     assert run.metadata["failed_videos"] == []
@@ -663,7 +721,7 @@ def test_ecs_task_past_the_step_deadline_is_stopped(
     ffmpeg = stand_in_ffmpeg(tmp_path, "sleep 600")
     transcoder = ecs_transcoder(settings, ecs_setup, fake, ffmpeg=ffmpeg, deadline_seconds=4)
 
-    run = run_hls(instance, settings, ref, transcoder)
+    run = run_hls(instance, settings, ref, transcoder, ECS_TASK_TAGS)
 
     (stop,) = fake.stop_task_requests
     assert stop["reason"] == "transcode deadline of 4 s passed"
@@ -673,3 +731,160 @@ def test_ecs_task_past_the_step_deadline_is_stopped(
     (camera,) = summary["cameras"]
     assert [f["camera"] for f in run.metadata["failed_videos"]] == [camera]
     assert hls_objects(s3_client, stack.bucket, ref) == {}
+
+
+# --- cold starts: the ECS tasks one upload costs ----------------------------------------------
+
+
+RUN_DEADLINE_SECONDS = 300
+RUN_FAMILY_SUFFIX = "-run"
+ASSET_RUN_TASK = "run_task"
+
+
+def register_run_task(ecs_setup: dict[str, Any], stack: Any, bucket: str) -> str:
+    """The run task definition as infra/ecs.tf makes it: the shared environment (here: the
+    stack's, this test's bucket, and the ECS transcode task configured), awslogs."""
+    env = ecs_setup["env"]
+    environment = {
+        **{name: stack.env[name] for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")},
+        "AWS_DEFAULT_REGION": aws_setup.REGION,
+        "AWS_REGION": env["AWS_REGION"],
+        "AWS_ENDPOINT_URL": env["AWS_ENDPOINT_URL"],
+        HOME_ENV: str(stack.home),
+        "DAGSTER_HOME": stack.dagster_home,
+        "DATA_BUCKET": bucket,
+        **{
+            name: env[name]
+            for name in (
+                "ECS_CLUSTER",
+                "ECS_SUBNETS",
+                "ECS_SECURITY_GROUPS",
+                "TRANSCODE_TASK_DEFINITION",
+                "TRANSCODE_CONTAINER_NAME",
+            )
+        },
+        # A step that wrongly waited on a transcode task (moto never runs it) fails in time.
+        "TRANSCODE_DEADLINE_SECONDS": "120",
+    }
+    family = env["ECS_CLUSTER"] + RUN_FAMILY_SUFFIX
+    register_fargate_task(ecs_setup["ecs"], family, "run", environment, ecs_setup["log_group"])
+    return family
+
+
+def run_launcher(ecs_setup: dict[str, Any], family: str, fake: LocalContainerEcs) -> Any:
+    """dagster.yaml's launcher, with the cluster and network given (there is no daemon task to
+    copy them from) and its ECS client the fake."""
+    env = ecs_setup["env"]
+    launcher = EcsRunLauncher(
+        task_definition=family,
+        container_name="run",
+        use_current_ecs_task_config=False,
+        include_sidecars=False,
+        secrets_tag=None,
+        run_resources={"cpu": "2048", "memory": "4096"},
+        run_task_kwargs={
+            "cluster": env["ECS_CLUSTER"],
+            "launchType": "FARGATE",
+            "networkConfiguration": {
+                "awsvpcConfiguration": {
+                    "subnets": [env["ECS_SUBNETS"]],
+                    "securityGroups": [env["ECS_SECURITY_GROUPS"]],
+                    "assignPublicIp": "DISABLED",
+                }
+            },
+        },
+    )
+    launcher.ecs = fake
+    return launcher
+
+
+def tasks_on_cluster(ecs_setup: dict[str, Any]) -> set[str]:
+    """Every task moto's ECS holds on the cluster, running or stopped."""
+    ecs, cluster = ecs_setup["ecs"], ecs_setup["env"]["ECS_CLUSTER"]
+    return {
+        arn
+        for status in ("RUNNING", "STOPPED")
+        for arn in ecs.list_tasks(cluster=cluster, desiredStatus=status)["taskArns"]
+    }
+
+
+def wait_for_run(instance: DagsterInstance, run_id: str) -> Any:
+    deadline = time.monotonic() + RUN_DEADLINE_SECONDS
+    while time.monotonic() < deadline:
+        run = instance.get_run_by_id(run_id)
+        if run is not None and run.is_finished:
+            return run
+        time.sleep(0.5)
+    raise AssertionError(f"run {run_id} did not finish within {RUN_DEADLINE_SECONDS} s")
+
+
+@pytest.mark.slow(seconds=60)
+def test_an_upload_costs_one_ecs_task_by_default(tmp_path, stack, settings, ecs_setup) -> None:
+    """From the S3 event to the episode's success, as on AWS: the uploads sensor requests the
+    run (its tags say where it transcodes and how big its task is), `EcsRunLauncher` starts the
+    run's task, whose container (`dagster api execute_run`, the launcher's command, against the
+    session stack's instance, database and S3) executes the whole episode job. The ECS
+    transcode task is configured in that container's environment: had the step started one, it
+    would show on moto's cluster. One task in all, of the size the sensor chose."""
+    name = f"coldstart-{uuid.uuid4().hex[:8]}"
+    resources = aws_setup.ensure_resources(stack.s3_endpoint, bucket=name, queue_name=name)
+    own = replace(settings, bucket=resources.bucket, sqs_queue_url=resources.queue_url)
+    ref = new_ref()
+    archive = tmp_path / "one-task.tar.zst"
+    write_sample(archive, SampleSpec(codebase_version="v3.0", cameras=1, seconds=1.0))
+    upload_episode(archive, ref, own)
+    queue = UploadQueue(resources.queue_url, own.aws)
+    transcode = TranscodeSettings.from_env(ecs_setup["env"])  # the transcode task available
+    before = tasks_on_cluster(ecs_setup)  # the module's other tests share the cluster
+
+    with DagsterInstance.get() as instance:  # the stack's: the run worker process shares it
+        context = SimpleNamespace(instance=instance, log=logging.getLogger("episode_uploads"))
+        result = sqs.evaluate_uploads(context, queue, transcode)  # type: ignore[arg-type]
+        (request,) = result.run_requests
+        assert request.tags[TRANSCODER_TAG] == "subprocess"
+        assert (request.tags[ECS_CPU_TAG], request.tags[ECS_MEMORY_TAG]) == ("1024", "2048")
+
+        instance.add_dynamic_partitions(EPISODES_PARTITION_NAME, [request.partition_key])
+        job = build_definitions(own).resolve_job_def(EPISODE_JOB_NAME)
+        origin = InProcessCodeLocationOrigin(
+            LoadableTargetOrigin(
+                executable_path=sys.executable, module_name="episode_pipeline.definitions"
+            )
+        )
+        with origin.create_location(instance) as location:
+            repository = location.get_repository("__repository__")
+            remote_job = repository.get_full_job(EPISODE_JOB_NAME)
+            run = instance.create_run_for_job(
+                job_def=job,
+                tags={**request.tags, PARTITION_NAME_TAG: request.partition_key},
+                remote_job_origin=RemoteJobOrigin(
+                    RemoteRepositoryOrigin(origin, "__repository__"), EPISODE_JOB_NAME
+                ),
+                job_code_origin=remote_job.get_python_origin(),
+                status=DagsterRunStatus.NOT_STARTED,
+            )
+        fake = LocalContainerEcs(ecs_setup["ecs"], ecs_setup["logs"])
+        family = register_run_task(ecs_setup, stack, own.bucket)
+        launcher = run_launcher(ecs_setup, family, fake)
+        launcher.register_instance(instance)
+        launcher.launch_run(LaunchRunContext(dagster_run=run, workspace=None))
+
+        finished = wait_for_run(instance, run.run_id)
+        (task,) = fake._tasks.values()
+        assert finished.status == DagsterRunStatus.SUCCESS, "".join(task.output[-40:])
+
+        # Exactly one task for the episode: the run's, at the size the sensor chose.
+        (launched,) = fake.run_task_requests
+        assert f"task-definition/{family}:" in launched["taskDefinition"]
+        assert (launched["overrides"]["cpu"], launched["overrides"]["memory"]) == ("1024", "2048")
+        assert tasks_on_cluster(ecs_setup) - before == set(fake._tasks)
+        (materialization,) = [
+            event.asset_materialization
+            for event in instance.all_logs(run.run_id)
+            if event.asset_materialization
+            and event.asset_materialization.asset_key.to_user_string() == "hls_renditions"
+        ]
+        metadata = {k: v.value for k, v in materialization.metadata.items()}
+        assert metadata["transcoder"] == "subprocess"
+        assert metadata[ASSET_RUN_TASK] == "1 vCPU / 2048 MiB"
+        assert metadata["failed_videos"] == []

@@ -3,10 +3,11 @@ master playlists, what the checks conclude, the Pipes job, the task size and dea
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 
 from episode_pipeline.config.settings import (
-    ECS,
     SUBPROCESS,
     LadderError,
     Settings,
@@ -323,7 +324,8 @@ def test_transcoder_from_env():
         "AWS_REGION": "eu-west-1",
     }
     transcoder = transcoder_for(env)
-    assert transcoder.mode == ECS
+    # The task is available, but a run transcodes in its own task unless its tag says `ecs`.
+    assert transcoder.mode == SUBPROCESS
     assert transcoder.region == "eu-west-1"
     params = transcoder.run_task_params()
     assert params["cluster"] == "pipe"
@@ -500,3 +502,20 @@ def test_probe_names_the_unreadable_file(tmp_path):
     bad.write_bytes(b"\x00\x00\x00\x18ftypisom" + b"\x01" * 500)
     with pytest.raises(ProbeError, match=r"episode_000001\.mp4: not a readable video"):
         probe(bad)
+
+
+def test_ffmpeg_is_found_bundled_or_on_path(monkeypatch, tmp_path):
+    import imageio_ffmpeg
+
+    from episode_pipeline.video import FFmpegNotFound, ffmpeg_exe
+
+    assert ffmpeg_exe() == imageio_ffmpeg.get_ffmpeg_exe()
+    monkeypatch.setitem(sys.modules, "imageio_ffmpeg", None)  # not installed
+    system = tmp_path / "ffmpeg"
+    system.write_text("#!/bin/sh\n")
+    system.chmod(0o755)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    assert ffmpeg_exe() == str(system)
+    monkeypatch.setenv("PATH", str(tmp_path / "nowhere"))
+    with pytest.raises(FFmpegNotFound, match="TRANSCODE_FFMPEG"):
+        ffmpeg_exe()

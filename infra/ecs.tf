@@ -1,5 +1,6 @@
 # ECS on Fargate: three long-running services (webserver, daemon, code server), two task families
-# launched on demand (a run worker per Dagster run, a transcode task per episode video) and one an
+# launched on demand (a run worker per Dagster run, which transcodes the episode itself: one cold
+# start; a transcode task only for archives over var.transcode_task_above_bytes) and one an
 # operator starts by hand (dlq: `episode-pipeline dlq list|redrive`). All six run the same image
 # with different commands.
 
@@ -49,6 +50,7 @@ locals {
       ECS_SECURITY_GROUPS         = aws_security_group.tasks.id
       TRANSCODE_TASK_DEFINITION   = local.transcode_family
       TRANSCODE_CONTAINER_NAME    = "transcode"
+      TRANSCODE_TASK_ABOVE_BYTES  = var.transcode_task_above_bytes == null ? "" : tostring(var.transcode_task_above_bytes)
     } : { name = name, value = value }
   ]
 
@@ -218,15 +220,17 @@ locals {
       container = { command = ["dagster-daemon", "run", "-w", "/opt/dagster/dagster_home/workspace.yaml"] }
     }
     # Run workers: EcsRunLauncher starts this family (DAGSTER_RUN_TASK_DEFINITION) with the run's
-    # command; `ecs/cpu` and `ecs/memory` run tags override the size per run.
+    # command. A run transcodes in its own task, so the default size can run FFmpeg; the uploads
+    # sensor sizes each run from its upload with the `ecs/cpu` and `ecs/memory` run tags.
     run = {
       cpu       = var.run_cpu
       memory    = var.run_memory
       storage   = var.task_ephemeral_storage_gib
       container = {}
     }
-    # Transcode: started by a run through PipesECSClient, which reads the task's Pipes messages
-    # from CloudWatch Logs, hence the awslogs driver with a stream prefix.
+    # Transcode: started through PipesECSClient by a run tagged `episode_pipeline/transcoder=ecs`
+    # (archives over var.transcode_task_above_bytes), which reads the task's Pipes messages from
+    # CloudWatch Logs, hence the awslogs driver with a stream prefix.
     transcode = {
       cpu       = var.transcode_cpu
       memory    = var.transcode_memory

@@ -239,19 +239,30 @@ variable "code_server_memory" {
 }
 
 variable "run_cpu" {
-  description = "CPU units of a run worker task (one episode's run). Per-run override: the `ecs/cpu` run tag."
-  type        = number
-  default     = 1024
-}
-
-variable "run_memory" {
-  description = "Memory (MiB) of a run worker task. Per-run override: the `ecs/memory` run tag."
+  description = "CPU units of a run worker task (one episode's run, transcode included) when its run has no size tags; the uploads sensor sizes each run with the `ecs/cpu` run tag."
   type        = number
   default     = 2048
 }
 
+variable "run_memory" {
+  description = "Memory (MiB) of a run worker task without size tags; the uploads sensor sets the `ecs/memory` run tag."
+  type        = number
+  default     = 4096
+}
+
+variable "transcode_task_above_bytes" {
+  description = "Archives larger than this (bytes) transcode in a transcode task of their own (a second cold start); null: every episode transcodes in its run's task (docs/deploying.md#cold-starts)."
+  type        = number
+  default     = null
+
+  validation {
+    condition     = var.transcode_task_above_bytes == null ? true : var.transcode_task_above_bytes >= 1
+    error_message = "transcode_task_above_bytes must be null or at least 1."
+  }
+}
+
 variable "transcode_cpu" {
-  description = "CPU units of the transcode task (FFmpeg, started by a run through PipesECSClient)."
+  description = "CPU units of the transcode task (FFmpeg, started by a run through PipesECSClient for archives over transcode_task_above_bytes)."
   type        = number
   default     = 2048
 }

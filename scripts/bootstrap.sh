@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Creates .venv with uv and installs the project with its dev tools. Idempotent and quick when
+# Creates .venv with uv and installs the project with the local stack and the dev tools (the
+# extras [local] and [dev]; the production image installs neither). Idempotent and quick when
 # nothing changed. On a bare Debian/Ubuntu, python3's venv module comes from apt (python3-venv).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -24,7 +25,7 @@ fi
 # process would compile Dagster's source again (~3 s of CPU each; docs/platform-notes.md).
 stamp=.venv/.installed-compiled
 if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
-  UV_PYTHON_DOWNLOADS=never .venv/bin/uv pip install -q --python .venv/bin/python -e '.[dev]'
+  UV_PYTHON_DOWNLOADS=never .venv/bin/uv pip install -q --python .venv/bin/python -e '.[local,dev]'
   # A few packages ship files that do not compile (templates, other Pythons' tests): not ours.
   .venv/bin/python -m compileall -q -j 0 \
     "$(.venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')" \

@@ -183,15 +183,19 @@ class VideoSettings(EnvSettings):
 
 @dataclass(frozen=True)
 class TranscodeSettings(EnvSettings):
-    """Where FFmpeg runs: a subprocess of the run (laptop, tests) or an ECS task (production).
+    """Where FFmpeg runs: a subprocess of the run (by default, here and on AWS: one cold start
+    per episode) or an ECS task of its own (`ecs`, for archives over a size threshold).
 
-    ECS mode is chosen by `TRANSCODE_TASK_DEFINITION` (infra/ecs.tf sets it on the run task).
-    All cameras of an episode go to one transcode process.
+    `TRANSCODE_TASK_DEFINITION` (infra/ecs.tf sets it) makes the ECS task available; the uploads
+    sensor sends an episode there when its archive is larger than TRANSCODE_TASK_ABOVE_BYTES
+    and says so in the run's tags (`transcode.placement`). All cameras of an episode go to one
+    transcode process.
     """
 
     task_definition: str | None = setting(
         "TRANSCODE_TASK_DEFINITION",
-        "The ECS task definition of the transcode; set: transcode on ECS, unset: in a subprocess.",
+        "The ECS task definition of the transcode task, for runs tagged "
+        "`episode_pipeline/transcoder=ecs`; unset: every run transcodes in a subprocess.",
         None,
         infra=True,
     )
@@ -223,9 +227,16 @@ class TranscodeSettings(EnvSettings):
     )
     max_vcpu: int = setting(
         "TRANSCODE_MAX_VCPU",
-        "The largest ECS task an episode gets (1 vCPU per camera, a Fargate size of 1, 2, 4, 8 "
-        "or 16 vCPU with 2 GiB per vCPU).",
+        "The largest ECS task an episode gets, run or transcode task (1 vCPU per camera or per "
+        "128 MiB of archive, a Fargate size of 1, 2, 4, 8 or 16 vCPU with 2 GiB per vCPU).",
         4,
+    )
+    task_above_bytes: int | None = setting(
+        "TRANSCODE_TASK_ABOVE_BYTES",
+        "Archives larger than this many bytes transcode in an ECS task of their own (a second "
+        "cold start; docs/deploying.md#cold-starts); unset: every run transcodes in its own task.",
+        None,
+        infra=True,
     )
 
     def __post_init__(self) -> None:
@@ -237,7 +248,8 @@ class TranscodeSettings(EnvSettings):
 
     @property
     def mode(self) -> TranscodeMode:
-        return ECS if self.task_definition else SUBPROCESS
+        """Where a run without the `episode_pipeline/transcoder` tag transcodes: in its task."""
+        return SUBPROCESS
 
     @property
     def preset(self) -> str:

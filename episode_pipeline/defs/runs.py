@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 import socket
-from collections.abc import Collection, Iterable
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -22,8 +22,10 @@ from dagster import (
 )
 from dagster._core.storage.tags import PARTITION_NAME_TAG
 
+from episode_pipeline.config.settings import ECS, SUBPROCESS, TranscodeMode
 from episode_pipeline.defs.partitions import EPISODES_PARTITION_NAME, episode_partitions
 from episode_pipeline.episodes.keys import EpisodeRef, InvalidEpisodeKey, parse_partition_key
+from episode_pipeline.transcode.placement import Placement
 
 ORG_TAG = "org"  # the run queue's per-org concurrency limit reads it (dagster.yaml)
 EPISODE_TAG = "episode"  # for filtering runs in the UI; the partition tag holds ORG/EP
@@ -34,6 +36,11 @@ UPLOAD_TAG = "episode_pipeline/upload"
 HOST_TAG = "episode_pipeline/host"
 PID_TAG = "episode_pipeline/pid"
 RECONCILED_TAG = "episode_pipeline/reconciled"
+# Where the run's transcode runs (`subprocess`: in the run's own task; `ecs`: a task of its own),
+# and the run task's size, read by EcsRunLauncher (a valid Fargate cpu/memory pair).
+TRANSCODER_TAG = "episode_pipeline/transcoder"
+ECS_CPU_TAG = "ecs/cpu"
+ECS_MEMORY_TAG = "ecs/memory"
 
 # A run that may still do work. Dagster's IN_PROGRESS_RUN_STATUSES leaves out QUEUED and
 # NOT_STARTED, so a run waiting behind the per-org limit would look absent and get a twin.
@@ -53,6 +60,30 @@ def episode_tags(partition_key: str) -> dict[str, str]:
     """Tags on every run of an episode, however it was launched (sensor, backfill, Launchpad)."""
     ref = parse_partition_key(partition_key)
     return {ORG_TAG: ref.org_id, EPISODE_TAG: ref.episode_id}
+
+
+def placement_tags(placement: Placement) -> dict[str, str]:
+    """The run tags that carry a `Placement`: the transcoder, and the task size if any."""
+    tags = {TRANSCODER_TAG: placement.mode}
+    if placement.run_size is not None:
+        tags |= {
+            ECS_CPU_TAG: str(placement.run_size.cpu),
+            ECS_MEMORY_TAG: str(placement.run_size.memory),
+        }
+    return tags
+
+
+def transcoder_of(tags: Mapping[str, str], default: TranscodeMode) -> TranscodeMode:
+    """The run's transcoder by its tag, else `default`; a tag naming neither is an error."""
+    value = tags.get(TRANSCODER_TAG)
+    if value is None:
+        return default
+    if value not in (SUBPROCESS, ECS):
+        raise ValueError(
+            f"run tag {TRANSCODER_TAG}={value!r}: must be {SUBPROCESS!r} (in the run's task) or "
+            f"{ECS!r} (a transcode task of its own)"
+        )
+    return value  # type: ignore[return-value]
 
 
 def in_process_tags() -> dict[str, str]:

@@ -137,13 +137,19 @@ class TaskSize:
         return self.cpu // 1024
 
 
+def fargate_size(vcpus: int, max_vcpu: int) -> TaskSize:
+    """The smallest Fargate size with at least `vcpus`, capped at `max_vcpu`, with 2 GiB per
+    vCPU (a valid Fargate cpu/memory pair at every size)."""
+    ceiling = max([v for v in FARGATE_VCPUS if v <= max(1, max_vcpu)], default=1)
+    chosen = next((v for v in FARGATE_VCPUS if v >= vcpus), FARGATE_VCPUS[-1])
+    chosen = min(chosen, ceiling)
+    return TaskSize(cpu=chosen * 1024, memory=chosen * MIB_PER_VCPU)
+
+
 def task_size(cameras: int, max_vcpu: int) -> TaskSize:
     """One vCPU per camera (cameras are encoded in parallel), rounded up to a Fargate size and
     capped at `max_vcpu`: a one-camera episode gets 1 vCPU, a three-camera one 4."""
-    ceiling = max([v for v in FARGATE_VCPUS if v <= max(1, max_vcpu)], default=1)
-    vcpus = next((v for v in FARGATE_VCPUS if v >= cameras), FARGATE_VCPUS[-1])
-    vcpus = min(vcpus, ceiling)
-    return TaskSize(cpu=vcpus * 1024, memory=vcpus * MIB_PER_VCPU)
+    return fargate_size(cameras, max_vcpu)
 
 
 def step_deadline(

@@ -156,11 +156,11 @@ run "tasks_services_logs_and_registry" {
       "code-server" = ["episode-pipeline-code-server", "512", "1024", []]
       daemon        = ["episode-pipeline-daemon", "512", "1024", []]
       dlq           = ["episode-pipeline-dlq", "256", "512", []]
-      run           = ["episode-pipeline-run", "1024", "2048", [50]]
+      run           = ["episode-pipeline-run", "2048", "4096", [50]]
       transcode     = ["episode-pipeline-transcode", "2048", "4096", [50]]
       webserver     = ["episode-pipeline-webserver", "512", "1024", []]
     })
-    error_message = "Task sizes: runs 1 vCPU / 2 GB, transcodes 2 vCPU / 4 GB, services 0.5 vCPU / 1 GB, the dlq task 0.25 vCPU / 0.5 GB; runs and transcodes 50 GiB of disk."
+    error_message = "Task sizes: runs (which transcode) and transcodes 2 vCPU / 4 GB, services 0.5 vCPU / 1 GB, the dlq task 0.25 vCPU / 0.5 GB; runs and transcodes 50 GiB of disk."
   }
 
   assert {
@@ -247,6 +247,7 @@ run "tasks_services_logs_and_registry" {
       ECS_SECURITY_GROUPS         = aws_security_group.tasks.id
       TRANSCODE_TASK_DEFINITION   = aws_ecs_task_definition.task["transcode"].family
       TRANSCODE_CONTAINER_NAME    = "transcode"
+      TRANSCODE_TASK_ABOVE_BYTES  = ""
     }
     error_message = "The tasks' environment: ${jsonencode(output.environment)}"
   }

@@ -1,9 +1,10 @@
-"""`hls_renditions`: every camera's HLS, transcoded outside the run through Dagster Pipes.
+"""`hls_renditions`: every camera's HLS, transcoded by a Dagster Pipes process.
 
 Per camera under `processed/hls/<camera>/`: the compatibility rendition `playlist.m3u8`
 (baseline, level 3.0, 4-second segments), an adaptive ladder beside it listed by `master.m3u8`,
 and `poster.jpg` (docs/contract.md#hls-renditions). All cameras of the episode go to one
-transcode process (one ECS task in production), encoded in parallel inside it.
+transcode process (a subprocess of the run, or an ECS task of its own), encoded in parallel
+inside it.
 
 A video error is logged and the episode can still be processed: a camera whose videos fail is
 listed in `failed_videos` and the asset still materializes; the WARN checks (`checks/hls.py`)
@@ -31,6 +32,7 @@ from episode_pipeline.defs.metadata import bucket_links, table
 from episode_pipeline.defs.partitions import SERVING, episode_asset
 from episode_pipeline.defs.resources.s3 import S3BucketResource
 from episode_pipeline.defs.resources.transcoder import HlsTranscoder, TranscodeOutcome
+from episode_pipeline.defs.runs import ECS_CPU_TAG, ECS_MEMORY_TAG
 from episode_pipeline.episodes.extracted_files import (
     ExtractedFiles,
     ProcessedFile,
@@ -78,7 +80,8 @@ def failed_videos(result: TranscodeResult, files: list[ProcessedFile]) -> list[F
     "`processed/hls/<camera>/playlist.m3u8` (H.264 baseline, level 3.0, 4-second segments), an "
     "adaptive ladder beside it listed by `master.m3u8` (never above the source), and "
     "`poster.jpg`. All cameras go to one `python -m episode_pipeline.transcode` through Dagster "
-    "Pipes (a subprocess locally, one ECS task in production). A video that cannot be "
+    "Pipes (a subprocess of the run; an ECS task of its own when the run's "
+    "`episode_pipeline/transcoder` tag says `ecs`). A video that cannot be "
     "transcoded is listed in `failed_videos`; it does not fail the episode.",
 )
 def hls_renditions(
@@ -141,12 +144,17 @@ def hls_renditions(
         "transcode_seconds": round(transcode_seconds, 3),
         "transcode_deadline_seconds": outcome.deadline_seconds,
         "failed_videos": MetadataValue.json(failed),
-        "transcoder": transcoder.mode,
+        "transcoder": outcome.mode,
         "hls_prefix": MetadataValue.url(links.folder(ref.hls_root)),
     }
     if outcome.task_size is not None:
         metadata["transcode_task"] = (
             f"{outcome.task_size.vcpus} vCPU / {outcome.task_size.memory} MiB"
+        )
+    if ECS_CPU_TAG in context.run.tags:  # the run's own task, sized by the uploads sensor
+        metadata["run_task"] = (
+            f"{int(context.run.tags[ECS_CPU_TAG]) // 1024} vCPU / "
+            f"{context.run.tags.get(ECS_MEMORY_TAG)} MiB"
         )
     if outcome.error:
         metadata["transcode_error"] = outcome.error

@@ -1,17 +1,20 @@
-"""Where the FFmpeg work runs: a local subprocess or an ECS task, both through Dagster Pipes.
+"""Where the FFmpeg work runs: a subprocess of the run or an ECS task, both through Dagster Pipes.
 
 One process per episode: every camera goes to the same `python -m episode_pipeline.transcode`,
-which encodes them in parallel, so an episode pays one cold start. The resource sends it a
-`TranscodeJob` as Pipes extras and collects one `TranscodeResult` per camera from its custom
-messages:
+which encodes them in parallel. The resource sends it a `TranscodeJob` as Pipes extras and
+collects one `TranscodeResult` per camera from its custom messages. The run's
+`episode_pipeline/transcoder` tag (set by the uploads sensor, `transcode.placement`) chooses,
+else the resource's `mode`:
 
-- `subprocess` (laptop, tests): the child is started in its own session with this resource's AWS
-  endpoint and keys (so it reaches the same S3); past the step's deadline it gets SIGTERM (it
-  kills its FFmpegs and exits), then SIGKILL for its whole process group;
-- `ecs` (production): `PipesECSClient` runs the `TRANSCODE_TASK_DEFINITION` task on
-  `ECS_CLUSTER` (Fargate, private subnets, no public IP), sized to the episode (`task_size`), and
-  reads the Pipes messages from the container's CloudWatch log stream (the task definition's
-  `awslogs` driver with a stream prefix); past the deadline the task is stopped (`StopTask`).
+- `subprocess` (the default, on a laptop and on AWS: the run's own task transcodes, so an
+  episode pays one cold start): the child is started in its own session with this resource's
+  AWS endpoint and keys (so it reaches the same S3); past the step's deadline it gets SIGTERM
+  (it kills its FFmpegs and exits), then SIGKILL for its whole process group;
+- `ecs` (large episodes, a second cold start): `PipesECSClient` runs the
+  `TRANSCODE_TASK_DEFINITION` task on `ECS_CLUSTER` (Fargate, private subnets, no public IP),
+  sized to the episode (`task_size`), and reads the Pipes messages from the container's
+  CloudWatch log stream (the task definition's `awslogs` driver with a stream prefix); past the
+  deadline the task is stopped (`StopTask`).
 
 Either way a late transcode is reported with the cameras it finished; the rest count as failed.
 """
@@ -48,6 +51,7 @@ from episode_pipeline.defs.resources.settings_fields import (
     setting_field,
     settings_from,
 )
+from episode_pipeline.defs.runs import TRANSCODER_TAG, transcoder_of
 from episode_pipeline.storage.aws import aws_client
 from episode_pipeline.transcode.job import (
     TaskSize,
@@ -127,13 +131,16 @@ class TranscodeOutcome:
     error: str | None = None
     deadline_seconds: float = 0.0
     task_size: TaskSize | None = None  # ECS only
+    mode: str = SUBPROCESS
 
 
 class HlsTranscoder(AwsResource):
     """Runs one episode's transcode as an external process and returns its cameras' results."""
 
     mode: Literal["subprocess", "ecs"] = Field(
-        default=SUBPROCESS, description="`subprocess` locally, `ecs` in production."
+        default=SUBPROCESS,
+        description="Where a run without the `episode_pipeline/transcoder` tag transcodes: "
+        "`subprocess` (in the run's own task) or `ecs` (a transcode task of its own).",
     )
     python_executable: str | None = Field(
         default=None, description="subprocess mode: the interpreter (default: this one)."
@@ -146,6 +153,7 @@ class HlsTranscoder(AwsResource):
     poll_seconds: int = Field(default=6, description="ecs mode: seconds between task polls.")
     max_vcpu: int = setting_field(TranscodeSettings, "max_vcpu")
     deadline_seconds: float | None = setting_field(TranscodeSettings, "deadline_seconds")
+    task_above_bytes: int | None = setting_field(TranscodeSettings, "task_above_bytes")
     # What the transcode program makes of each camera: `VideoSettings`, field by field.
     preset: str = setting_field(VideoSettings, "preset")
     ladder: list[str] = setting_field(VideoSettings, "ladder")
@@ -162,7 +170,8 @@ class HlsTranscoder(AwsResource):
 
     @classmethod
     def from_settings(cls, settings: Settings) -> HlsTranscoder:
-        """ECS mode when TRANSCODE_TASK_DEFINITION is set (production), else a subprocess."""
+        """A subprocess by default; the ECS task is available when TRANSCODE_TASK_DEFINITION is
+        set (production), for the runs whose tag asks for it."""
         transcode = settings.transcode
         return cls(
             mode=transcode.mode,
@@ -195,7 +204,8 @@ class HlsTranscoder(AwsResource):
         """The `run_task` request for one transcode (PipesECSClient adds env and tags)."""
         if not self.task_definition or not self.ecs_cluster or not self.ecs_subnets:
             raise RuntimeError(
-                "HlsTranscoder(mode='ecs') needs task_definition, ecs_cluster and ecs_subnets "
+                "the ECS transcode (mode 'ecs' or run tag "
+                f"{TRANSCODER_TAG}=ecs) needs task_definition, ecs_cluster and ecs_subnets "
                 "(TRANSCODE_TASK_DEFINITION, ECS_CLUSTER, ECS_SUBNETS)"
             )
         network: dict[str, Any] = {"subnets": self.ecs_subnets, "assignPublicIp": "DISABLED"}
@@ -296,8 +306,9 @@ class HlsTranscoder(AwsResource):
         """
         cameras = len(job.cameras)
         deadline = step_deadline(self.deadline_seconds, self.video(), cameras, episode_seconds)
-        outcome = TranscodeOutcome(deadline_seconds=deadline)
-        if self.mode == SUBPROCESS:
+        mode = transcoder_of(context.run.tags, self.mode)
+        outcome = TranscodeOutcome(deadline_seconds=deadline, mode=mode)
+        if mode == SUBPROCESS:
             messages, error = self._run_subprocess(context, job.to_extras(), deadline)
         else:
             outcome.task_size = task_size(cameras, self.max_vcpu)
@@ -306,7 +317,6 @@ class HlsTranscoder(AwsResource):
         missing = [c.camera for c in job.cameras if c.camera not in outcome.results]
         if error or missing:
             outcome.error = error or (
-                f"the transcode ({self.mode}) ended without reporting camera(s) "
-                f"{', '.join(missing)}"
+                f"the transcode ({mode}) ended without reporting camera(s) {', '.join(missing)}"
             )
         return outcome

@@ -49,7 +49,7 @@ from dagster import (
     sensor,
 )
 
-from episode_pipeline.config.settings import QueueSettings
+from episode_pipeline.config.settings import QueueSettings, TranscodeSettings
 from episode_pipeline.defs.assets.archive import report_archive_version
 from episode_pipeline.defs.jobs import EPISODE_JOB_NAME
 from episode_pipeline.defs.resources.sqs import UploadQueueResource
@@ -63,6 +63,7 @@ from episode_pipeline.defs.runs import (
     latest_run_of_episode,
     latest_runs_of_uploads,
     new_partitions_request,
+    placement_tags,
     retry_run_key,
     runs_in_flight,
     upload_id,
@@ -70,6 +71,7 @@ from episode_pipeline.defs.runs import (
 )
 from episode_pipeline.episodes.keys import parse_partition_key
 from episode_pipeline.runtime.injection_points import reach
+from episode_pipeline.transcode.placement import Placement, place
 from episode_pipeline.uploads.events import (
     Handoff,
     Malformed,
@@ -184,12 +186,16 @@ def upload_of(handoff: Handoff) -> str:
     return upload_id(handoff.upload.partition_key, handoff.upload.object_version)
 
 
-def run_tags(handoff: Handoff, held: Iterable[HeldMessage]) -> dict[str, str]:
-    """Tags of a run started for an upload: the episode, the upload, the messages it holds."""
+def run_tags(
+    handoff: Handoff, held: Iterable[HeldMessage], placement: Placement | None = None
+) -> dict[str, str]:
+    """Tags of a run started for an upload: the episode, the upload, the messages it holds, and
+    where it transcodes with the size of its task (`transcode.placement`)."""
     return {
         **episode_tags(handoff.upload.partition_key),
         UPLOAD_TAG: upload_of(handoff),
         **sqs_tag(held),
+        **(placement_tags(placement) if placement else {}),
     }
 
 
@@ -294,9 +300,13 @@ def receive_batch(
 
 
 def evaluate_uploads(
-    context: SensorEvaluationContext, queue: UploadQueue
+    context: SensorEvaluationContext,
+    queue: UploadQueue,
+    transcode: TranscodeSettings | None = None,
 ) -> SensorResult | SkipReason:
-    """One tick of the uploads sensor (see the module docstring)."""
+    """One tick of the uploads sensor (see the module docstring); `transcode` decides where
+    each run transcodes and how big its task is, from the upload's size."""
+    transcode = transcode or TranscodeSettings()
     if not queue.configured:
         return SkipReason(NOT_CONFIGURED)
     messages = receive_batch(queue)
@@ -334,16 +344,19 @@ def evaluate_uploads(
         )
         latest = latest_runs.get(upload)
         decision = decide(upload, latest, pruned.get(upload))
+        where = ""
         if decision.outcome in (Outcome.START, Outcome.RETRY):
             # A re-upload of a known episode shows stale while its run waits in the queue (a new
             # episode has nothing to be stale; one event per upload would halve the tick rate).
             if handoff.upload.etag and handoff.upload.partition_key in known:
                 report_archive_version(instance, handoff.upload.partition_key, handoff.upload.etag)
+            placement = place(handoff.upload.size, None, transcode)
+            where = f"; transcode: {placement.mode} ({placement.reason})"
             run_requests.append(
                 RunRequest(
                     run_key=decision.run_key,
                     partition_key=handoff.upload.partition_key,
-                    tags=run_tags(handoff, held),
+                    tags=run_tags(handoff, held, placement),
                 )
             )
         elif decision.outcome in (Outcome.DONE, Outcome.DONE_PRUNED):
@@ -354,7 +367,7 @@ def evaluate_uploads(
             assert latest is not None
             merged = merge_held(held_messages(latest.tags), held)
             instance.add_run_tags(latest.run_id, sqs_tag(merged))
-        log.info(decision.describe())
+        log.info(decision.describe() + where)
 
     requested = [r.run_key for r in run_requests]
     log.info(f"tick done: requested {len(requested)} run(s): {', '.join(map(str, requested))}")
@@ -427,8 +440,11 @@ def keep_in_flight(instance: DagsterInstance, queue: UploadQueue, log: Any) -> i
 # -- sensors ------------------------------------------------------------------------------------
 
 
-def upload_queue_sensors(queue_settings: QueueSettings | None = None) -> list[SensorDefinition]:
-    """The three upload-queue sensors; the heartbeat ticks at `QueueSettings.heartbeat_seconds`."""
+def upload_queue_sensors(
+    queue_settings: QueueSettings | None = None, transcode: TranscodeSettings | None = None
+) -> list[SensorDefinition]:
+    """The three upload-queue sensors; the heartbeat ticks at `QueueSettings.heartbeat_seconds`,
+    and each run the uploads sensor requests is placed by `transcode`."""
     queue_settings = queue_settings or QueueSettings()
 
     @sensor(
@@ -441,7 +457,7 @@ def upload_queue_sensors(queue_settings: QueueSettings | None = None) -> list[Se
         "Messages are deleted when their run succeeds.",
     )
     def episode_uploads(context: SensorEvaluationContext, upload_queue: UploadQueueResource):
-        return evaluate_uploads(context, upload_queue.get_client())
+        return evaluate_uploads(context, upload_queue.get_client(), transcode)
 
     @run_status_sensor(
         name=UPLOAD_DONE_SENSOR_NAME,

@@ -1,0 +1,206 @@
+"""Stage `footprint`: what the image installs, and how long the run worker takes to load it.
+
+Two virtualenvs are made in the scratch directory with uv, offline from its cache, from a copy
+of the sources (what the Dockerfile copies):
+
+- ours: the production install, `pip install .` (no extras), as the Dockerfile runs it;
+- baseline: today's full set before the extras existed, the same dependencies plus `[local]`
+  (pgserver, moto[server], pandas, numpy) and dagster-dg-cli, which were all main dependencies.
+
+Figures:
+
+- `installed_mib`: the bytes under each venv's site-packages (each file once; no bytecode on
+  either side, uv compiles none). Target ≤ 50 % of today's.
+- `image_software_mib`: the same, with Debian's `ffmpeg` package added to today's side (the old
+  image installed it besides imageio-ffmpeg's bundled build): the Installed-Size apt reports for
+  the packages `apt-get install --no-install-recommends ffmpeg` would add on this machine, a
+  lower bound of what it adds to python:3.11-slim (which lacks more of them). Only where apt-get
+  is there.
+- `run_worker_import_s`: a fresh Python importing `episode_pipeline.definitions` and building
+  the definitions from production-style settings (what `dagster api execute_run` loads before a
+  run's first step), bytecode compiled by a first import, median of `repeats`, on each venv.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+import tomllib
+from pathlib import Path
+
+from benchmarks.common import REPO_ROOT, BenchContext, Result, median, seconds_result
+
+NAME = "footprint"
+TARGET_FACTOR = 2.0  # production ≤ 50 % of today's
+MiB = 1 << 20
+PROCESS_TIMEOUT_SECONDS = 600
+BUILD_DEFINITIONS = (
+    "from episode_pipeline.definitions import build_definitions\n"
+    "from episode_pipeline.config.settings import Settings\n"
+    "build_definitions(Settings.from_env({'DB_HOST': 'db', 'DATA_BUCKET': 'data',"
+    " 'SQS_QUEUE_URL': 'https://sqs.example/q'}))\n"
+)
+
+
+def _uv() -> str:
+    beside = Path(sys.executable).parent / "uv"
+    found = str(beside) if beside.exists() else shutil.which("uv")
+    if not found:
+        raise RuntimeError(f"{NAME}: uv is needed (scripts/bootstrap.sh installs it into .venv)")
+    return found
+
+
+def _run(command: list[str], **kwargs) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    result = subprocess.run(
+        command,
+        capture_output=True,
+        text=True,
+        timeout=PROCESS_TIMEOUT_SECONDS,
+        check=False,
+        env={**env, "UV_PYTHON_DOWNLOADS": "never", **kwargs.pop("env", {})},
+        **kwargs,
+    )
+    if result.returncode != 0:
+        raise RuntimeError(f"{' '.join(command)}:\n{(result.stdout + result.stderr)[-3000:]}")
+    return result
+
+
+def copy_sources(target: Path) -> Path:
+    """What the Dockerfile copies, so a build never writes into the work tree."""
+    target.mkdir(parents=True, exist_ok=True)
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(REPO_ROOT / name, target / name)
+    shutil.copytree(
+        REPO_ROOT / "episode_pipeline",
+        target / "episode_pipeline",
+        ignore=shutil.ignore_patterns("__pycache__"),
+        dirs_exist_ok=True,
+    )
+    return target
+
+
+def install(venv: Path, source: Path, *extra: str) -> Path:
+    """A fresh venv with the package at `source` (plus `extra` requirements), offline from uv's
+    cache; returns its python."""
+    _run([_uv(), "venv", "-q", "--python", sys.executable, str(venv)])
+    python = venv / "bin" / "python"
+    _run([_uv(), "pip", "install", "-q", "--offline", "--python", str(python), *extra])
+    return python
+
+
+def today_requirements(source: Path) -> list[str]:
+    """Today's main dependencies before the extras: the package with `[local]`, and dg."""
+    extras = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"
+    ]
+    dg = [req for req in extras["dev"] if req.startswith("dagster-dg-cli")]
+    return [f"{source}[local]", *dg]
+
+
+def installed_bytes(venv: Path) -> int:
+    """Bytes of the files under the venv's site-packages, each inode once."""
+    (site,) = (venv / "lib").glob("python*/site-packages")
+    seen: set[tuple[int, int]] = set()
+    total = 0
+    for root, _dirs, files in os.walk(site):
+        for name in files:
+            stat = os.lstat(os.path.join(root, name))
+            if (stat.st_dev, stat.st_ino) not in seen:
+                seen.add((stat.st_dev, stat.st_ino))
+                total += stat.st_size
+    return total
+
+
+def apt_ffmpeg_bytes() -> int | None:
+    """Installed-Size of what `apt-get install --no-install-recommends ffmpeg` would add here."""
+    if shutil.which("apt-get") is None or shutil.which("apt-cache") is None:
+        return None
+    simulated = subprocess.run(
+        ["apt-get", "install", "-s", "--no-install-recommends", "ffmpeg"],
+        capture_output=True,
+        text=True,
+        timeout=PROCESS_TIMEOUT_SECONDS,
+        check=False,
+    )
+    packages = [
+        line.split()[1] for line in simulated.stdout.splitlines() if line.startswith("Inst ")
+    ]
+    if not packages:
+        return None
+    shown = subprocess.run(
+        ["apt-cache", "show", "--no-all-versions", *packages],
+        capture_output=True,
+        text=True,
+        timeout=PROCESS_TIMEOUT_SECONDS,
+        check=False,
+    )
+    kib = [
+        int(line.split()[1])
+        for line in shown.stdout.splitlines()
+        if line.startswith("Installed-Size:")
+    ]
+    return sum(kib) * 1024
+
+
+def import_seconds(python: Path, workdir: Path, repeats: int) -> list[float]:
+    """Wall seconds of a fresh process building the definitions, after one that compiled them."""
+    env = {"PYTHONDONTWRITEBYTECODE": ""}
+    _run([str(python), "-c", BUILD_DEFINITIONS], cwd=workdir, env=env)  # writes the bytecode
+    times = []
+    for _ in range(repeats):
+        started = time.perf_counter()
+        _run([str(python), "-c", BUILD_DEFINITIONS], cwd=workdir, env=env)
+        times.append(time.perf_counter() - started)
+    return times
+
+
+def run(ctx: BenchContext) -> list[Result]:
+    root = ctx.workdir / NAME
+    with ctx.phase("install"):
+        source = copy_sources(root / "app")
+        lean = install(root / "production", source, str(source))
+        full = install(root / "today", source, *today_requirements(source))
+    ours, today = installed_bytes(root / "production"), installed_bytes(root / "today")
+    size = Result(
+        stage=NAME,
+        metric="installed_mib",
+        ours=round(ours / MiB, 1),
+        baseline=round(today / MiB, 1),
+        unit="MiB",
+        better="lower",
+        baseline_name="today's main dependencies (with moto[server], pgserver, pandas, dg)",
+    ).expect_factor(TARGET_FACTOR, "≤ 50 % of today's")
+    results = [size]
+    debian = apt_ffmpeg_bytes()
+    if debian is not None:
+        results.append(
+            Result(
+                stage=NAME,
+                metric="image_software_mib",
+                ours=round(ours / MiB, 1),
+                baseline=round((today + debian) / MiB, 1),
+                unit="MiB",
+                better="lower",
+                baseline_name="today's set + Debian's ffmpeg (apt Installed-Size, lower bound)",
+                details={"debian_ffmpeg_mib": round(debian / MiB, 1)},
+            ).expect_factor(TARGET_FACTOR, "≤ 50 % of today's")
+        )
+    repeats = ctx.config.repeats
+    with ctx.phase("imports"):
+        lean_s = import_seconds(lean, root, repeats)
+        full_s = import_seconds(full, root, repeats)
+    results.append(
+        seconds_result(
+            NAME,
+            "run_worker_import_s",
+            lean_s,
+            full_s,
+            baseline_name="the same import in today's full set",
+            details={"median_s": round(median(lean_s), 3)},
+        )
+    )
+    return results
