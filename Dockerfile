@@ -25,7 +25,7 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
 # compiled again in every process (~3 s of CPU per start; docs/platform-notes.md). No apt
 # packages: the one FFmpeg is imageio-ffmpeg's bundled static build (libx264, AV1 decoders, the
 # hls muxer), the one the tests run; PyAV, psycopg and the rest bring their own libraries
-# (docs/deploying.md#one-ffmpeg). The last step fails the build if the definitions or FFmpeg
+# (docs/deploy-aws.md#one-ffmpeg). The last step fails the build if the definitions or FFmpeg
 # cannot be loaded from this install.
 WORKDIR /opt/dagster/app
 COPY pyproject.toml README.md ./

@@ -251,7 +251,7 @@ variable "run_memory" {
 }
 
 variable "transcode_task_above_bytes" {
-  description = "Archives larger than this (bytes) transcode in a transcode task of their own (a second cold start); null: every episode transcodes in its run's task (docs/deploying.md#cold-starts)."
+  description = "Archives larger than this (bytes) transcode in a transcode task of their own (a second cold start); null: every episode transcodes in its run's task (docs/deploy-aws.md#cold-starts)."
   type        = number
   default     = null
 

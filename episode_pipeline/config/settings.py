@@ -234,7 +234,7 @@ class TranscodeSettings(EnvSettings):
     task_above_bytes: int | None = setting(
         "TRANSCODE_TASK_ABOVE_BYTES",
         "Archives larger than this many bytes transcode in an ECS task of their own (a second "
-        "cold start; docs/deploying.md#cold-starts); unset: every run transcodes in its own task.",
+        "cold start; docs/deploy-aws.md#cold-starts); unset: every run transcodes in its own task.",
         None,
         infra=True,
     )

@@ -6,7 +6,7 @@ of the run worker (`subprocess`, the same program and contract as on a laptop). 
 then sized for FFmpeg, per run, from what the upload says. Over `TRANSCODE_TASK_ABOVE_BYTES` the
 episode's transcode goes to an ECS task of its own (`ecs`): a second cold start, but the large
 size is paid only while FFmpeg runs, not while the run extracts and loads frames
-(docs/deploying.md#cold-starts).
+(docs/deploy-aws.md#cold-starts).
 
 The uploads sensor calls `place` for every upload it hands to a run and writes the answer into
 the run's tags (`defs.runs.placement_tags`): no I/O, so a tick of hundreds of uploads stays flat.
