@@ -153,7 +153,7 @@ def hls_renditions(
         )
     if ECS_CPU_TAG in context.run.tags:  # the run's own task, sized by the uploads sensor
         metadata["run_task"] = (
-            f"{int(context.run.tags[ECS_CPU_TAG]) // 1024} vCPU / "
+            f"{int(context.run.tags[ECS_CPU_TAG]) / 1024:g} vCPU / "
             f"{context.run.tags.get(ECS_MEMORY_TAG)} MiB"
         )
     if outcome.error:
