@@ -1,9 +1,14 @@
 # The two commands a newcomer needs (see README.md): `make demo` and `make test`.
-.PHONY: demo test lint dev bench clean
+.PHONY: demo demo-with-failure test lint dev bench clean
 
 demo:
 	scripts/bootstrap.sh
 	.venv/bin/episode-pipeline demo
+
+# One failing upload's way to the dead-letter queue and back (docs/operations.md), ~2 min.
+demo-with-failure:
+	scripts/bootstrap.sh
+	.venv/bin/episode-pipeline demo --with-failure
 
 test:
 	scripts/bootstrap.sh

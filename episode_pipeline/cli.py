@@ -9,19 +9,18 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import traceback
 from pathlib import Path
 
-from episode_pipeline.episodes.keys import EpisodeRef, InvalidEpisodeKey, parse_partition_key
+from episode_pipeline.commands.common import EPISODE_HELP, episode_arg
+from episode_pipeline.commands.process import add_process_parser
+from episode_pipeline.commands.status import add_status_parser
+from episode_pipeline.episodes.keys import EpisodeRef
 from episode_pipeline.lerobot.layout import CODEBASE_VERSIONS
 from episode_pipeline.reprocess import add_reprocess_command
 from episode_pipeline.runtime.fast_exit import skip_teardown
 
-
-def _episode_arg(value: str) -> EpisodeRef:
-    try:
-        return parse_partition_key(value)
-    except InvalidEpisodeKey as error:
-        raise argparse.ArgumentTypeError(str(error)) from error
+_episode_arg = episode_arg
 
 
 def _print_json(value: object) -> None:
@@ -38,17 +37,20 @@ def cmd_stack(args: argparse.Namespace) -> int:
         info = stack.stack_status()
     else:
         info = stack.stack_status()
+    shown = info if args.show_password else info.redacted()
     if args.json:
-        _print_json(info.as_dict())
+        _print_json(
+            {**shown.as_dict(), "password_file": str(Path(info.home) / stack.PASSWORD_FILE)}
+        )
     else:
-        print(info.describe())
+        print(shown.describe())
     return 0
 
 
 def cmd_dev(args: argparse.Namespace) -> int:
     from episode_pipeline.local.dev import run_dev
 
-    return run_dev()
+    return run_dev(args.port)
 
 
 def cmd_upload(args: argparse.Namespace) -> int:
@@ -60,19 +62,6 @@ def cmd_upload(args: argparse.Namespace) -> int:
     key = upload_episode(Path(args.archive), ref)
     print(key)
     return 0
-
-
-def cmd_process(args: argparse.Namespace) -> int:
-    from episode_pipeline.local.stack import ensure_stack
-    from episode_pipeline.runner import process_episode
-
-    ensure_stack()
-    outcome = process_episode(args.episode)
-    for error in outcome.errors:
-        print(f"episode-pipeline: {args.episode}: {error}", file=sys.stderr)
-    state = "processed" if outcome.success else "failed"
-    print(f"{args.episode}: run {outcome.run_id} {state}")
-    return 0 if outcome.success else 1
 
 
 def cmd_check(args: argparse.Namespace) -> int:
@@ -98,19 +87,6 @@ def _print_sync_findings(ref: EpisodeRef) -> None:
     result = latest_sync_result(DagsterInstance.get(), ref.partition_key) or {}
     for finding in result.get("findings", []):
         print(f"        {finding}")
-
-
-def cmd_status(args: argparse.Namespace) -> int:
-    from episode_pipeline.local.stack import ensure_stack
-    from episode_pipeline.report import episode_reports, format_reports
-
-    ensure_stack()
-    reports = episode_reports(args.episode)
-    if args.json:
-        _print_json(reports)
-    else:
-        print(format_reports(reports))
-    return 0
 
 
 def _dead_letter_rows(letters: list, instance: object | None) -> list[dict[str, object]]:
@@ -214,6 +190,10 @@ def _dagster_instance() -> object | None:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
+    if args.with_failure:
+        from episode_pipeline.local.dead_letter_demo import run_dead_letter_demo
+
+        return run_dead_letter_demo()
     from episode_pipeline.local.demo import run_demo
 
     return run_demo()
@@ -236,36 +216,50 @@ def cmd_make_sample(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="episode-pipeline", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="episode-pipeline",
+        description="Robot-episode uploads to HLS video, frame rows and episode metadata: the "
+        "local stack, sample archives, and one episode at a time from a shell.",
+        epilog="How to operate it (why an episode failed, reprocessing, the dead-letter queue, "
+        "stopping everything): docs/operations.md",
+    )
     commands = parser.add_subparsers(dest="command", required=True)
 
     stack = commands.add_parser("stack", help="start, stop or show the embedded local stack")
-    stack.add_argument("action", choices=["up", "down", "status"])
+    stack.add_argument(
+        "action",
+        choices=["up", "down", "status"],
+        help="up: start in the background (idempotent); down: stop every process of the "
+        "stack's home; status: show it",
+    )
     stack.add_argument("--json", action="store_true", help="machine-readable output")
+    stack.add_argument(
+        "--show-password",
+        action="store_true",
+        help="print the database password (masked by default; it is in <home>/db-password)",
+    )
     stack.set_defaults(handler=cmd_stack)
 
     dev = commands.add_parser("dev", help="stack up, then the Dagster webserver and daemon")
+    dev.add_argument("--port", type=int, default=3000, help="the UI's port (default 3000)")
     dev.set_defaults(handler=cmd_dev)
 
     upload = commands.add_parser("upload", help="upload an archive as a robot would")
-    upload.add_argument("archive")
-    upload.add_argument("--org", required=True)
-    upload.add_argument("--episode", required=True)
+    upload.add_argument("archive", help="the episode's .tar.zst (see make-sample)")
+    upload.add_argument("--org", required=True, help="the org id (the key's orgs/<org>/)")
+    upload.add_argument(
+        "--episode", required=True, help="the episode id (the key's episodes/<episode>/)"
+    )
     upload.set_defaults(handler=cmd_upload)
 
-    process = commands.add_parser("process", help="materialize one episode (ORG/EP) in-process")
-    process.add_argument("episode", type=_episode_arg)
-    process.set_defaults(handler=cmd_process)
+    add_process_parser(commands)
 
     check = commands.add_parser("check", help="run an episode's asset checks on what is stored")
-    check.add_argument("episode", type=_episode_arg)
+    check.add_argument("episode", type=_episode_arg, metavar="ORG/EP", help=EPISODE_HELP)
     check.add_argument("--only", action="append", metavar="CHECK", help="one check (repeatable)")
     check.set_defaults(handler=cmd_check)
 
-    status = commands.add_parser("status", help="what the pipeline wrote for episodes")
-    status.add_argument("episode", nargs="?", type=_episode_arg)
-    status.add_argument("--json", action="store_true")
-    status.set_defaults(handler=cmd_status)
+    add_status_parser(commands)
 
     dlq = commands.add_parser("dlq", help="list the dead-letter queue, or send messages back")
     dlq_actions = dlq.add_subparsers(dest="action", required=True)
@@ -276,17 +270,25 @@ def build_parser() -> argparse.ArgumentParser:
     dlq_redrive = dlq_actions.add_parser(
         "redrive", help="move an episode's messages (or --all) back to the upload queue"
     )
-    dlq_redrive.add_argument("episode", nargs="?", type=_episode_arg)
+    dlq_redrive.add_argument(
+        "episode", nargs="?", type=_episode_arg, metavar="ORG/EP", help=EPISODE_HELP
+    )
     dlq_redrive.add_argument("--all", action="store_true", help="every message on the queue")
     dlq.set_defaults(handler=cmd_dlq)
 
     add_reprocess_command(commands)
 
     demo = commands.add_parser("demo", help="the whole pipeline on sample episodes, locally")
+    demo.add_argument(
+        "--with-failure",
+        action="store_true",
+        help="instead: one failing upload's way to the dead-letter queue (short queue timing), "
+        "`dlq list`, the fix, `dlq redrive` and its processing; a few minutes",
+    )
     demo.set_defaults(handler=cmd_demo)
 
     sample = commands.add_parser("make-sample", help="write a realistic LeRobot episode archive")
-    sample.add_argument("out")
+    sample.add_argument("out", help="the archive to write (…/NAME.tar.zst)")
     sample.add_argument("--format", choices=CODEBASE_VERSIONS, default="v3.0")
     sample.add_argument("--cameras", type=int, default=2)
     sample.add_argument("--seconds", type=float, default=4.0)
@@ -308,6 +310,10 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, FileNotFoundError) as error:  # bad input: say what, no traceback
         print(f"episode-pipeline: {error}", file=sys.stderr)
         return exiting(2)
+    except Exception as error:  # the cause first; the traceback after it, for a bug report
+        print(f"episode-pipeline: {type(error).__name__}: {error}", file=sys.stderr, flush=True)
+        traceback.print_exc()
+        return exiting(1)
 
 
 if __name__ == "__main__":

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from dagster import DagsterInstance
+from dagster import AssetCheckKey, DagsterInstance
 
 from episode_pipeline.config.settings import Settings
 from episode_pipeline.db import episodes as episode_db
@@ -15,6 +15,7 @@ from episode_pipeline.defs.asset_keys import EXTRACTED_FILES_KEY
 from episode_pipeline.defs.checks.sync import latest_sync_result, sync_summary
 from episode_pipeline.defs.event_log import latest_check_results
 from episode_pipeline.defs.io_managers.s3_outputs import object_key
+from episode_pipeline.diagnosis import descriptions_of_checks, diagnose, format_diagnosis
 from episode_pipeline.episodes.extracted_files import VIDEO
 from episode_pipeline.episodes.keys import EpisodeRef
 from episode_pipeline.local.stack_env import apply_local_stack_env, load_settings
@@ -52,7 +53,8 @@ def episode_reports(
 ) -> list[dict[str, Any]]:
     apply_local_stack_env()  # DAGSTER_HOME of the local instance, when nothing is exported
     settings = settings or load_settings()
-    check_keys = list(build_definitions(settings).resolve_asset_graph().asset_check_keys)
+    descriptions = _check_descriptions(settings)
+    check_keys = list(descriptions)
     instance = DagsterInstance.get()
     bucket = Bucket(settings.bucket, settings.aws)
     reports = []
@@ -79,9 +81,58 @@ def episode_reports(
                     "hls": hls,
                     "checks": latest_check_results(instance, check_keys, current.partition_key),
                     "sync": latest_sync_result(instance, current.partition_key),
+                    "latest_run": diagnose(
+                        instance, current, descriptions, settings.ui_url
+                    ).as_dict(),
                 }
             )
     return reports
+
+
+def _check_descriptions(settings: Settings) -> dict[AssetCheckKey, str]:
+    graph = build_definitions(settings).resolve_asset_graph()
+    return descriptions_of_checks(graph.get_check_spec(key) for key in graph.asset_check_keys)
+
+
+def failed_episodes(
+    org_id: str | None = None, limit: int = 50, settings: Settings | None = None
+) -> list[dict[str, Any]]:
+    """The most recently failed episodes, each with its latest run and one-line cause.
+
+    Per episode: the row (by the status index), the newest run by its partition tag, that run's
+    failure events and the latest check results; flat in the number of episodes of the fleet.
+    """
+    apply_local_stack_env()
+    settings = settings or load_settings()
+    descriptions = _check_descriptions(settings)
+    instance = DagsterInstance.get()
+    with connect(settings.database) as conn:
+        refs = episode_db.failed_episode_refs(conn, org_id, limit)
+    rows = []
+    for ref in refs:
+        diagnosis = diagnose(instance, ref, descriptions, settings.ui_url)
+        rows.append(
+            {
+                "episode": ref.partition_key,
+                "org_id": ref.org_id,
+                "episode_id": ref.episode_id,
+                "run_id": diagnosis.run_id,
+                "run_status": diagnosis.run_status,
+                "cause": diagnosis.cause or "no failed run or check recorded",
+                "run_url": diagnosis.run_url,
+            }
+        )
+    return rows
+
+
+def format_failed(rows: list[dict[str, Any]]) -> str:
+    if not rows:
+        return "no failed episodes"
+    width = max(len(row["episode"]) for row in rows)
+    return "\n".join(
+        f"{row['episode'].ljust(width)}  {(row['run_id'] or '-')[:8]}  {row['cause']}"
+        for row in rows
+    )
 
 
 def format_reports(reports: list[dict[str, Any]]) -> str:
@@ -91,9 +142,11 @@ def format_reports(reports: list[dict[str, Any]]) -> str:
     header = [*REPORT_COLUMNS, "hls", "checks", "sync"]
     rows = [
         [
-            *(str(report[c]) for c in REPORT_COLUMNS),
+            *("-" if report[c] is None else str(report[c]) for c in REPORT_COLUMNS),
             f"{len(report['hls'])} camera(s)",
-            f"{sum(report['checks'].values())}/{len(report['checks'])} passed",
+            f"{sum(report['checks'].values())}/{len(report['checks'])} passed"
+            if report["checks"]
+            else "-",
             sync_summary(report.get("sync")),
         ]
         for report in reports
@@ -101,4 +154,6 @@ def format_reports(reports: list[dict[str, Any]]) -> str:
     widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(header)]
     lines = ["  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True))]
     lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) for r in rows]
+    if len(reports) == 1 and "latest_run" in reports[0]:  # one episode: why, if it failed
+        lines += format_diagnosis(reports[0]["latest_run"])
     return "\n".join(lines)

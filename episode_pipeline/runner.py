@@ -9,16 +9,20 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from dagster import DagsterEventType, DagsterInstance
+from dagster import DagsterInstance
 
 from episode_pipeline.config.settings import Settings
 from episode_pipeline.definitions import build_definitions
 from episode_pipeline.defs.failures import fail_episode_of_run, fail_orphaned_runs
 from episode_pipeline.defs.jobs import EPISODE_JOB_NAME
+from episode_pipeline.defs.partitions import EPISODES_PARTITION_NAME
 from episode_pipeline.defs.resources.database import PostgresResource
 from episode_pipeline.defs.runs import ensure_partition, episode_tags, in_process_tags
+from episode_pipeline.diagnosis import run_errors
+from episode_pipeline.episodes.extraction import ArchiveNotFound, find_archive
 from episode_pipeline.episodes.keys import EpisodeRef
 from episode_pipeline.local.stack_env import apply_local_stack_env, load_settings
+from episode_pipeline.storage.bucket import Bucket
 
 # The webserver's own pooling defaults (dagster-webserver --db-pool-*).
 POOL_RECYCLE_SECONDS = 3600
@@ -52,37 +56,58 @@ class ProcessOutcome:
 
 
 def step_errors(instance: DagsterInstance, run_id: str) -> list[str]:
-    """The failed steps of a run and their error messages, as a person would want them."""
-    records = instance.get_records_for_run(run_id, of_type=DagsterEventType.STEP_FAILURE).records
-    errors = []
-    for record in records:
-        event = record.event_log_entry.dagster_event
-        error = event.step_failure_data.error if event and event.step_failure_data else None
-        # Dagster wraps the user's exception; the wrapped one names the file and the field.
-        while (
-            error is not None and error.cause is not None and error.cls_name.startswith("Dagster")
-        ):
-            error = error.cause
-        message = error.message.strip() if error else "failed"
-        errors.append(f"{event.step_key if event else '?'}: {message}")
-    return errors
+    """The failed steps of a run and their errors, as a person would want them:
+    `step: Type: message`, the user's exception under Dagster's wrappers."""
+    return [
+        f"{error.step or 'run'}: {error.error_type}: {error.message}"
+        for error in run_errors(instance, run_id)
+    ]
+
+
+# Dagster's console logger at this level prints nothing a run emits (`process` without -v).
+QUIET_RUN_CONFIG = {"loggers": {"console": {"config": {"log_level": "CRITICAL"}}}}
+
+
+class UnknownEpisode(ValueError):
+    """Neither Dagster nor the bucket knows the episode: nothing to process (no run is made)."""
+
+
+def refuse_unknown_episode(bucket: Bucket, ref: EpisodeRef) -> None:
+    """A partition is added only for an episode with an upload: a typo must not become a
+    partition and a failed run."""
+    try:
+        find_archive(bucket, ref)
+    except ArchiveNotFound as error:
+        raise UnknownEpisode(
+            f"{ref}: no such episode: Dagster has no partition {ref.partition_key!r} and {error} "
+            f"(upload one first: episode-pipeline upload ARCHIVE --org {ref.org_id} "
+            f"--episode {ref.episode_id})"
+        ) from None
 
 
 def process_episode(
-    ref: EpisodeRef, instance: DagsterInstance | None = None, settings: Settings | None = None
+    ref: EpisodeRef,
+    instance: DagsterInstance | None = None,
+    settings: Settings | None = None,
+    *,
+    quiet: bool = False,
 ) -> ProcessOutcome:
-    """Materialize the episode's partition of the whole graph with its checks."""
+    """Materialize the episode's partition of the whole graph with its checks; `quiet` keeps
+    Dagster's console logger silent (the events are stored all the same)."""
     apply_local_stack_env()  # DAGSTER_HOME of the local instance, when nothing is exported
     settings = settings or load_settings()
     defs = build_definitions(settings)
     instance = instance or local_instance(settings)
     fail_orphaned_runs(instance)
+    if not instance.has_dynamic_partition(EPISODES_PARTITION_NAME, ref.partition_key):
+        refuse_unknown_episode(Bucket(settings.bucket, settings.aws), ref)
     ensure_partition(instance, ref)
     result = defs.resolve_job_def(EPISODE_JOB_NAME).execute_in_process(
         partition_key=ref.partition_key,
         instance=instance,
         raise_on_error=False,
         tags={**in_process_tags(), **episode_tags(ref.partition_key)},
+        run_config=QUIET_RUN_CONFIG if quiet else None,
     )
     run_id = result.dagster_run.run_id
     if result.success:
@@ -107,7 +132,10 @@ def run_checks(
     if names is not None:
         unknown = names - {key.name for key in keys}
         if unknown:
-            raise ValueError(f"no such check(s): {', '.join(sorted(unknown))}")
+            raise ValueError(
+                f"no such check(s): {', '.join(sorted(unknown))}; the checks are: "
+                + ", ".join(sorted(key.name for key in keys))
+            )
         keys = {key for key in keys if key.name in names}
     # A checks-only job needs the partitioned implicit asset job to carry the partitions.
     job = defs.resolve_implicit_global_asset_job_def().get_subset(

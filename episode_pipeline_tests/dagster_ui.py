@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
-import signal
 import socket
 import subprocess
 import time
@@ -21,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from episode_pipeline.local import aws_setup
-from episode_pipeline.local.dev import SHUTDOWN_GRACE_SECONDS, dagster_command, dev_environment
+from episode_pipeline.local.dev import dagster_command, dev_environment, stop_dagster_dev
 from episode_pipeline.local.stack import StackInfo
 
 STARTUP_SECONDS = 180  # a deadline: ~15 s on an idle 2-core machine, far more under load
@@ -94,14 +92,8 @@ class DagsterDev:
 
 
 def stop(process: subprocess.Popen[bytes]) -> None:
-    """As `episode-pipeline dev` stops it: SIGTERM, then kill the process group after a grace."""
-    process.terminate()
-    try:
-        process.wait(SHUTDOWN_GRACE_SECONDS)
-    except subprocess.TimeoutExpired:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGKILL)
-        process.wait()
+    """As `episode-pipeline dev` stops it (`local.dev.stop_dagster_dev`)."""
+    stop_dagster_dev(process)
 
 
 @contextlib.contextmanager

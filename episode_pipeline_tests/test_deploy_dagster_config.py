@@ -82,7 +82,7 @@ def test_instance_config_passes_dagsters_validation(tmp_path: Path, production_e
     shutil.copy(DAGSTER_YAML, tmp_path / "dagster.yaml")
     config, custom_class = dagster_instance_config(str(tmp_path))
     assert custom_class is None
-    assert config["run_coordinator"]["class"] == "QueuedRunCoordinator"
+    assert config["run_coordinator"]["class"] == "EpisodeRunCoordinator"
     assert config["run_launcher"]["class"] == "EcsRunLauncher"
     assert config["compute_logs"]["class"] == "S3ComputeLogManager"
     assert config["telemetry"] == {"enabled": False}

@@ -138,7 +138,7 @@ def test_dagster_instance_runs_on_the_embedded_postgres(stack: StackInfo) -> Non
         result = dg.materialize([stack_probe], instance=instance)
         assert result.success
         assert instance.get_runs_count() == before + 1
-        assert type(instance.run_coordinator).__name__ == "QueuedRunCoordinator"
+        assert type(instance.run_coordinator).__name__ == "EpisodeRunCoordinator"
         assert instance.run_coordinator.dequeue_interval_seconds == 1  # not the default 5
 
 
@@ -297,3 +297,58 @@ def test_stop_leaves_no_process_and_no_port(own_home: Path) -> None:
     assert not stack_status(own_home).running
     assert not (own_home / "moto.pid").exists()
     stop_stack(own_home)  # stopping a stopped stack is a no-op
+
+
+def test_stop_also_stops_what_was_started_against_the_stack(own_home: Path) -> None:
+    """A process started with the stack's environment (a run worker, a daemon or code server
+    `dev` left behind) is stopped by `stack down`; one that merely exported DAGSTER_HOME (a
+    user's shell) is not."""
+    info = start_stack(own_home)
+    sleeper = [sys.executable, "-c", "import time; time.sleep(600)"]
+    worker = subprocess.Popen(sleeper, env={**os.environ, **info.env})
+    shell = subprocess.Popen(sleeper, env={**os.environ, "DAGSTER_HOME": info.env["DAGSTER_HOME"]})
+    try:
+        stop_stack(own_home, save_objects=False)
+        worker.wait(5)  # gone: wait raises TimeoutExpired otherwise
+        assert shell.poll() is None
+    finally:
+        for process in (worker, shell):
+            process.kill()
+            process.wait()
+
+
+def _stack_up(home: Path, **timing: str) -> None:
+    """`stack up` asking for `timing` only (none of the session's SQS_* values leak in)."""
+    env = {k: v for k, v in os.environ.items() if k not in aws_setup.QueueTiming().env()}
+    subprocess.run(
+        [sys.executable, "-m", "episode_pipeline.cli", "stack", "up"],
+        env={**env, HOME_ENV: str(home), **timing},
+        check=True,
+        capture_output=True,
+    )
+
+
+def test_queue_timing_is_a_stack_setting_applied_to_a_running_stack(own_home: Path) -> None:
+    """The recipe of docs/operations.md: short visibility and few receives at `stack up` (the
+    dead-letter queue within minutes), kept by later starts, put back the same way."""
+
+    def timing(home: Path) -> tuple[str, str, dict[str, str]]:
+        state = stack_status(home)
+        sqs = aws_setup.client("sqs", state.s3_endpoint or "")
+        attributes = sqs.get_queue_attributes(
+            QueueUrl=state.sqs_queue_url, AttributeNames=["VisibilityTimeout", "RedrivePolicy"]
+        )["Attributes"]
+        policy = json.loads(attributes["RedrivePolicy"])
+        return attributes["VisibilityTimeout"], str(policy["maxReceiveCount"]), state.env
+
+    _stack_up(own_home)
+    _stack_up(own_home, SQS_VISIBILITY_TIMEOUT_SECONDS="20", SQS_MAX_RECEIVE_COUNT="2")
+    visibility, receives, env = timing(own_home)
+    assert (visibility, receives) == ("20", "2")
+    assert env["SQS_HEARTBEAT_SECONDS"] == "5"  # the heartbeat stays inside the timeout
+    status = _cli(own_home, "stack", "status").stdout
+    assert "visibility 20 s, to the DLQ after 2 receives" in status
+    _stack_up(own_home)  # nothing asked: the stack keeps what it was given
+    assert timing(own_home)[:2] == ("20", "2")
+    _stack_up(own_home, **aws_setup.QueueTiming().env())
+    assert timing(own_home)[:2] == ("900", "3")

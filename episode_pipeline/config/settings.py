@@ -456,3 +456,8 @@ class Settings(EnvSettings):
         "unset, it only warns.",
         False,
     )
+    ui_url: str = setting(
+        "DAGSTER_UI_URL",
+        "Where the Dagster UI is, for the run links `episode-pipeline status` prints.",
+        "http://127.0.0.1:3000",
+    )

@@ -271,6 +271,20 @@ def episode_refs(conn: psycopg.Connection) -> list[EpisodeRef]:
     return [EpisodeRef(org_id, episode_id) for org_id, episode_id in rows]
 
 
+def failed_episode_refs(
+    conn: psycopg.Connection, org_id: str | None = None, limit: int = 50
+) -> list[EpisodeRef]:
+    """The `limit` most recently changed episodes with status `failed` (of one org, or all):
+    read through the status index, never the whole table."""
+    org_filter, params = ("AND org_id = %s", (FAILED, org_id)) if org_id else ("", (FAILED,))
+    rows = conn.execute(
+        f"SELECT org_id, id FROM episodes WHERE status = %s {org_filter} "
+        "ORDER BY updated_at DESC NULLS LAST, id LIMIT %s",
+        (*params, limit),
+    ).fetchall()
+    return [EpisodeRef(org_id, episode_id) for org_id, episode_id in rows]
+
+
 # -- reconciliation (defs/sensors/reconcile.py) --------------------------------------------------
 
 

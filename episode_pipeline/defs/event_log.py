@@ -15,7 +15,10 @@ from dagster import (
     EventLogRecord,
 )
 from dagster._core.event_api import PartitionKeyFilter
-from dagster._core.storage.asset_check_execution_record import AssetCheckExecutionRecordStatus
+from dagster._core.storage.asset_check_execution_record import (
+    AssetCheckExecutionRecord,
+    AssetCheckExecutionRecordStatus,
+)
 
 
 def latest_materialization_metadata(
@@ -55,15 +58,22 @@ def launched_worker_pid(instance: DagsterInstance, run: DagsterRun) -> int | Non
     return pid
 
 
+def latest_check_executions(
+    instance: DagsterInstance, check_keys: list[AssetCheckKey], partition_key: str
+) -> list[tuple[AssetCheckKey, AssetCheckExecutionRecord]]:
+    """Each check's newest execution for this partition, by name: one keyed read."""
+    latest = instance.event_log_storage.get_latest_asset_check_execution_by_key(
+        check_keys, partition_filter=PartitionKeyFilter(key=partition_key)
+    )
+    return sorted(latest.items(), key=lambda item: item[0].name)
+
+
 def latest_check_results(
     instance: DagsterInstance, check_keys: list[AssetCheckKey], partition_key: str
 ) -> dict[str, bool]:
     """Each check's newest finished result for this partition, by name (passed or not)."""
-    latest = instance.event_log_storage.get_latest_asset_check_execution_by_key(
-        check_keys, partition_filter=PartitionKeyFilter(key=partition_key)
-    )
     results = {}
-    for key, record in sorted(latest.items(), key=lambda item: item[0].name):
+    for key, record in latest_check_executions(instance, check_keys, partition_key):
         if record.status == AssetCheckExecutionRecordStatus.SUCCEEDED:
             results[key.name] = True
         elif record.status == AssetCheckExecutionRecordStatus.FAILED:

@@ -207,6 +207,12 @@ def latest_run_of_episode(instance: DagsterInstance, ref: EpisodeRef) -> Dagster
     return runs[0] if runs else None
 
 
+def latest_run_record_of_episode(instance: DagsterInstance, ref: EpisodeRef) -> RunRecord | None:
+    """The newest run of the episode with its start and end times (`status` explains it)."""
+    records = instance.get_run_records(RunsFilter(tags={PARTITION_TAG: ref.partition_key}), limit=1)
+    return records[0] if records else None
+
+
 def runs_in_flight(instance: DagsterInstance, job_name: str) -> list[DagsterRun]:
     return list(instance.get_runs(RunsFilter(job_name=job_name, statuses=IN_FLIGHT_STATUSES)))
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -67,13 +68,67 @@ def client(service: str, endpoint_url: str) -> Any:
     )
 
 
-def queue_attributes(dlq_arn: str) -> dict[str, str]:
+@dataclass(frozen=True)
+class QueueTiming:
+    """How long a received upload stays hidden, and after how many receives it goes to the DLQ.
+
+    Production's values by default; the local stack takes shorter ones from
+    SQS_VISIBILITY_TIMEOUT_SECONDS and SQS_MAX_RECEIVE_COUNT so a failing upload reaches the
+    dead-letter queue in minutes, not 45 (docs/operations.md#the-dead-letter-queue-locally).
+    """
+
+    visibility_timeout_seconds: int = VISIBILITY_TIMEOUT_SECONDS
+    max_receive_count: int = MAX_RECEIVE_COUNT
+
+    def __post_init__(self) -> None:
+        # The heartbeat renews in-flight messages every quarter of the timeout: it needs seconds.
+        if not 4 <= self.visibility_timeout_seconds <= 43200:
+            raise ValueError(
+                f"SQS_VISIBILITY_TIMEOUT_SECONDS={self.visibility_timeout_seconds}: "
+                "must be 4..43200 (SQS allows at most 12 hours)"
+            )
+        if not 1 <= self.max_receive_count <= 1000:
+            raise ValueError(f"SQS_MAX_RECEIVE_COUNT={self.max_receive_count}: must be 1..1000")
+
+    @property
+    def heartbeat_seconds(self) -> int:
+        """How often the heartbeat sensor renews in-flight messages: production's 4 minutes,
+        or a quarter of a shorter timeout."""
+        return min(240, self.visibility_timeout_seconds // 4)
+
+    def env(self) -> dict[str, str]:
+        """What the stack publishes, so the sensors' QueueSettings agree with the queue."""
+        return {
+            "SQS_VISIBILITY_TIMEOUT_SECONDS": str(self.visibility_timeout_seconds),
+            "SQS_HEARTBEAT_SECONDS": str(self.heartbeat_seconds),
+            "SQS_MAX_RECEIVE_COUNT": str(self.max_receive_count),
+        }
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str], recorded: Mapping[str, str]) -> QueueTiming:
+        """The values asked for in `env`, else those the stack `recorded` last, else defaults."""
+
+        def value(name: str, default: int) -> int:
+            raw = env.get(name) or recorded.get(name)
+            try:
+                return int(raw) if raw else default
+            except ValueError:
+                raise ValueError(f"{name}={raw!r}: not a whole number") from None
+
+        return cls(
+            value("SQS_VISIBILITY_TIMEOUT_SECONDS", VISIBILITY_TIMEOUT_SECONDS),
+            value("SQS_MAX_RECEIVE_COUNT", MAX_RECEIVE_COUNT),
+        )
+
+
+def queue_attributes(dlq_arn: str, timing: QueueTiming | None = None) -> dict[str, str]:
     """The main queue's settings (pure, so tests can compare against it)."""
+    timing = timing or QueueTiming()
     return {
-        "VisibilityTimeout": str(VISIBILITY_TIMEOUT_SECONDS),
+        "VisibilityTimeout": str(timing.visibility_timeout_seconds),
         "MessageRetentionPeriod": str(QUEUE_RETENTION_SECONDS),
         "RedrivePolicy": json.dumps(
-            {"deadLetterTargetArn": dlq_arn, "maxReceiveCount": MAX_RECEIVE_COUNT}
+            {"deadLetterTargetArn": dlq_arn, "maxReceiveCount": timing.max_receive_count}
         ),
     }
 
@@ -114,7 +169,11 @@ def _queue_arn(sqs: Any, url: str) -> str:
 
 
 def ensure_resources(
-    endpoint_url: str, bucket: str, queue_name: str, snapshot_dir: Path | None = None
+    endpoint_url: str,
+    bucket: str,
+    queue_name: str,
+    snapshot_dir: Path | None = None,
+    timing: QueueTiming | None = None,
 ) -> AwsResources:
     """Create what is missing; restore `snapshot_dir` into the bucket when it was just created."""
     s3 = client("s3", endpoint_url)
@@ -132,7 +191,7 @@ def ensure_resources(
     dlq_url = _ensure_queue(
         sqs, f"{queue_name}-dlq", {"MessageRetentionPeriod": str(DLQ_RETENTION_SECONDS)}
     )
-    queue_url = _ensure_queue(sqs, queue_name, queue_attributes(_queue_arn(sqs, dlq_url)))
+    queue_url = _ensure_queue(sqs, queue_name, queue_attributes(_queue_arn(sqs, dlq_url), timing))
     if created:  # re-putting it would queue another s3:TestEvent on every start
         s3.put_bucket_notification_configuration(
             Bucket=bucket,

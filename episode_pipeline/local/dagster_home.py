@@ -44,8 +44,9 @@ def instance_config(
             "class": "LocalRunLauncher",
         },
         "run_coordinator": {
-            "module": "dagster._core.run_coordinator",
-            "class": "QueuedRunCoordinator",
+            # The run queue, tagging every episode run `org`/`episode` (defs/run_coordinator.py).
+            "module": "episode_pipeline.defs.run_coordinator",
+            "class": "EpisodeRunCoordinator",
             # Dagster's default 5 s is felt on a laptop, where a run starts in seconds (on ECS
             # a task's start dwarfs it); the dequeue query is one cheap read. Launches of one
             # dequeue go side by side, as in production (config/daemon_throughput.py).

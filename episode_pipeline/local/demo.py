@@ -9,10 +9,14 @@ sample was processed.
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from episode_pipeline.config.settings import DatabaseSettings
@@ -20,7 +24,7 @@ from episode_pipeline.db import episodes as episode_db
 from episode_pipeline.db.connection import connect
 from episode_pipeline.episodes.keys import EpisodeRef
 from episode_pipeline.local.dev import SHUTDOWN_GRACE_SECONDS, WORKSPACE_FILE, dev_environment
-from episode_pipeline.local.stack import start_stack
+from episode_pipeline.local.stack import StackInfo, start_stack
 from episode_pipeline.local.stack_env import apply_local_stack_env, load_settings
 from episode_pipeline.samples.writer import SampleSpec, av1_encoder, write_sample
 
@@ -44,6 +48,30 @@ def demo_samples() -> dict[str, SampleSpec]:
 def _daemon_command() -> list[str]:
     executable = Path(sys.executable).parent / "dagster-daemon"
     return [str(executable), "run", "-w", str(WORKSPACE_FILE)]
+
+
+@contextlib.contextmanager
+def running_daemon(info: StackInfo) -> Iterator[subprocess.Popen[bytes]]:
+    """The Dagster daemon against the stack (log in <home>/demo-daemon.log), stopped on exit:
+    SIGTERM, then after the grace period SIGKILL to its whole process group."""
+    with (Path(info.home) / "demo-daemon.log").open("wb") as log:
+        daemon = subprocess.Popen(
+            _daemon_command(),
+            env=dev_environment(info.env),
+            start_new_session=True,
+            stdout=subprocess.DEVNULL,
+            stderr=log,
+        )
+        try:
+            yield daemon
+        finally:
+            daemon.terminate()
+            try:
+                daemon.wait(SHUTDOWN_GRACE_SECONDS)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(daemon.pid, signal.SIGKILL)
+                daemon.wait()
 
 
 def _wait_for(
@@ -83,21 +111,8 @@ def run_demo() -> int:
             refs.append(ref)
 
     print("starting the Dagster daemon: the SQS sensor hands each upload to a run", file=sys.stderr)
-    daemon = subprocess.Popen(
-        _daemon_command(),
-        env=dev_environment(info.env),
-        start_new_session=True,
-        stdout=subprocess.DEVNULL,
-        stderr=(Path(info.home) / "demo-daemon.log").open("wb"),
-    )
-    try:
+    with running_daemon(info):
         statuses = _wait_for(refs, settings.database, WAIT_SECONDS)
-    finally:
-        daemon.terminate()
-        try:
-            daemon.wait(SHUTDOWN_GRACE_SECONDS)
-        except subprocess.TimeoutExpired:
-            daemon.kill()
 
     reports = [report for ref in refs for report in episode_reports(ref, settings)]
     print(format_reports(reports))

@@ -2,17 +2,22 @@
 
 `dagster dev` is started from Python with its own session: a shell `&` start ignores SIGINT and
 SIGTERM (docs/platform-notes.md#dagster-dev). Ctrl-C or SIGTERM here is forwarded to it as
-SIGTERM, its graceful shutdown; whatever remains of its process group after 30 s is killed. The
-stack keeps running afterwards (`episode-pipeline stack down` stops it).
+SIGTERM, its graceful shutdown; once it has gone (or after 30 s) whatever remains of its process
+group is stopped too. Should this process die without stopping it (SIGKILL), `dagster dev` gets
+SIGTERM from the kernel (PR_SET_PDEATHSIG). The stack keeps running afterwards (`episode-pipeline
+stack down` stops it, and anything still started against it).
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import ctypes.util
 import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from types import FrameType
 
@@ -20,6 +25,7 @@ from episode_pipeline.local.stack import start_stack
 
 DEFAULT_PORT = 3000
 SHUTDOWN_GRACE_SECONDS = 30
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 
 # The code location `episode_pipeline`, as production's workspace.yaml names it.
@@ -37,16 +43,56 @@ def dev_environment(stack_env: dict[str, str]) -> dict[str, str]:
     return {**os.environ, **stack_env}
 
 
-def _stop(process: subprocess.Popen[bytes]) -> int:
-    # SIGTERM to `dagster dev` alone: it stops its webserver, daemon and code server in ~2 s.
-    # (SIGINT to the whole group makes each child shut down on its own and `dagster dev` hangs.)
+GROUP_EXIT_SECONDS = 5  # for what remains of the group once `dagster dev` has gone
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # a zombie leader not yet reaped still counts
+        return True
+    return True
+
+
+def _end_group(pgid: int) -> None:
+    """SIGTERM whatever is left of the process group, SIGKILL it after GROUP_EXIT_SECONDS."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pgid, sig)
+        deadline = time.monotonic() + GROUP_EXIT_SECONDS
+        while _group_alive(pgid) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        if not _group_alive(pgid):
+            return
+
+
+def stop_dagster_dev(process: subprocess.Popen[bytes]) -> int:
+    """Stop `dagster dev` and everything it started; returns its exit code.
+
+    SIGTERM to `dagster dev` alone: it stops the webserver and the daemon first (their sensor
+    ticks end while the code server still answers), then its code server, in ~2 s. SIGINT to
+    the whole group would make each child stop on its own, the code server before the daemon's
+    last tick (`DagsterCodeLocationNotFoundError`), and `dagster dev` hangs. Whatever of the
+    group outlives it (a code server, a run worker) is then stopped, SIGKILL if it must.
+    """
     process.terminate()
     try:
-        return process.wait(SHUTDOWN_GRACE_SECONDS)
+        code = process.wait(SHUTDOWN_GRACE_SECONDS)
     except subprocess.TimeoutExpired:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(process.pid, signal.SIGKILL)
-        return process.wait()
+        code = process.wait()
+    _end_group(process.pid)  # `dagster dev` led its own session: its pid is the group's id
+    return code
+
+
+def _die_with_parent() -> None:
+    """In the child before exec: SIGTERM it when `episode-pipeline dev` dies, even by SIGKILL,
+    so `dagster dev` (and through it its code server) never outlives us."""
+    libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+    libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 def _raise_interrupt(signum: int, frame: FrameType | None) -> None:
@@ -63,12 +109,15 @@ def run_dev(port: int = DEFAULT_PORT) -> int:
     previous_int = signal.signal(signal.SIGINT, signal.default_int_handler)
     previous_term = signal.signal(signal.SIGTERM, _raise_interrupt)
     process = subprocess.Popen(
-        dagster_command(port), env=dev_environment(info.env), start_new_session=True
+        dagster_command(port),
+        env=dev_environment(info.env),
+        start_new_session=True,
+        preexec_fn=_die_with_parent if sys.platform == "linux" else None,
     )
     try:
         return process.wait()
     except KeyboardInterrupt:
-        _stop(process)
+        stop_dagster_dev(process)
         return 130
     finally:
         signal.signal(signal.SIGINT, previous_int)

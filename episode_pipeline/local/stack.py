@@ -33,6 +33,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+import psutil
 import psycopg
 
 from episode_pipeline.local import aws_setup, dagster_home, moto_server, pg_server
@@ -76,6 +77,24 @@ class StackInfo:
         known = {name for name in cls.__dataclass_fields__}
         return cls(**{key: value for key, value in data.items() if key in known})
 
+    def redacted(self) -> StackInfo:
+        """The same, with the database password masked: what `stack status` shows (the
+        password itself is in `<home>/db-password`, readable by its owner only)."""
+        password = self.env.get("DB_PASSWORD")
+        if not password:
+            return self
+        return replace(
+            self,
+            database_url=(self.database_url or "").replace(f":{password}@", ":***@"),
+            env={**self.env, "DB_PASSWORD": "***"},
+        )
+
+    def queue_timing(self) -> str:
+        return (
+            f"visibility {self.env.get('SQS_VISIBILITY_TIMEOUT_SECONDS', '?')} s, "
+            f"to the DLQ after {self.env.get('SQS_MAX_RECEIVE_COUNT', '?')} receives"
+        )
+
     def describe(self) -> str:
         if not self.s3_endpoint:
             return f"local stack: never started in {self.home}"
@@ -87,6 +106,7 @@ class StackInfo:
                 f"  moto       {self.s3_endpoint}  pid {self.moto_pid or '-'}",
                 f"  bucket     {self.bucket}",
                 f"  queue      {self.sqs_queue_url}",
+                f"             {self.queue_timing()}",
                 f"  dlq        {self.dlq_url}",
                 f"  dagster    DAGSTER_HOME={self.dagster_home}",
             ]
@@ -195,6 +215,7 @@ def _build_info(
     resources: aws_setup.AwsResources,
     moto_pid: int,
     pg_pid: int,
+    timing: aws_setup.QueueTiming,
 ) -> StackInfo:
     endpoint = moto_server.endpoint(moto_port)
     dagster_dir = str(home / DAGSTER_DIR)
@@ -203,6 +224,7 @@ def _build_info(
         "DATA_BUCKET": resources.bucket,
         "SQS_QUEUE_URL": resources.queue_url,
         "SQS_DLQ_URL": resources.dlq_url,
+        **timing.env(),
         "DB_HOST": "127.0.0.1",
         "DB_PORT": str(pg_port),
         "DB_NAME": EPISODES_DB,
@@ -245,7 +267,9 @@ def _ensure_databases(password: str, port: int) -> bool:
     return DAGSTER_DB not in existing
 
 
-def _start_locked(home: Path, previous: StackInfo | None) -> StackInfo:
+def _start_locked(
+    home: Path, previous: StackInfo | None, timing: aws_setup.QueueTiming
+) -> StackInfo:
     password = _password(home)
     pgdata = home / PGDATA_DIR
 
@@ -281,6 +305,7 @@ def _start_locked(home: Path, previous: StackInfo | None) -> StackInfo:
         BUCKET,
         QUEUE_NAME,
         snapshot_dir=home / SNAPSHOT_DIR if fresh_moto else None,
+        timing=timing,
     )
     dagster_dir = home / DAGSTER_DIR
     dagster_home.write_dagster_yaml(dagster_dir, password, pg_port)
@@ -289,28 +314,102 @@ def _start_locked(home: Path, previous: StackInfo | None) -> StackInfo:
         dagster_home.initialize_instance(dagster_dir)
         marker.touch()
 
-    info = _build_info(home, password, moto_port, pg_port, resources, moto_pid, pg_pid)
+    info = _build_info(home, password, moto_port, pg_port, resources, moto_pid, pg_pid, timing)
     _write_state(home, info)
     return info
 
 
+def _retime_queue(home: Path, info: StackInfo, timing: aws_setup.QueueTiming) -> StackInfo:
+    """Apply another visibility timeout / receive count to the running stack's queue."""
+    assert info.s3_endpoint is not None
+    aws_setup.ensure_resources(info.s3_endpoint, info.bucket or BUCKET, QUEUE_NAME, timing=timing)
+    retimed = replace(info, env={**info.env, **timing.env()})
+    _write_state(home, retimed)
+    return retimed
+
+
 def start_stack(home: Path | None = None) -> StackInfo:
-    """Start whatever is not running (idempotent); returns once every service answers."""
+    """Start whatever is not running (idempotent); returns once every service answers.
+
+    The queue's timing comes from SQS_VISIBILITY_TIMEOUT_SECONDS / SQS_MAX_RECEIVE_COUNT when
+    set, else stays what the stack last recorded (production's 900 s / 3 at first): set on a
+    running stack, it is applied to its queue at once. Processes started before keep the old
+    heartbeat interval until restarted.
+    """
     home = _home(home)
     with _locked(home):
         previous = _read_state(home)
+        timing = aws_setup.QueueTiming.from_env(os.environ, previous.env if previous else {})
         if previous is not None:
             probed = _probe(previous, home)
             if probed.running:
+                if aws_setup.QueueTiming.from_env({}, probed.env) != timing:
+                    return _retime_queue(home, probed, timing)
                 return probed
-        return _start_locked(home, previous)
+        return _start_locked(home, previous, timing)
+
+
+HOME_PROCESS_EXIT_SECONDS = 10
+
+
+def _stack_servers(home: Path) -> set[int]:
+    """moto, the postmaster and its backends: stopped by their own code, after the snapshot."""
+    pids = {
+        pid
+        for pid in (moto_server.running_pid(home), pg_server.running_pid(home / PGDATA_DIR))
+        if pid
+    }
+    for pid in list(pids):
+        with contextlib.suppress(psutil.NoSuchProcess):
+            pids.update(child.pid for child in psutil.Process(pid).children(recursive=True))
+    return pids
+
+
+def home_processes(state: StackInfo) -> list[psutil.Process]:
+    """Processes started against this stack (`dev`, `demo`'s daemon, code servers, run workers,
+    transcodes): their environment names the stack's DAGSTER_HOME and database password, which
+    only the stack's own commands hand down. Never this process or one of its ancestors (a shell
+    that exported DAGSTER_HOME), nor the stack's own servers."""
+    dagster_home, password = state.env.get("DAGSTER_HOME"), state.env.get("DB_PASSWORD")
+    if not dagster_home or not password:
+        return []
+    spared = {os.getpid(), *(parent.pid for parent in psutil.Process().parents())}
+    spared |= _stack_servers(Path(state.home))
+    found = []
+    for process in psutil.process_iter():
+        if process.pid in spared:
+            continue
+        try:
+            env = process.environ()
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            continue
+        if env.get("DAGSTER_HOME") == dagster_home and env.get("DB_PASSWORD") == password:
+            found.append(process)
+    return found
+
+
+def _stop_home_processes(state: StackInfo) -> None:
+    processes = home_processes(state)
+    for process in processes:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            process.terminate()
+    _, alive = psutil.wait_procs(processes, timeout=HOME_PROCESS_EXIT_SECONDS)
+    for process in alive:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            process.kill()
+    psutil.wait_procs(alive, timeout=HOME_PROCESS_EXIT_SECONDS)
+    if processes:
+        print(f"stopped {len(processes)} process(es) started against the stack", file=sys.stderr)
 
 
 def stop_stack(home: Path | None = None, *, save_objects: bool = True) -> None:
-    """Stop moto (after saving the bucket's objects) and PostgreSQL; no process stays behind."""
+    """Stop everything of the stack's home: what was started against it (dev, daemons, code
+    servers, run workers), then moto (after saving the bucket's objects) and PostgreSQL."""
     home = _home(home)
     with _locked(home):
         state = _read_state(home)
+        if state is not None:
+            _stop_home_processes(state)
         moto_port = state.moto_port if state else None
         if (
             save_objects
