@@ -3,10 +3,12 @@ per-step lines of `process`, and the stack status that never shows the password.
 
 from __future__ import annotations
 
+import pytest
 from dagster._utils.error import SerializableErrorInfo
 
 from episode_pipeline.commands.process import StepEvent, format_steps, step_lines, summary_line
 from episode_pipeline.diagnosis import CheckFailure, StepError, one_line_cause, step_error
+from episode_pipeline.local.aws_setup import QueueTiming
 from episode_pipeline.local.stack import StackInfo
 
 
@@ -104,3 +106,20 @@ def test_stack_status_masks_the_password_everywhere() -> None:
     assert "s3cret" not in shown.describe() and "s3cret" not in str(shown.as_dict())
     assert shown.database_url == "postgresql://postgres:***@127.0.0.1:5/episodes"
     assert info.env["DB_PASSWORD"] == "s3cret"  # the state itself is unchanged
+
+
+def test_queue_timing_defaults_to_production_and_scales_the_heartbeat() -> None:
+    default = QueueTiming()
+    assert default.env() == {
+        "SQS_VISIBILITY_TIMEOUT_SECONDS": "900",
+        "SQS_HEARTBEAT_SECONDS": "240",
+        "SQS_MAX_RECEIVE_COUNT": "3",
+    }
+    assert QueueTiming(20, 2).heartbeat_seconds == 5
+    recorded = QueueTiming(20, 2).env()
+    assert QueueTiming.from_env({}, recorded) == QueueTiming(20, 2)  # kept
+    assert QueueTiming.from_env({"SQS_MAX_RECEIVE_COUNT": "5"}, recorded) == QueueTiming(20, 5)
+    with pytest.raises(ValueError, match="SQS_VISIBILITY_TIMEOUT_SECONDS=2"):
+        QueueTiming(2, 3)
+    with pytest.raises(ValueError, match="SQS_MAX_RECEIVE_COUNT='x'"):
+        QueueTiming.from_env({"SQS_MAX_RECEIVE_COUNT": "x"}, {})

@@ -81,7 +81,7 @@ class QueueTiming:
     max_receive_count: int = MAX_RECEIVE_COUNT
 
     def __post_init__(self) -> None:
-        # The heartbeat renews in-flight messages every quarter of the timeout: it needs seconds.
+        # The heartbeat renews in-flight messages at 4/15 of the timeout: it needs seconds.
         if not 4 <= self.visibility_timeout_seconds <= 43200:
             raise ValueError(
                 f"SQS_VISIBILITY_TIMEOUT_SECONDS={self.visibility_timeout_seconds}: "
@@ -92,9 +92,9 @@ class QueueTiming:
 
     @property
     def heartbeat_seconds(self) -> int:
-        """How often the heartbeat sensor renews in-flight messages: production's 4 minutes,
-        or a quarter of a shorter timeout."""
-        return min(240, self.visibility_timeout_seconds // 4)
+        """How often the heartbeat sensor renews in-flight messages: production's 4 minutes of
+        15, at that ratio for a shorter timeout (20 s → 5 s)."""
+        return max(1, min(240, self.visibility_timeout_seconds * 4 // 15))
 
     def env(self) -> dict[str, str]:
         """What the stack publishes, so the sensors' QueueSettings agree with the queue."""
