@@ -289,11 +289,20 @@ def build_parser() -> argparse.ArgumentParser:
 
     sample = commands.add_parser("make-sample", help="write a realistic LeRobot episode archive")
     sample.add_argument("out", help="the archive to write (…/NAME.tar.zst)")
-    sample.add_argument("--format", choices=CODEBASE_VERSIONS, default="v3.0")
-    sample.add_argument("--cameras", type=int, default=2)
-    sample.add_argument("--seconds", type=float, default=4.0)
-    sample.add_argument("--fps", type=int, default=30)
-    sample.add_argument("--codec", choices=["av1", "h264"], default="h264")
+    sample.add_argument(
+        "--format",
+        choices=CODEBASE_VERSIONS,
+        default="v3.0",
+        help="the LeRobot layout (all three are accepted: docs/lerobot-archives.md; default v3.0)",
+    )
+    sample.add_argument("--cameras", type=int, default=2, help="video streams (default 2)")
+    sample.add_argument(
+        "--seconds", type=float, default=4.0, help="length of each LeRobot episode (default 4)"
+    )
+    sample.add_argument("--fps", type=int, default=30, help="frames per second (default 30)")
+    sample.add_argument(
+        "--codec", choices=["av1", "h264"], default="h264", help="the mp4s' codec (default h264)"
+    )
     sample.add_argument("--episodes", type=int, default=1, help="LeRobot episodes in the archive")
     sample.set_defaults(handler=cmd_make_sample)
     return parser
