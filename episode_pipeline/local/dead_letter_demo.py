@@ -34,7 +34,7 @@ from episode_pipeline.uploads.upload_queue import UploadQueue
 DEMO_TIMING = QueueTiming(visibility_timeout_seconds=20, max_receive_count=2)
 WAIT_SECONDS = 600
 POLL_SECONDS = 5
-_TIMING_ENV = ("SQS_VISIBILITY_TIMEOUT_SECONDS", "SQS_MAX_RECEIVE_COUNT")
+_TIMING_ENV = tuple(QueueTiming().env())
 
 
 def _cli(*argv: str) -> str:
@@ -69,8 +69,8 @@ def _with_timing(timing: dict[str, str]) -> None:
 
 def run_dead_letter_demo() -> int:
     before = {name: value for name, value in stack_status().env.items() if name in _TIMING_ENV}
-    asked = {name: os.environ[name] for name in _TIMING_ENV if os.environ.get(name)}
-    _with_timing({**DEMO_TIMING.env(), **asked})
+    timing = QueueTiming.from_env(os.environ, DEMO_TIMING.env())  # the reader's values win
+    _with_timing(timing.env())
     try:
         return _dead_letter_round_trip()
     finally:
