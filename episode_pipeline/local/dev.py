@@ -71,10 +71,9 @@ def _end_group(pgid: int) -> None:
 def stop_dagster_dev(process: subprocess.Popen[bytes]) -> int:
     """Stop `dagster dev` and everything it started; returns its exit code.
 
-    SIGTERM to `dagster dev` alone: it stops the webserver and the daemon first (their sensor
-    ticks end while the code server still answers), then its code server, in ~2 s. SIGINT to
-    the whole group would make each child stop on its own, the code server before the daemon's
-    last tick (`DagsterCodeLocationNotFoundError`), and `dagster dev` hangs. Whatever of the
+    SIGTERM to `dagster dev` alone: it stops the webserver and the daemon first, then its code
+    server, in ~2 s. SIGINT to the whole group would make each child stop on its own, and
+    `dagster dev` hangs. Whatever of the
     group outlives it (a code server, a run worker) is then stopped, SIGKILL if it must.
     """
     process.terminate()
