@@ -12,7 +12,7 @@ import pytest
 from episode_pipeline.config.__main__ import DOC, with_table
 from episode_pipeline.config.env import EnvSettings, MissingSettings, declaration, variables
 from episode_pipeline.config.settings import (
-    ECS,
+    SUBPROCESS,
     ArchiveLimits,
     AwsSettings,
     DatabaseSettings,
@@ -93,7 +93,8 @@ def test_values_are_parsed_by_the_field_type_and_name_the_variable() -> None:
     assert (settings.database.ssl, settings.database.port) == (True, 6432)
     assert settings.s3_deadlines.read_timeout_seconds == 2.5
     assert settings.transcode.ecs_subnets == ("subnet-1", "subnet-2")
-    assert settings.transcode.mode == ECS
+    # A transcode task is configured, yet an untagged run still transcodes in its own task.
+    assert (settings.transcode.task_definition, settings.transcode.mode) == ("td", SUBPROCESS)
     assert settings.transcode.video.ladder == ()  # set but empty: baseline only
     assert settings.aws.region == settings.database.region == "eu-west-1"
     with pytest.raises(RuntimeError, match="S3_MAX_ATTEMPTS='0' must be greater than 0"):
