@@ -9,12 +9,12 @@ Tests that stop or restart a stack use their own home (see test_stack.py), never
 from __future__ import annotations
 
 import os
-import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import psycopg
 import pytest
+from dagster import DagsterInstance
 
 from episode_pipeline.config.env import variables
 from episode_pipeline.config.settings import AwsSettings, Settings
@@ -23,11 +23,15 @@ from episode_pipeline.episodes.keys import EpisodeRef
 from episode_pipeline.local import aws_setup
 from episode_pipeline.local.stack import StackInfo, start_stack, stop_stack
 from episode_pipeline.local.stack_env import HOME_ENV, load_settings
+from episode_pipeline_tests.support import TEST_ORG, new_ref
 
-# Slow tests last, within the suite's time budget (see budget.py).
-pytest_plugins = ("episode_pipeline_tests.budget",)
+# How the suite runs (markers, order, every test runs) and what it may leave behind (nothing).
+pytest_plugins = (
+    "episode_pipeline_tests.suite",
+    "episode_pipeline_tests.leftovers",
+    "pytester",  # test_suite_checks.py runs small sessions of its own
+)
 
-TEST_ORG = "test-org"
 # Exported to the session so the stack's values win over a developer's shell.
 _SESSION_ENV = (*(v.name for v in variables(AwsSettings)), "DAGSTER_HOME")
 # Removed from the session: every variable the settings read, and boto3's own credentials.
@@ -76,15 +80,17 @@ def sqs_client(stack: StackInfo) -> Any:
     return aws_setup.client("sqs", stack.s3_endpoint)
 
 
-def new_episode_ref(org_id: str = TEST_ORG) -> EpisodeRef:
-    """A fresh episode id (`ep-<8 hex>`), so tests sharing the stack never share rows or keys."""
-    return EpisodeRef(org_id, f"ep-{uuid.uuid4().hex[:8]}")
+@pytest.fixture
+def instance() -> Iterator[DagsterInstance]:
+    """An ephemeral Dagster instance (in memory): run keys, runs and partitions start empty."""
+    with DagsterInstance.ephemeral() as ephemeral:
+        yield ephemeral
 
 
 @pytest.fixture
 def episode_ref() -> Callable[..., EpisodeRef]:
     """Factory: `episode_ref()` or `episode_ref("other-org")` gives a new unique EpisodeRef."""
-    return new_episode_ref
+    return new_ref
 
 
 def insert_episode(

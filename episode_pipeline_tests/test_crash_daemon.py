@@ -246,14 +246,14 @@ def depth(queue: UploadQueue) -> tuple[int, int]:
     return visible, in_flight
 
 
-# One case in every run; the others run last, within the suite's time budget (budget.py).
+# About 90 s each: they start first and spread over the workers (suite.py).
 LONG = pytest.mark.slow(seconds=90)
 
 
 @pytest.mark.parametrize(
     "point",
     [
-        sqs.AFTER_RECEIVE,  # the messages are received, nothing is recorded yet
+        pytest.param(sqs.AFTER_RECEIVE, marks=LONG),  # received, nothing recorded yet
         pytest.param(AFTER_SUBMIT_RUN, marks=LONG),  # the run queued, the tick not finished
         pytest.param(sqs.BEFORE_HEARTBEAT, marks=LONG),  # the heartbeat due while the run works
         pytest.param(sqs.BEFORE_DELETE_DONE, marks=LONG),  # run succeeded, message not deleted

@@ -16,11 +16,11 @@ from episode_pipeline.db.connection import connect
 from episode_pipeline.db.episodes import ensure_episode_row, episode_row
 from episode_pipeline.local.upload import upload_episode
 from episode_pipeline_tests import test_sensor_sqs as sqs_tests
+from episode_pipeline_tests.support import new_ref
 from episode_pipeline_tests.test_sensor_sqs import (
     PrivateQueue,
     depth,
     execute,
-    new_ref,
     redeliver,
     report_done,
     tick,

@@ -26,6 +26,7 @@ from episode_pipeline.local.upload import upload_episode
 from episode_pipeline.report import episode_reports
 from episode_pipeline.runner import process_episode, run_checks
 from episode_pipeline.samples.writer import SampleSpec, pack_archive, write_dataset, write_sample
+from episode_pipeline_tests.support import new_ref
 
 pytestmark = pytest.mark.integration
 
@@ -44,10 +45,6 @@ ALL_CHECKS = {
     "frames_state_present",
     "video_frames_in_sync",
 }
-
-
-def new_ref() -> EpisodeRef:
-    return EpisodeRef("test-org", f"ep-{uuid.uuid4().hex[:10]}")
 
 
 def sample(tmp_path: Path, **spec) -> tuple[Path, dict]:

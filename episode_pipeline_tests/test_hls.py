@@ -62,21 +62,13 @@ from episode_pipeline.video.playlist import (
     parse_master,
     parse_playlist,
 )
+from episode_pipeline_tests.support import new_ref
 from episode_pipeline_tests.test_video_process import gone
 
 pytestmark = pytest.mark.integration
 
 SEGMENT_LIMIT = 4.1  # seconds: 4 s segments cut on frame boundaries
 CHECK_NAMES = {check.check_key.name for check in HLS_CHECKS}
-
-
-def new_ref() -> EpisodeRef:
-    return EpisodeRef("test-org", f"ep-{uuid.uuid4().hex[:10]}")
-
-
-@pytest.fixture(scope="module")
-def instance(stack) -> DagsterInstance:
-    return DagsterInstance.ephemeral()
 
 
 class CountingTranscoder(HlsTranscoder):

@@ -39,12 +39,6 @@ def manager(settings: Settings) -> PostgresPolarsIOManager:
     return PostgresPolarsIOManager(postgres=PostgresResource.from_settings(settings.database))
 
 
-@pytest.fixture(scope="module")
-def instance() -> DagsterInstance:
-    with DagsterInstance.ephemeral() as instance:
-        yield instance
-
-
 @pytest.fixture
 def new_episode(
     episode_row: Callable[[], EpisodeRef], instance: DagsterInstance

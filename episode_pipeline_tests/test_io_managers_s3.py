@@ -60,12 +60,6 @@ def storage(s3: S3BucketResource) -> Bucket:
     return s3.get_client()
 
 
-@pytest.fixture(scope="module")
-def instance() -> DagsterInstance:
-    with DagsterInstance.ephemeral() as instance:
-        yield instance
-
-
 @pytest.fixture
 def new_partition(
     episode_ref: Callable[[], EpisodeRef], instance: DagsterInstance

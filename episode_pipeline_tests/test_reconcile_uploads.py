@@ -6,7 +6,6 @@ import uuid
 
 import pytest
 from dagster import (
-    DagsterInstance,
     DagsterRunStatus,
     SensorResult,
     SkipReason,
@@ -37,20 +36,11 @@ from episode_pipeline.defs.sensors.reconcile import reconciliation_sensors
 from episode_pipeline.episodes.keys import EpisodeRef
 from episode_pipeline.samples.writer import SampleSpec, write_sample
 from episode_pipeline.storage.bucket import Bucket
+from episode_pipeline_tests.support import new_ref
 
 pytestmark = pytest.mark.integration
 
 LOST_AT_ONCE = ReconcileSettings(lost_upload_after_seconds=0, episodes_per_tick=100_000)
-
-
-def new_ref() -> EpisodeRef:
-    return EpisodeRef("test-org", f"ep-{uuid.uuid4().hex[:10]}")
-
-
-@pytest.fixture
-def instance():
-    with DagsterInstance.ephemeral() as ephemeral:
-        yield ephemeral
 
 
 @pytest.fixture

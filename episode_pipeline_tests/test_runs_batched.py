@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
-import pytest
 from dagster import DagsterInstance, DagsterRun, DagsterRunStatus
 
 from episode_pipeline.defs.partitions import EPISODES_PARTITION_NAME
@@ -15,12 +12,6 @@ from episode_pipeline.defs.runs import (
     latest_runs_of_uploads,
     new_partitions_request,
 )
-
-
-@pytest.fixture
-def instance() -> Iterator[DagsterInstance]:
-    with DagsterInstance.ephemeral() as instance:
-        yield instance
 
 
 def add_run(instance: DagsterInstance, upload: str, run_id: str, status: DagsterRunStatus) -> None:

@@ -45,6 +45,7 @@ from episode_pipeline.local.upload import upload_episode
 from episode_pipeline.samples.writer import SampleSpec, write_sample
 from episode_pipeline.storage.bucket import Bucket
 from episode_pipeline.uploads.upload_queue import UploadQueue
+from episode_pipeline_tests.support import new_ref
 
 pytestmark = pytest.mark.integration
 
@@ -89,21 +90,11 @@ def private_queue(stack: StackInfo, settings: Settings) -> Callable[..., Private
     return make
 
 
-@pytest.fixture
-def instance() -> DagsterInstance:
-    with DagsterInstance.ephemeral() as ephemeral:
-        yield ephemeral
-
-
 @pytest.fixture(scope="module")
 def archive(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("sqs-sample") / "episode.tar.zst"
     write_sample(out, SampleSpec(seconds=1.0, cameras=1))
     return out
-
-
-def new_ref() -> EpisodeRef:
-    return EpisodeRef("test-org", f"ep-{uuid.uuid4().hex[:10]}")
 
 
 def queue_resource(queue: UploadQueue) -> UploadQueueResource:

@@ -34,8 +34,8 @@ from episode_pipeline.local.dev import WORKSPACE_FILE
 from episode_pipeline.local.stack import StackInfo
 from episode_pipeline.local.upload import upload_episode
 from episode_pipeline.samples.writer import SampleSpec, write_sample
-from episode_pipeline_tests.conftest import new_episode_ref
 from episode_pipeline_tests.dagster_ui import DagsterDev, running_dagster_dev
+from episode_pipeline_tests.support import new_ref
 
 pytestmark = pytest.mark.integration
 
@@ -180,7 +180,7 @@ def episodes(
     """Two episodes processed by the daemon's sensor: `[shown, reuploaded]`."""
     tmp = tmp_path_factory.mktemp("ui-uploads")
     # Two orgs: the local run queue runs one run per org at a time, two at once.
-    refs = [new_episode_ref("ui-org-a"), new_episode_ref("ui-org-b")]
+    refs = [new_ref("ui-org-a"), new_ref("ui-org-b")]
     for ref in refs:
         upload_sample(tmp, ref, seconds=1.0)
     wait_for_runs(ui, refs, succeeded=1)

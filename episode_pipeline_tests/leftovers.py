@@ -1,0 +1,121 @@
+"""Nothing the suite starts outlives it: an end-of-session check for processes and temp folders.
+
+When the session starts (in the controller, before xdist starts its workers) it marks its
+environment, `EPISODE_PIPELINE_TEST_SESSION=<id>`, which every process it starts inherits
+(workers, the stacks' PostgreSQL and moto, daemons, FFmpeg, shell stand-ins), and points
+`TMPDIR` at a folder of its own, `<pytest basetemp>/tmp`, so every `tempfile` folder of every
+process lands there rather than in the machine's /tmp.
+
+When the session ends (the workers gone, every stack stopped), a process still alive after a
+grace period that carries the mark, or whose working directory is inside the basetemp, is a
+leftover; so is anything left in the session's TMPDIR. The check lists each one (pid, command,
+working directory; path), removes it (SIGKILL; rmtree) so nothing outlives the suite anyway, and
+fails the session.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+import psutil
+import pytest
+
+SESSION_ENV = "EPISODE_PIPELINE_TEST_SESSION"
+GRACE_SECONDS = 15.0
+
+_session: dict[str, str] = {}
+_found: list[str] = []
+
+
+def session_env() -> dict[str, str]:
+    """What a process started with an environment of its own (not `os.environ`) must carry
+    so that the check can see it: the session's mark and TMPDIR."""
+    return {name: os.environ[name] for name in (SESSION_ENV, "TMPDIR") if name in os.environ}
+
+
+@pytest.hookimpl(trylast=True)  # after pytest made its tmp_path_factory
+def pytest_configure(config: pytest.Config) -> None:
+    if hasattr(config, "workerinput"):
+        return  # a worker: the controller set the environment it inherited
+    basetemp = config._tmp_path_factory.getbasetemp()  # before TMPDIR moves, so it stays put
+    own_tmp = basetemp / "tmp"
+    own_tmp.mkdir(exist_ok=True)
+    _session.update(id=uuid.uuid4().hex, basetemp=str(basetemp), tmp=str(own_tmp))
+    os.environ[SESSION_ENV] = _session["id"]
+    os.environ["TMPDIR"] = str(own_tmp)
+    tempfile.tempdir = str(own_tmp)
+
+
+def _ours(process: psutil.Process, spared: set[int]) -> str | None:
+    """How `process` belongs to this session (None if it does not, or is gone)."""
+    with contextlib.suppress(psutil.Error):
+        if process.pid in spared:
+            return None
+        if process.environ().get(SESSION_ENV) == _session["id"]:
+            return "started by the suite"
+        if Path(process.cwd()).is_relative_to(_session["basetemp"]):
+            return "runs in the suite's temp folder"
+    return None
+
+
+def _describe(process: psutil.Process, why: str) -> str:
+    with contextlib.suppress(psutil.Error):
+        command = " ".join(process.cmdline())[:300]
+        return f"pid {process.pid} ({why}; cwd {process.cwd()}): {command}"
+    return f"pid {process.pid} ({why})"
+
+
+def surviving_processes() -> list[str]:
+    """Processes of this session still alive after the grace period, each killed once named."""
+    me = psutil.Process()
+    spared = {me.pid, *(p.pid for p in me.parents())}
+    deadline = time.monotonic() + GRACE_SECONDS
+    while True:
+        found = [(p, why) for p in psutil.process_iter() if (why := _ours(p, spared))]
+        if not found or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    named = [_describe(process, why) for process, why in found]
+    for process, _ in found:
+        with contextlib.suppress(psutil.Error):
+            process.kill()
+    return named
+
+
+def leftover_temp_paths() -> list[str]:
+    own_tmp = Path(_session["tmp"])
+    left = sorted(own_tmp.iterdir()) if own_tmp.exists() else []
+    for path in left:
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)
+    return [str(path) for path in left]
+
+
+# Inside the terminal reporter's wrapper, around every other implementation: the check runs
+# after xdist has shut its workers down, and its findings still reach the closing summary.
+@pytest.hookimpl(wrapper=True, trylast=True)
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int):
+    result = yield
+    if hasattr(session.config, "workerinput") or not _session:
+        return result
+    _found.extend(f"process {line}" for line in surviving_processes())
+    _found.extend(f"temporary path {line}" for line in leftover_temp_paths())
+    if _found and session.exitstatus == pytest.ExitCode.OK:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+    return result
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
+    if not _found:
+        return
+    terminalreporter.section("left behind by the suite (removed now; the session fails)")
+    for line in _found:
+        terminalreporter.write_line(line)

@@ -1,0 +1,141 @@
+"""The suite's own rules, each on a small pytest session of its own (a subprocess, so that its
+environment and temporary folder stay its own): nothing left behind, every test runs, the long
+tests start first."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import psutil
+import pytest
+
+REPO = Path(__file__).parents[1]
+PLUGINS = 'pytest_plugins = ("episode_pipeline_tests.suite", "episode_pipeline_tests.leftovers")\n'
+
+
+@pytest.fixture
+def session(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pytest.Pytester:
+    """A pytest session with the suite's plugins, outside this session's environment."""
+    monkeypatch.setenv(
+        "PYTHONPATH", os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
+    )
+    monkeypatch.delenv("CI", raising=False)
+    pytester.makeconftest(PLUGINS)
+    return pytester
+
+
+def run(session: pytest.Pytester, *args: str) -> pytest.RunResult:
+    return session.runpytest_subprocess("-p", "no:cacheprovider", *args, timeout=120)
+
+
+@pytest.mark.parametrize("workers", [[], ["-n", "2"]], ids=["one-process", "xdist"])
+def test_a_process_and_a_temporary_folder_left_behind_fail_the_session_by_name(
+    session: pytest.Pytester, workers: list[str]
+) -> None:
+    session.makepyfile(
+        """
+        import subprocess, tempfile
+        from pathlib import Path
+
+        def test_leaks():
+            subprocess.Popen(["sleep", "300"], start_new_session=True)
+            Path(tempfile.mkdtemp(prefix="transcode-")).joinpath("part.ts").write_bytes(b"x")
+        """
+    )
+    result = run(session, *workers)
+
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.stdout.fnmatch_lines(
+        [
+            "*left behind by the suite*",
+            "process pid * (started by the suite; cwd *): sleep 300",
+            "temporary path */tmp/transcode-*",
+        ]
+    )
+    (line,) = [line for line in result.stdout.lines if line.endswith(": sleep 300")]
+    pid = int(line.split()[2])
+    assert not _alive(pid), "the check kills what it names"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def test_a_session_that_cleans_up_passes(session: pytest.Pytester) -> None:
+    session.makepyfile(
+        """
+        import subprocess, tempfile
+
+        def test_cleans_up():
+            with tempfile.TemporaryDirectory(prefix="transcode-"):
+                subprocess.run(["true"], check=True)
+
+        def test_in_another_worker():
+            pass
+        """
+    )
+    result = run(session, "-n", "2")  # the workers themselves are not left behind
+    assert result.ret == pytest.ExitCode.OK
+    assert "left behind" not in result.stdout.str()
+
+
+def test_a_skipped_test_fails_the_session_under_ci(
+    session: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    session.makepyfile(
+        """
+        import pytest
+
+        @pytest.mark.slow(seconds=1)
+        def test_skips():
+            pytest.skip("no such tool here")
+        """
+    )
+    assert run(session).ret == pytest.ExitCode.OK  # a laptop may lack a tool
+
+    monkeypatch.setenv("CI", "true")
+    result = run(session)
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.stdout.fnmatch_lines(
+        [
+            "slow tests: 1 collected, 0 run",
+            "*tests that did not run: the session fails*",
+            "*test_skips: Skipped: no such tool here",
+            "1 slow test(s) collected but not run",
+        ]
+    )
+
+
+def test_slow_tests_start_first_and_stack_users_are_integration(session: pytest.Pytester) -> None:
+    session.makepyfile(
+        """
+        import pytest
+
+        @pytest.fixture
+        def stack():
+            return None
+
+        def test_quick():
+            pass
+
+        def test_on_the_stack(stack):
+            pass
+
+        @pytest.mark.slow(seconds=5)
+        def test_long():
+            pass
+
+        @pytest.mark.slow(seconds=50)
+        def test_longest():
+            pass
+        """
+    )
+    order = run(session, "--collect-only", "-q").stdout.lines
+    names = [line.rsplit("::", 1)[1] for line in order if "::" in line]
+    assert names == ["test_longest", "test_long", "test_quick", "test_on_the_stack"]
+    assert "1 passed" in run(session, "-m", "integration").stdout.str()
+    assert "3 passed" in run(session, "-m", "unit").stdout.str()
