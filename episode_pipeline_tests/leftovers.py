@@ -27,10 +27,12 @@ import psutil
 import pytest
 
 SESSION_ENV = "EPISODE_PIPELINE_TEST_SESSION"
-GRACE_SECONDS = 15.0
+GRACE_ENV = "EPISODE_PIPELINE_TEST_LEFTOVER_GRACE_SECONDS"  # how long survivors may take to go
+DEFAULT_GRACE_SECONDS = 15.0
 
 _session: dict[str, str] = {}
 _found: list[str] = []
+_ran: dict[str, list[float]] = {}  # test id -> [first start, last stop], to name who started what
 
 
 def session_env() -> dict[str, str]:
@@ -64,10 +66,30 @@ def _ours(process: psutil.Process, spared: set[int]) -> str | None:
     return None
 
 
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    span = _ran.setdefault(report.nodeid, [report.start, report.stop])
+    span[0], span[1] = min(span[0], report.start), max(span[1], report.stop)
+
+
+def _started_at(pid: int) -> float:
+    """When `pid` started, on the clock of the test reports. psutil's figure adds the boot time,
+    which the kernel gives in whole seconds; the process's age since boot is exact to a tick."""
+    ticks = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
+    uptime = float(Path("/proc/uptime").read_text().split()[0])
+    return time.time() - (uptime - ticks / os.sysconf("SC_CLK_TCK"))
+
+
+def _started_during(pid: int) -> str:
+    created = _started_at(pid)
+    tests = [n for n, (start, stop) in _ran.items() if start - 0.1 <= created <= stop + 0.1]
+    return f"; started during {', '.join(tests)}" if tests else ""
+
+
 def _describe(process: psutil.Process, why: str) -> str:
-    with contextlib.suppress(psutil.Error):
+    with contextlib.suppress(psutil.Error, OSError):
         command = " ".join(process.cmdline())[:300]
-        return f"pid {process.pid} ({why}; cwd {process.cwd()}): {command}"
+        during = _started_during(process.pid)
+        return f"pid {process.pid} ({why}; cwd {process.cwd()}{during}): {command}"
     return f"pid {process.pid} ({why})"
 
 
@@ -75,7 +97,8 @@ def surviving_processes() -> list[str]:
     """Processes of this session still alive after the grace period, each killed once named."""
     me = psutil.Process()
     spared = {me.pid, *(p.pid for p in me.parents())}
-    deadline = time.monotonic() + GRACE_SECONDS
+    grace = float(os.environ.get(GRACE_ENV) or DEFAULT_GRACE_SECONDS)
+    deadline = time.monotonic() + grace
     while True:
         found = [(p, why) for p in psutil.process_iter() if (why := _ours(p, spared))]
         if not found or time.monotonic() > deadline:

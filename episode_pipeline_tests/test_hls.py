@@ -10,12 +10,14 @@ FFmpeg misbehaving (exiting non-zero, hanging) is played by a shell stand-in tha
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
-import signal
+import shutil
 import stat
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import uuid
@@ -26,6 +28,7 @@ from typing import Any, ClassVar
 
 import av
 import botocore.exceptions
+import psutil
 import pytest
 from dagster import DagsterInstance, DagsterRunStatus, materialize
 from dagster._core.launcher import LaunchRunContext
@@ -62,6 +65,7 @@ from episode_pipeline.video.playlist import (
     parse_master,
     parse_playlist,
 )
+from episode_pipeline_tests.leftovers import session_env
 from episode_pipeline_tests.support import new_ref
 from episode_pipeline_tests.test_video_process import gone
 
@@ -402,6 +406,7 @@ class _Container:
     log_stream: str
     started: threading.Event
     container: str = "transcode"
+    scratch: Path | None = None  # the task's own disk: gone when the task stops
     output: list[str] = field(default_factory=list)
     reader: threading.Thread | None = None
     started_at: float = 0.0
@@ -425,6 +430,8 @@ class LocalContainerEcs:
     moto's CloudWatch Logs. moto never runs a container (docs/platform-notes.md#moto);
     `describe_tasks` reports the process's state and exit code, `stop_task` kills its process
     group, and the `tasks_stopped` waiter gives up after `MaxAttempts` polls as botocore's does.
+    Like a task's, the container's processes and disk end with it: `stop_task` kills every
+    process it started (FFmpeg runs in a session of its own), and its TMPDIR is removed.
     """
 
     def __init__(self, ecs: Any, logs: Any, start_delay: float = 0.0) -> None:
@@ -458,12 +465,20 @@ class LocalContainerEcs:
         env["HOME"] = os.environ.get("HOME", "/tmp")
         # The image's programs (python, dagster) are this virtualenv's here.
         command[0] = sys.executable if command[0] == "python" else executable(command[0])
+        env.update(session_env())  # the suite's mark, so its leftover check sees the container
+        scratch = Path(tempfile.mkdtemp(prefix="ecs-task-"))
+        env["TMPDIR"] = str(scratch)
         options = container["logConfiguration"]["options"]
         task_id = task["taskArn"].rsplit("/", 1)[1]
         stream = f"{options['awslogs-stream-prefix']}/{container['name']}/{task_id}"
         self._logs.create_log_stream(logGroupName=options["awslogs-group"], logStreamName=stream)
         run = _Container(
-            None, options["awslogs-group"], stream, threading.Event(), container["name"]
+            None,
+            options["awslogs-group"],
+            stream,
+            threading.Event(),
+            container["name"],
+            scratch=scratch,
         )
         self._tasks[task["taskArn"]] = run
 
@@ -502,6 +517,8 @@ class LocalContainerEcs:
         if run.process is not None:
             run.process.wait()
         run.reader.join()  # type: ignore[union-attr]
+        if run.scratch is not None:
+            shutil.rmtree(run.scratch, ignore_errors=True)
         events = [
             {"timestamp": int(time.time() * 1000), "message": line.rstrip("\n")}
             for line in run.output
@@ -534,8 +551,14 @@ class LocalContainerEcs:
         self.stop_task_requests.append(kwargs)
         run = self._tasks[kwargs["task"]]
         run.stopped = True
-        if run.process is not None:
-            os.killpg(run.process.pid, signal.SIGKILL)  # what a stopped Fargate task's kernel does
+        if run.process is not None:  # what a stopped Fargate task's kernel does
+            container = psutil.Process(run.process.pid)
+            for process in [container, *container.children(recursive=True)]:
+                with contextlib.suppress(psutil.NoSuchProcess):
+                    process.kill()
+            run.process.wait()
+        if run.scratch is not None:
+            shutil.rmtree(run.scratch, ignore_errors=True)
         return self._ecs.stop_task(**kwargs)
 
     def get_waiter(self, name: str) -> Any:

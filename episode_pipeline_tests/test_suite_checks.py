@@ -10,6 +10,8 @@ from pathlib import Path
 import psutil
 import pytest
 
+from episode_pipeline_tests.leftovers import GRACE_ENV
+
 REPO = Path(__file__).parents[1]
 PLUGINS = 'pytest_plugins = ("episode_pipeline_tests.suite", "episode_pipeline_tests.leftovers")\n'
 
@@ -21,6 +23,7 @@ def session(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pytes
         "PYTHONPATH", os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
     )
     monkeypatch.delenv("CI", raising=False)
+    monkeypatch.setenv(GRACE_ENV, "1")  # a leak here is on purpose: no need to wait it out
     pytester.makeconftest(PLUGINS)
     return pytester
 
@@ -49,7 +52,7 @@ def test_a_process_and_a_temporary_folder_left_behind_fail_the_session_by_name(
     result.stdout.fnmatch_lines(
         [
             "*left behind by the suite*",
-            "process pid * (started by the suite; cwd *): sleep 300",
+            "process pid * (started by the suite; cwd *; started during *test_leaks): sleep 300",
             "temporary path */tmp/transcode-*",
         ]
     )

@@ -28,6 +28,7 @@ then Pipes reports the exception and the process exits non-zero.
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import tempfile
 import threading
@@ -366,9 +367,14 @@ def main() -> int:
     from dagster_pipes import open_dagster_pipes
 
     # Stopped (the step's deadline, a cancelled run): FFmpeg runs in sessions of its own, out of
-    # reach of a signal to this process's group, so end them before going.
+    # reach of a signal to this process's group, so end them before going; `os._exit` skips
+    # the `with` below, so the scratch folder goes here too.
+    scratch: list[str] = []
+
     def stop(signum: int, frame: Any) -> None:
         kill_running_children()
+        for folder in scratch:
+            shutil.rmtree(folder, ignore_errors=True)
         os._exit(128 + signum)
 
     signal.signal(signal.SIGTERM, stop)
@@ -397,5 +403,6 @@ def main() -> int:
         # on ECS.
         bucket = Bucket(job.bucket, AwsSettings.from_env(os.environ))
         with tempfile.TemporaryDirectory(prefix="transcode-") as tmp:
+            scratch.append(tmp)
             run_episode(job, bucket, Path(tmp), report, log)
     return 0

@@ -29,6 +29,7 @@ Dagster ships none (dagster#14080, #32700), so this one stands on its own:
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -135,6 +136,19 @@ def text_ready(df: pl.DataFrame) -> pl.DataFrame:
     return df.with_columns(e.alias(name) for e, name in zip(escaped, escape, strict=True))
 
 
+@contextlib.contextmanager
+def closed_after(iterable: Iterable[Any]) -> Iterator[Iterator[Any]]:
+    """Iterate `iterable`, then close it however the loop ends: a producer's generator that
+    holds a temporary folder across its yields removes it now, not when it is collected."""
+    iterator = iter(iterable)
+    try:
+        yield iterator
+    finally:
+        close = getattr(iterator, "close", None)
+        if close is not None:
+            close()
+
+
 def copy_chunks(df: pl.DataFrame, slice_rows: int = COPY_SLICE_ROWS) -> Iterator[bytes]:
     """COPY text-format bytes of `df`, `slice_rows` rows at a time: bounded memory."""
     for frame in df.iter_slices(slice_rows):
@@ -235,8 +249,8 @@ class PostgresPolarsIOManager(ConfigurableIOManager):
                 target, sql.SQL(", ").join(sql.Identifier(name) for name in columns)
             )
             written = 0
-            with conn.cursor() as cur:
-                for part in rows.parts:
+            with conn.cursor() as cur, closed_after(rows.parts) as parts:
+                for part in parts:
                     cur.execute("SAVEPOINT copy_part")
                     try:
                         with cur.copy(copy_sql) as copy:
