@@ -1,5 +1,8 @@
 # The two commands a newcomer needs (see README.md): `make demo` and `make test`.
-.PHONY: demo demo-with-failure test lint dev bench clean
+.PHONY: demo demo-with-failure test test-fast lint dev bench clean
+
+# `make test` runs every test (docs/testing.md): pytest-xdist workers, one embedded stack each.
+TEST_WORKERS ?= 2
 
 demo:
 	scripts/bootstrap.sh
@@ -15,7 +18,12 @@ test:
 	.venv/bin/ruff check .
 	.venv/bin/ruff format --check .
 	.venv/bin/lint-imports
-	.venv/bin/pytest -q -p no:cacheprovider
+	.venv/bin/pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadgroup --durations=30
+
+# The inner loop: unit tests only (no server), the long ones left out.
+test-fast:
+	scripts/bootstrap.sh
+	.venv/bin/pytest -q -p no:cacheprovider -m "unit and not slow"
 
 lint:
 	.venv/bin/ruff check --fix . && .venv/bin/ruff format .

@@ -30,6 +30,9 @@ SESSION_ENV = "EPISODE_PIPELINE_TEST_SESSION"
 GRACE_ENV = "EPISODE_PIPELINE_TEST_LEFTOVER_GRACE_SECONDS"  # how long survivors may take to go
 DEFAULT_GRACE_SECONDS = 15.0
 
+# Files a library keeps in the temp folder on purpose, to reuse them: removed, not reported.
+LIBRARY_CACHES = (".lark_cache_*",)  # python-hcl2's parser (lark with cache=True)
+
 _session: dict[str, str] = {}
 _found: list[str] = []
 _ran: dict[str, list[float]] = {}  # test id -> [first start, last stop], to name who started what
@@ -119,7 +122,7 @@ def leftover_temp_paths() -> list[str]:
             shutil.rmtree(path, ignore_errors=True)
         else:
             path.unlink(missing_ok=True)
-    return [str(path) for path in left]
+    return [str(p) for p in left if not any(p.match(cache) for cache in LIBRARY_CACHES)]
 
 
 # Inside the terminal reporter's wrapper, around every other implementation: the check runs

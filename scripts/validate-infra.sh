@@ -22,6 +22,10 @@ ensure_tools() {
   local stamp="$TOOLS_VENV/.installed-$CHECKOV_VERSION-$HADOLINT_VERSION"
   [ -f "$stamp" ] && return 0
   mkdir -p "$(dirname "$TOOLS_VENV")"
+  # Two test workers may ask at once: one installs, the other waits for it.
+  exec 9>"$TOOLS_VENV.lock"
+  flock 9
+  [ -f "$stamp" ] && return 0
   local uv
   if [ -x .venv/bin/uv ]; then uv=.venv/bin/uv; elif command -v uv >/dev/null; then uv=uv; else uv=""; fi
   if [ -n "$uv" ]; then
