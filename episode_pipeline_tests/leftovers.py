@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import signal
 import tempfile
 import time
 import uuid
@@ -44,8 +45,23 @@ def session_env() -> dict[str, str]:
     return {name: os.environ[name] for name in (SESSION_ENV, "TMPDIR") if name in os.environ}
 
 
+def interruptible() -> None:
+    """Give SIGINT and SIGTERM their default handling back when the session inherited them
+    ignored (a background job of a non-interactive shell ignores SIGINT).
+
+    Dagster maps SIGTERM to SIGINT's handler, so such a process ends up ignoring both; a run
+    executed in a thread other than the main one then starts its `tail -F` compute-log children
+    with both ignored (exec keeps an ignored signal), and Dagster's SIGTERM cannot stop them.
+    """
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    if signal.getsignal(signal.SIGTERM) == signal.SIG_IGN:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
 @pytest.hookimpl(trylast=True)  # after pytest made its tmp_path_factory
 def pytest_configure(config: pytest.Config) -> None:
+    interruptible()
     if hasattr(config, "workerinput"):
         return  # a worker: the controller set the environment it inherited
     basetemp = config._tmp_path_factory.getbasetemp()  # before TMPDIR moves, so it stays put

@@ -5,6 +5,7 @@ tests start first."""
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 import psutil
@@ -142,3 +143,34 @@ def test_slow_tests_start_first_and_stack_users_are_integration(session: pytest.
     assert names == ["test_longest", "test_long", "test_quick", "test_on_the_stack"]
     assert "1 passed" in run(session, "-m", "integration").stdout.str()
     assert "3 passed" in run(session, "-m", "unit").stdout.str()
+
+
+def test_a_session_started_with_sigint_ignored_can_still_terminate_what_threads_start(
+    session: pytest.Pytester,
+) -> None:
+    """As Dagster does, the test maps SIGTERM to SIGINT's handler, then starts a child from a
+    thread (as a run in a thread starts `tail -F`) and stops it with SIGTERM."""
+    session.makepyfile(
+        """
+        import signal, subprocess, threading
+
+        def test_terminate_reaches_the_child():
+            signal.signal(signal.SIGTERM, signal.getsignal(signal.SIGINT))
+            children = []
+            start = lambda: children.append(subprocess.Popen(["sleep", "60"]))
+            thread = threading.Thread(target=start)
+            thread.start()
+            thread.join()
+            (child,) = children
+            child.terminate()
+            assert child.wait(timeout=10) == -signal.SIGTERM
+        """
+    )
+    ignoring_sigint = (
+        "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_IGN); "
+        "os.execv(sys.executable, [sys.executable, '-m', 'pytest', *sys.argv[1:]])"
+    )
+    result = session.run(
+        sys.executable, "-c", ignoring_sigint, "-p", "no:cacheprovider", timeout=120
+    )
+    assert result.ret == pytest.ExitCode.OK, result.stdout.str()
