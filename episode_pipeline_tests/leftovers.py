@@ -98,17 +98,16 @@ def _started_at(pid: int) -> float:
     return time.time() - (uptime - ticks / os.sysconf("SC_CLK_TCK"))
 
 
-def _started_during(pid: int) -> str:
-    created = _started_at(pid)
-    tests = [n for n, (start, stop) in _ran.items() if start - 0.1 <= created <= stop + 0.1]
-    return f"; started during {', '.join(tests)}" if tests else ""
+def _running_at(moment: float) -> str:
+    tests = [n for n, (start, stop) in _ran.items() if start - 0.1 <= moment <= stop + 0.1]
+    return ", ".join(tests) or "no test (set-up or tear-down of the session)"
 
 
 def _describe(process: psutil.Process, why: str) -> str:
     with contextlib.suppress(psutil.Error, OSError):
         command = " ".join(process.cmdline())[:300]
-        during = _started_during(process.pid)
-        return f"pid {process.pid} ({why}; cwd {process.cwd()}{during}): {command}"
+        during = _running_at(_started_at(process.pid))
+        return f"pid {process.pid} ({why}; cwd {process.cwd()}; started during {during}): {command}"
     return f"pid {process.pid} ({why})"
 
 
@@ -130,15 +129,30 @@ def surviving_processes() -> list[str]:
     return named
 
 
+def _describe_path(path: Path) -> str:
+    """The path, a few of its entries, and the tests running when it last changed."""
+    with contextlib.suppress(OSError):
+        entries = sorted(entry.name for entry in path.iterdir())[:4] if path.is_dir() else []
+        inside = f" holding {', '.join(entries)}" if entries else ""
+        return f"{path}{inside} (last changed during {_running_at(path.lstat().st_mtime)})"
+    return str(path)
+
+
 def leftover_temp_paths() -> list[str]:
+    """What is left in the session's TMPDIR, each removed once named."""
     own_tmp = Path(_session["tmp"])
     left = sorted(own_tmp.iterdir()) if own_tmp.exists() else []
+    named = [
+        _describe_path(path)
+        for path in left
+        if not any(path.match(cache) for cache in LIBRARY_CACHES)
+    ]
     for path in left:
         if path.is_dir() and not path.is_symlink():
             shutil.rmtree(path, ignore_errors=True)
         else:
             path.unlink(missing_ok=True)
-    return [str(p) for p in left if not any(p.match(cache) for cache in LIBRARY_CACHES)]
+    return named
 
 
 # Inside the terminal reporter's wrapper, around every other implementation: the check runs

@@ -136,6 +136,8 @@ def crash_stage(
         "RECONCILE_LOST_UPLOAD_AFTER_SECONDS": str(10 * 24 * 3600),
         "RECONCILE_STALE_PROCESSING_AFTER_SECONDS": str(10 * 24 * 3600),
         "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
+        # What a SIGKILL leaves in the temp folder stays with this module, not the session's.
+        "TMPDIR": str(tmp_path_factory.mktemp("crash-tmp")),
     }
     env.pop(INJECTION_POINT_ENV, None)
     env.pop(INJECTION_ABOUT_ENV, None)

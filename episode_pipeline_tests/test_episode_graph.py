@@ -5,15 +5,16 @@ Each test uploads its own sample episode under a fresh id, so tests share the st
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
 import uuid
 from pathlib import Path
 
+import psutil
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -313,9 +314,11 @@ def test_a_killed_run_then_rerun_converges(tmp_path, stack, db_conn, s3_client):
         upload_episode(archive, ref)
     assert process_episode(reference)
 
+    scratch = tmp_path / "killed-tmp"  # what the SIGKILL leaves in its temp folder stays here
+    scratch.mkdir()
     child = subprocess.Popen(
         [*CLI, "process", killed.partition_key],
-        env=os.environ.copy(),
+        env={**os.environ, "TMPDIR": str(scratch)},
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
@@ -326,7 +329,12 @@ def test_a_killed_run_then_rerun_converges(tmp_path, stack, db_conn, s3_client):
             break
         time.sleep(0.05)
     assert child.poll() is None, "the run finished before it could be killed"
-    child.send_signal(signal.SIGKILL)
+    # The process and all it started (FFmpeg, compute-log tails) die at once, as in an OOM kill
+    # of its container.
+    root = psutil.Process(child.pid)
+    for process in [root, *root.children(recursive=True)]:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            process.kill()
     child.wait()
     assert episode_db.episode_row(db_conn, killed)["status"] == "processing"
 

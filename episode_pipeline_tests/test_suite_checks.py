@@ -54,7 +54,7 @@ def test_a_process_and_a_temporary_folder_left_behind_fail_the_session_by_name(
         [
             "*left behind by the suite*",
             "process pid * (started by the suite; cwd *; started during *test_leaks): sleep 300",
-            "temporary path */tmp/transcode-*",
+            "temporary path */tmp/transcode-* holding part.ts (last changed during *test_leaks)",
         ]
     )
     (line,) = [line for line in result.stdout.lines if line.endswith(": sleep 300")]
