@@ -174,3 +174,41 @@ def test_a_session_started_with_sigint_ignored_can_still_terminate_what_threads_
         sys.executable, "-c", ignoring_sigint, "-p", "no:cacheprovider", timeout=120
     )
     assert result.ret == pytest.ExitCode.OK, result.stdout.str()
+
+
+def test_under_xdist_a_module_stays_in_one_worker_and_slow_tests_spread(
+    session: pytest.Pytester,
+) -> None:
+    """What `make test` relies on (`-n N --dist loadgroup`): a module's tests share one worker,
+    in their order; each slow test is a unit of its own."""
+    for name in ("first", "second"):
+        session.makepyfile(
+            **{
+                f"test_{name}": """
+                import pytest
+
+                def test_1(): pass
+                def test_2(): pass
+                def test_3(): pass
+
+                @pytest.mark.slow(seconds=1)
+                @pytest.mark.parametrize("case", range(4))
+                def test_long(case): pass
+                """
+            }
+        )
+    result = run(session, "-n", "2", "--dist", "loadgroup", "-v")
+    assert result.ret == pytest.ExitCode.OK
+    ran: dict[str, list[tuple[str, str]]] = {}
+    for line in result.stdout.lines:
+        if " PASSED " in line:
+            worker, test = line.split()[0], line.split()[-1]
+            ran.setdefault(test.split("::")[0], []).append((worker, test.split("::")[1]))
+    for module in ("test_first.py", "test_second.py"):
+        grouped = [
+            (worker, test) for worker, test in ran[module] if not test.startswith("test_long")
+        ]
+        assert len({worker for worker, _ in grouped}) == 1, grouped
+        assert [test for _, test in grouped] == [f"test_{i}@{module}" for i in (1, 2, 3)]
+    slow_workers = {w for runs in ran.values() for w, test in runs if test.startswith("test_long")}
+    assert len(slow_workers) == 2
