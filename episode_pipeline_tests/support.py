@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import uuid
 
-from episode_pipeline.keys import EpisodeRef
+from episode_pipeline.episodes.keys import EpisodeRef
 
 TEST_ORG = "test-org"
 

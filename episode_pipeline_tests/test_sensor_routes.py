@@ -28,12 +28,11 @@ from episode_pipeline.local.upload import upload_episode
 from episode_pipeline.samples.writer import SampleSpec, write_sample
 from episode_pipeline.storage.bucket import Bucket
 from episode_pipeline.uploads.upload_queue import UploadQueue
+from episode_pipeline_tests.support import new_ref
 from episode_pipeline_tests.test_sensor_sqs import (
     PrivateQueue,
     depth,
     execute,
-    instance,  # noqa: F401 (a fixture)
-    new_ref,
     report_done,
     tick,
 )
@@ -136,7 +135,7 @@ def _arn(sqs: Any, url: str) -> str:
 def test_an_upload_through_the_route_becomes_one_run_of_that_object(
     route: str,
     routed_queue: Callable[[str], PrivateQueue],
-    instance: DagsterInstance,  # noqa: F811 (the fixture imported above)
+    instance: DagsterInstance,
     awkward_archive: Path,
 ) -> None:
     private = routed_queue(route)
