@@ -28,20 +28,16 @@ DEFAULT_SLOW_SECONDS = 60
 # Modules that take the longest on 2 cores (measured with `make test`, docs/testing.md): they
 # start first. A stale figure costs only wall time, never a test.
 MODULE_SECONDS = {
-    "test_ui.py": 560,
-    "test_episode_graph.py": 330,
-    "test_injected_faults.py": 260,
-    "test_hostile_archives.py": 200,
-    "test_hls.py": 150,
-    "test_stack.py": 150,
-    "test_sensor_sqs.py": 120,
-    "test_benchmarks_smoke.py": 90,
-    "test_dead_letters.py": 80,
-    "test_real_datasets.py": 70,
-    "test_reconcile_uploads.py": 60,
-    "test_application_schema.py": 45,
-    "test_deploy_infra.py": 45,
-    "test_definitions.py": 40,
+    "test_ui.py": 250,
+    "test_episode_graph.py": 160,
+    "test_injected_faults.py": 80,
+    "test_hls.py": 60,
+    "test_hostile_archives.py": 30,
+    "test_run_status_daemon.py": 30,
+    "test_sync_check.py": 30,
+    "test_benchmarks_smoke.py": 30,
+    "test_sensor_sqs.py": 25,
+    "test_stack.py": 20,
 }
 
 _skipped: list[str] = []

@@ -289,7 +289,7 @@ def test_terraform_validate_offline(terraform_env: dict[str, str], terraform_dir
     assert report["warning_count"] == 0, "\n".join(problems)
 
 
-@pytest.mark.slow(seconds=120)
+@pytest.mark.slow(seconds=70)
 def test_terraform_test_offline(terraform_env: dict[str, str], terraform_dir: Path) -> None:
     """infra/tests/*.tftest.hcl: plans and applies against the mocked AWS provider."""
     result = _run(["terraform", "test", "-no-color"], cwd=terraform_dir, env=terraform_env)
@@ -319,7 +319,7 @@ def tools_venv() -> Path:
     return TOOLS_VENV
 
 
-@pytest.mark.slow(seconds=90)
+@pytest.mark.slow(seconds=30)
 def test_checkov_finds_nothing_unjustified(tools_venv: Path) -> None:
     result = _run(
         [
