@@ -14,7 +14,7 @@ from episode_pipeline import cli
 from episode_pipeline.episodes.keys import EpisodeRef
 from episode_pipeline.local.upload import upload_episode
 from episode_pipeline.samples.writer import SampleSpec, write_sample
-from episode_pipeline_tests.conftest import new_episode_ref
+from episode_pipeline_tests.support import new_ref
 from episode_pipeline_tests.test_hostile_archives import with_members
 
 pytestmark = pytest.mark.integration
@@ -39,7 +39,7 @@ def sample_tar(tmp_path_factory: pytest.TempPathFactory) -> bytes:
 
 
 def uploaded(tmp_path: Path, data: bytes, org: str = ORG) -> EpisodeRef:
-    ref = new_episode_ref(org)
+    ref = new_ref(org)
     archive = tmp_path / "take.tar.zst"
     archive.write_bytes(data)
     upload_episode(archive, ref)
@@ -159,7 +159,7 @@ def test_process_refuses_an_episode_nobody_uploaded_and_adds_no_partition(
 ) -> None:
     from dagster import DagsterInstance
 
-    ref = new_episode_ref(ORG)
+    ref = new_ref(ORG)
     code, out, err = run_cli(capsys, "process", ref.partition_key)
     assert code == 2 and out == ""
     assert err.startswith(f"episode-pipeline: {ref}: no such episode:")
