@@ -27,6 +27,7 @@ from typing import Any
 
 import sqlalchemy as sa
 from dagster import DagsterEventType, DagsterInstance, DagsterRunStatus
+from dagster._core.execution.backfill import BulkActionsFilter, BulkActionStatus
 
 from episode_pipeline.config.settings import RetentionSettings
 from episode_pipeline.defs.partitions import EPISODES_PARTITION_NAME
@@ -280,8 +281,6 @@ def delete_episodes(conn: Any, partitions: Sequence[str]) -> dict[str, int]:
 
 def partitions_of_active_backfills(instance: DagsterInstance) -> set[str]:
     """Episodes a requested backfill has still to run (`reprocess`): kept, whatever their age."""
-    from dagster._core.execution.backfill import BulkActionsFilter, BulkActionStatus
-
     backfills = instance.get_backfills(
         filters=BulkActionsFilter(statuses=[BulkActionStatus.REQUESTED])
     )
