@@ -176,6 +176,16 @@ class Config:
     e2e_height: int = 240
     sensor_uploads: int = 1_000  # uploads queued at once for the uploads sensor (4 ticks)
     heartbeat_runs: int = 5_000  # queued runs whose messages one heartbeat renews
+    # fleet: the store grows through these sizes; every figure is N against the first
+    fleet_sizes: str = "1000,10000"  # full run: 1000,10000,100000 (1000000 if time allows)
+    fleet_new_uploads: int = 300  # new uploads one uploads tick decides
+    # make bench's sizes are cut to fit its time; the full run sets the issue's (README)
+    fleet_burst: int = 300  # runs in flight for the heartbeat, then succeeding at once (1,000)
+    fleet_reconcile_ticks: int = 1  # reconciliation ticks walked at each size (2)
+    fleet_s3_objects: int = 1_000  # episodes with an archive in S3 (the walk's first pages)
+    fleet_all_events: int = 0  # 1: clone every event of the template run, not only assets'
+    fleet_daemon_uploads: int = 100  # uploads queued at once until their runs exist (300)
+    fleet_ui: int = 1  # 0: skip the UI's GraphQL queries (no webserver, no browser)
     archive_padding_mb: int = 64  # incompressible mp4-named members added to the sample
     big_archive_mb: int = 2048  # the big archive whose extraction's peak RSS is checked (0: skip)
     padding_files: int = 4
@@ -197,6 +207,12 @@ class Config:
             e2e_seconds=1.0,
             sensor_uploads=30,
             heartbeat_runs=25,
+            fleet_sizes="100,300",
+            fleet_new_uploads=30,
+            fleet_burst=20,
+            fleet_reconcile_ticks=1,
+            fleet_s3_objects=100,
+            fleet_daemon_uploads=20,
             archive_padding_mb=4,
             big_archive_mb=0,
             padding_files=2,

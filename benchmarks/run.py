@@ -27,6 +27,7 @@ from typing import Any
 from benchmarks import (
     end_to_end,
     extraction,
+    fleet,
     footprint,
     frames_convert,
     frames_load,
@@ -45,6 +46,7 @@ STAGES: dict[str, ModuleType] = {
     extraction.NAME: extraction,
     hls.NAME: hls,
     end_to_end.NAME: end_to_end,
+    fleet.NAME: fleet,
 }
 DEFAULT_OUT = REPO_ROOT / "benchmarks" / "results"
 SCHEMA_VERSION = 2  # 2: baseline_name, samples and spread, target and met per figure

@@ -1,0 +1,297 @@
+"""The `fleet` stage's UI figures: the GraphQL the Dagster UI's pages send, at each fleet size.
+
+A `dagster-webserver` (webserver alone: no daemon, so nothing the fleet holds is launched) runs
+on the fleet's instance. At the first size a real browser (Debian's chromium, Playwright) opens
+the pages an operator opens, and every GraphQL request each page sends is recorded: the asset
+page (`/assets/frames`), its partitions view, one episode's partition page, and the backfill
+dialog (the asset page's *Materialize* button, which for a partitioned asset opens the
+partition picker). The recorded documents are kept in `fleet_ui_queries.json` beside this
+module (the ones the UI of the installed dagster-webserver sends; the browser is optional
+afterwards) and, at every size, replayed one after the other against the webserver: a page's
+seconds are the sum of its queries' (one Python process answers them), the slowest is named.
+The first replay at a size is cold (the partition-status caches are rebuilt after the store
+grew); the figure is the median of `repeats` replays after it, the cold one is in the details.
+Then a backfill of `fleet_burst` episodes is launched as the UI's dialog launches it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote, urlparse
+
+QUERIES_FILE = Path(__file__).with_name("fleet_ui_queries.json")
+ASSET = "frames"
+STARTUP_SECONDS = 300
+QUERY_TIMEOUT_SECONDS = 600
+BROWSER_TIMEOUT_MS = 180_000
+FAR_SECONDS = 20.0  # a page this slow cold is replayed once warm (see `measure`)
+MINUTES_SECONDS = 120.0  # and this slow, not again: its cold replay is its figure
+SETTLE_MS = 4_000  # a page's polling queries keep coming: record what it sends in this quiet
+PAGES = ("asset_page", "partitions_view", "episode_page", "backfill_dialog")
+# metric → (unit, what the figure is, target kind): `fleet.figures` reads it
+FIGURES: dict[str, tuple[str, str, str]] = {
+    "ui_asset_page": ("s", "the asset page's GraphQL (/assets/frames)", "ui"),
+    "ui_partitions_view": ("s", "its partitions view's GraphQL", "ui"),
+    "ui_episode_page": ("s", "one episode's partition page's GraphQL", "ui"),
+    "ui_backfill_dialog": ("s", "the backfill dialog's GraphQL (Materialize…)", "ui"),
+    "ui_launch_backfill": ("s", "launching a backfill of the burst's episodes", "report"),
+}
+LAUNCH_BACKFILL = """
+mutation LaunchPartitionBackfill($backfillParams: LaunchBackfillParams!) {
+  launchPartitionBackfill(backfillParams: $backfillParams) {
+    __typename
+    ... on LaunchBackfillSuccess { backfillId }
+    ... on PythonError { message }
+  }
+}
+"""
+
+
+class Webserver:
+    def __init__(self, process: subprocess.Popen[bytes], url: str, log: Path) -> None:
+        self.process = process
+        self.url = url
+        self.log = log
+
+    def post(self, body: dict[str, Any]) -> tuple[float, dict[str, Any]]:
+        data = json.dumps(body).encode()
+        request = urllib.request.Request(
+            f"{self.url}/graphql", data=data, headers={"Content-Type": "application/json"}
+        )
+        started = time.perf_counter()
+        with urllib.request.urlopen(request, timeout=QUERY_TIMEOUT_SECONDS) as response:
+            answer = json.load(response)
+        return time.perf_counter() - started, answer
+
+
+def start(ctx: Any, fleet: Any) -> Webserver:
+    from episode_pipeline.local.dev import WORKSPACE_FILE, dev_environment
+    from episode_pipeline_tests.dagster_ui import free_port
+
+    port = free_port()
+    log = ctx.workdir / "fleet-webserver.log"
+    executable = Path(sys.executable).parent / "dagster-webserver"
+    command = [str(executable), "-w", str(WORKSPACE_FILE), "-h", "127.0.0.1", "-p", str(port)]
+    with log.open("wb") as output:
+        process = subprocess.Popen(
+            command, env=dev_environment(fleet.info.env), cwd=ctx.workdir,
+            start_new_session=True, stdin=subprocess.DEVNULL, stdout=output,
+            stderr=subprocess.STDOUT,
+        )  # fmt: skip
+    server = Webserver(process, f"http://127.0.0.1:{port}", log)
+    deadline = time.monotonic() + STARTUP_SECONDS
+    while True:
+        if process.poll() is not None:
+            raise RuntimeError(f"dagster-webserver exited: {log.read_text()[-2000:]}")
+        with (
+            contextlib.suppress(OSError),
+            urllib.request.urlopen(f"{server.url}/server_info", timeout=5) as response,
+        ):
+            if response.status == 200:
+                break
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"no dagster-webserver within {STARTUP_SECONDS} s ({log})")
+        time.sleep(0.5)
+    return server
+
+
+def close(fleet: Any) -> None:
+    server = getattr(fleet, "webserver", None)
+    if server is not None:
+        from episode_pipeline_tests.dagster_ui import stop
+
+        stop(server.process)
+        fleet.webserver = None
+
+
+def page_urls(url: str, episode: str) -> dict[str, str]:
+    partition = quote(episode, safe="")
+    return {
+        "asset_page": f"{url}/assets/{ASSET}",
+        "partitions_view": f"{url}/assets/{ASSET}?view=partitions",
+        "episode_page": f"{url}/assets/{ASSET}?view=partitions&partition={partition}",
+        "backfill_dialog": f"{url}/assets/{ASSET}",
+    }
+
+
+def capture(server: Webserver, episode: str) -> dict[str, list[dict[str, Any]]]:
+    """Every GraphQL request each page sends, from a real browser."""
+    from playwright.sync_api import sync_playwright
+
+    from episode_pipeline_tests.test_ui import CHROMIUM, NUX_KEY
+
+    captured: dict[str, list[dict[str, Any]]] = {page: [] for page in PAGES}
+    current: list[str] = [PAGES[0]]
+
+    def record(request: Any) -> None:
+        if urlparse(request.url).path.endswith("/graphql") and request.method == "POST":
+            with contextlib.suppress(ValueError, TypeError):
+                body = request.post_data_json
+                if isinstance(body, dict) and body.get("query"):
+                    captured[current[0]].append(
+                        {k: body.get(k) for k in ("operationName", "query", "variables")}
+                    )
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM)
+        try:
+            context = browser.new_context(viewport={"width": 1400, "height": 900})
+            context.add_init_script(f"localStorage.setItem('{NUX_KEY}', JSON.stringify('1'))")
+            page = context.new_page()
+            page.set_default_timeout(BROWSER_TIMEOUT_MS)
+            page.on("request", record)
+            for name, url in page_urls(server.url, episode).items():
+                if name == "backfill_dialog":
+                    page.goto(url, wait_until="networkidle")
+                    current[0] = name
+                    button = page.get_by_role("button", name="Materialize", exact=False).first
+                    button.click()
+                    page.get_by_role("dialog").first.wait_for()
+                else:
+                    current[0] = name
+                    page.goto(url, wait_until="networkidle")
+                page.wait_for_timeout(SETTLE_MS)
+        finally:
+            browser.close()
+    return {name: _unique(requests) for name, requests in captured.items()}
+
+
+def _unique(requests: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A polling query sent twice in the quiet counts once."""
+    seen: dict[str, dict[str, Any]] = {}
+    for request in requests:
+        seen.setdefault(json.dumps(request, sort_keys=True), request)
+    return list(seen.values())
+
+
+def queries(ctx: Any, fleet: Any, server: Webserver, episode: str) -> dict[str, Any]:
+    """The recorded documents: captured now when a browser is here, else the kept file."""
+    from episode_pipeline_tests.test_ui import CHROMIUM
+
+    counts = "no browser"
+    if Path(CHROMIUM).exists():
+        found = capture(server, episode)
+        document = {"episode": episode, "pages": found}
+        (ctx.workdir / "fleet-ui-captured.json").write_text(json.dumps(document, indent=1))
+        if all(found.values()):
+            QUERIES_FILE.write_text(json.dumps(document, indent=1) + "\n")
+            return document
+        counts = ", ".join(f"{page}: {len(found[page])}" for page in PAGES)
+    if not QUERIES_FILE.exists():
+        raise RuntimeError(f"captured {counts} and no {QUERIES_FILE.name} to replay")
+    return json.loads(QUERIES_FILE.read_text())
+
+
+def replay(server: Webserver, requests: list[dict[str, Any]], episode: str, recorded: str) -> dict:
+    seconds: list[tuple[float, str]] = []
+    errors = []
+    for request in requests:
+        body = json.loads(json.dumps(request).replace(recorded, episode))
+        try:
+            took, answer = server.post(body)
+        except OSError as failure:  # a timeout: the page never loads
+            took, answer = QUERY_TIMEOUT_SECONDS, {"errors": [f"{type(failure).__name__}"]}
+        seconds.append((took, request.get("operationName") or "?"))
+        if answer.get("errors"):
+            errors.append(f"{request.get('operationName')}: {str(answer['errors'])[:200]}")
+    slowest = max(seconds, default=(0.0, "-"))
+    by_operation: dict[str, float] = {}
+    for took, name in seconds:
+        by_operation[name] = round(by_operation.get(name, 0.0) + took, 3)
+    return {
+        "seconds": sum(s for s, _ in seconds),
+        "queries": len(seconds),
+        "slowest": {"operation": slowest[1], "seconds": round(slowest[0], 3)},
+        "by_operation": by_operation,
+        "errors": errors,
+    }
+
+
+def launch_backfill(server: Webserver, fleet: Any, count: int) -> float:
+    from benchmarks import fleet_state
+    from episode_pipeline.defs.jobs import EPISODE_ASSETS, EPISODE_JOB_NAME
+    from episode_pipeline_tests.dagster_ui import REPOSITORIES_QUERY
+
+    _, found = server.post({"query": REPOSITORIES_QUERY})
+    repo = next(
+        r for r in found["data"]["repositoriesOrError"]["nodes"]
+        if any(job["name"] == EPISODE_JOB_NAME for job in r["jobs"])
+    )  # fmt: skip
+    params = {
+        "selector": {
+            "partitionSetName": f"{EPISODE_JOB_NAME}_partition_set",
+            "repositorySelector": {
+                "repositoryName": repo["name"],
+                "repositoryLocationName": repo["location"]["name"],
+            },
+        },
+        "assetSelection": [{"path": [name]} for name in EPISODE_ASSETS],
+        "partitionNames": [fleet_state.partition_key(i) for i in range(count)],
+        "fromFailure": False,
+        "tags": [{"key": "dagster/from_ui", "value": "true"}],
+    }
+    took, answer = server.post({"query": LAUNCH_BACKFILL, "variables": {"backfillParams": params}})
+    launched = (answer.get("data") or {}).get("launchPartitionBackfill") or {}
+    if launched.get("__typename") != "LaunchBackfillSuccess":
+        raise RuntimeError(f"backfill launch failed: {str(answer)[:1000]}")
+    return took
+
+
+def cancel_backfills(instance: Any) -> None:
+    from dagster._core.execution.backfill import BulkActionStatus
+
+    for backfill in instance.get_backfills():
+        if backfill.status == BulkActionStatus.REQUESTED:
+            instance.update_backfill(backfill.with_status(BulkActionStatus.CANCELED))
+
+
+def measure(ctx: Any, fleet: Any, sample: Any) -> None:
+    from benchmarks import fleet_state
+
+    server = getattr(fleet, "webserver", None)
+    if server is None:
+        with ctx.phase("set-up: webserver"):
+            server = fleet.webserver = start(ctx, fleet)
+    episode = fleet_state.partition_key(5)
+    if getattr(fleet, "ui_queries", None) is None:
+        with ctx.phase("set-up: capture the UI's queries in a browser"):
+            fleet.ui_queries = queries(ctx, fleet, server, episode)
+    document = fleet.ui_queries
+    details: dict[str, Any] = {}
+    for page in PAGES:
+        requests = document["pages"][page]
+        cold = replay(server, requests, episode, document["episode"])
+        # A page far from its target (minutes against 3 s) is replayed once more, not three
+        # times: no run's noise could flip its verdict, and each replay costs its minutes.
+        repeats = ctx.config.repeats if cold["seconds"] < FAR_SECONDS else 1
+        if cold["seconds"] > MINUTES_SECONDS:
+            repeats = 0  # minutes a replay: the cold one is the figure
+        warm = [replay(server, requests, episode, document["episode"]) for _ in range(repeats)]
+        if not warm:
+            warm = [cold]
+        for run in warm:
+            sample.add(f"ui_{page}", run["seconds"])
+        details[page] = {
+            "cold_seconds": round(cold["seconds"], 3),
+            "warm_seconds": [round(r["seconds"], 3) for r in warm],
+            **{k: v for k, v in warm[-1].items() if k != "seconds"},
+            "cold_by_operation": cold["by_operation"],
+        }
+    for _ in range(ctx.config.repeats):
+        sample.add(
+            "ui_launch_backfill",
+            launch_backfill(server, fleet, min(ctx.config.fleet_burst, sample.size)),
+        )
+    cancel_backfills(fleet.instance)  # no daemon may start them later (fleet_daemon)
+    details["launch_backfill"] = {"episodes": min(ctx.config.fleet_burst, sample.size)}
+    details["operations"] = {
+        page: [r.get("operationName") for r in document["pages"][page]] for page in PAGES
+    }
+    sample.details["ui"] = details

@@ -1,0 +1,87 @@
+"""The `fleet` stage's pure parts: how a template row becomes a synthetic episode's, how the
+growth factors and their targets are read, how statements are folded for its profile.
+
+The stage itself (a stack, a real run, thousands of runs, a webserver, a browser) is left to
+`make bench`, as `startup` and `end_to_end` are (test_benchmarks_smoke.py).
+"""
+
+from __future__ import annotations
+
+import math
+
+from benchmarks import fleet, fleet_state
+from benchmarks.fleet_probe import normalize
+
+
+def template(run_id: str = "0f0f0f0f-aaaa-bbbb-cccc-000000000001") -> fleet_state.Template:
+    return fleet_state.Template(
+        run_id=run_id,
+        partition_key="fleettpl/ep-fleettpl-1234abcd",
+        episode_id="ep-fleettpl-1234abcd",
+        dagster_run=None,
+        events=[],
+        event_tags=[],
+        check_executions=[],
+        start=1_000.0,
+    )
+
+
+def test_a_template_event_becomes_the_synthetic_episodes_own() -> None:
+    tpl = template()
+    text = (
+        '{"run_id": "0f0f0f0f-aaaa-bbbb-cccc-000000000001", "timestamp": 1000.5, '
+        '"partition": "fleettpl/ep-fleettpl-1234abcd", '
+        '"uri": "s3://b/orgs/fleettpl/episodes/ep-fleettpl-1234abcd/x.mp4"}'
+    )
+    new = fleet_state._substitution(tpl, "new-run", 42, shift=10.0)(text)
+    assert '"run_id": "new-run"' in new
+    assert '"partition": "fleet/ep-0000042"' in new
+    assert "orgs/fleet/episodes/ep-0000042/x.mp4" in new
+    assert '"timestamp": 1010.5' in new
+    assert "fleettpl" not in new
+
+
+def test_storage_ids_of_the_template_map_to_the_clones_ids() -> None:
+    assert fleet_state._mapped(500, {7: 0, 9: 1}, 9) == 501
+    assert fleet_state._mapped(500, {7: 0}, 3) == 3  # not the run's own event: kept
+    assert fleet_state._mapped(500, {7: 0}, None) is None
+
+
+def test_episode_ids_sort_in_the_order_they_were_made_and_uuid_ids_are_stable() -> None:
+    ids = [fleet_state.episode_id(i) for i in (9, 10, 999_999)]
+    assert ids == sorted(ids)
+    assert fleet_state.uuid_id(5) == fleet_state.uuid_id(5) != fleet_state.uuid_id(6)
+    assert len(fleet_state.receipt("fleet/ep-0000001")) == 380
+
+
+def test_growth_factors_are_against_the_first_size_and_targets_follow_their_kind() -> None:
+    small, large = fleet.Sample(1_000), fleet.Sample(10_000)
+    for value in (1.0, 1.1, 0.9):
+        small.add("uploads_tick", value)
+        large.add("uploads_tick", value * 2)
+        small.add("ui_partitions_view", value)
+        large.add("ui_partitions_view", value * 2)
+    small.add("reconcile_lost_upload", 1_500.0)
+    large.add("reconcile_lost_upload", math.inf)
+    results = {r.metric: r for r in fleet.figures([small, large])}
+    tick = results["uploads_tick@10,000"]
+    assert (tick.ours, tick.baseline, tick.ratio) == (2.0, 1.0, 2.0)
+    assert tick.met is False  # 2x its N = 1,000 cost, over 1.5x
+    assert results["ui_partitions_view@10,000"].met is True  # 2 s, under 3 s
+    assert results["reconcile_lost_upload@10,000"].met is False
+
+
+def test_statements_fold_their_parameters_and_literals() -> None:
+    statement = (
+        "SELECT runs.run_body FROM runs WHERE runs.run_id IN (%(run_id_1_1)s, %(run_id_1_2)s,\n"
+        "   %(run_id_1_3)s) AND status = 'SUCCESS'"
+    )
+    assert normalize(statement) == (
+        "SELECT runs.run_body FROM runs WHERE runs.run_id IN (%(run_id)s, ...) AND status = '?'"
+    )
+
+
+def test_the_index_age_spreads_runs_at_the_fleets_daily_rate() -> None:
+    spacing = 86_400 / fleet_state.EPISODES_PER_DAY
+    assert fleet_state.index_age(99, spacing, 100) == spacing
+    assert fleet_state.index_age(0, spacing, 10_001) == 86_400 + spacing
