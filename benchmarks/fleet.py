@@ -312,10 +312,15 @@ def measure_heartbeat_and_done(ctx: BenchContext, fleet: Any, sample: Sample) ->
 
 
 def deployed(settings: Any) -> Any:
-    """The code location's `Definitions` as the daemon loads them (`build_definitions`)."""
-    from episode_pipeline.definitions import build_definitions
+    """The code location's `Definitions` as the daemon loads them (`build_definitions`), with
+    what its loader sets up for the process that evaluates the sensors (the run-status
+    sensors' per-tick limits, when the location sets them)."""
+    from episode_pipeline import definitions as location
 
-    return build_definitions(settings)
+    set_up = getattr(location, "apply_run_status_sensor_limits", None)
+    if set_up is not None:
+        set_up()
+    return location.build_definitions(settings)
 
 
 def reconcile_sensor(settings: Any) -> tuple[Any, Any, Any]:
