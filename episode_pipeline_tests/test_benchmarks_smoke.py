@@ -92,30 +92,6 @@ def test_a_sharded_queue_drains_every_shard_once_and_answers_empty_once() -> Non
     assert (shards[0].renewed, shards[2].renewed) == (["handle-a-3"], ["handle-c-0"])
 
 
-def test_the_readme_table_is_regenerated_between_its_markers(tmp_path: Path) -> None:
-    readme = tmp_path / "README.md"
-    markers = f"{bench_run.README_BEGIN}\nold table\n{bench_run.README_END}"
-    readme.write_text(f"before\n{markers}\nafter\n")
-    result = Result("frames_load", "rows_per_second", 90.0, 100.0, "rows/s", "higher")
-    result.expect_factor(0.9, "≥ 0.9x the limit")
-    report = {
-        "generated_at": "2026-01-01T00:00:00+00:00",
-        "machine": {"git_commit": "abc123", "cores": 2, "cpu": "CPU"},
-        "facts": {"load": "0.5..1.2"},
-        "results": [result.as_dict()],
-    }
-    assert bench_run.update_readme(report, readme)
-    text = readme.read_text()
-    assert text.startswith("before\n") and text.endswith("after\n")
-    assert "old table" not in text
-    assert "| frames_load | rows_per_second | 90.0 rows/s" in text
-    assert "| ≥ 0.9x the limit | yes |" in text
-    unmarked = tmp_path / "unmarked.md"
-    unmarked.write_text("no markers here\n")
-    assert not bench_run.update_readme(report, unmarked)
-    assert unmarked.read_text() == "no markers here\n"
-
-
 @pytest.mark.integration
 def test_quick_run_writes_results(stack: StackInfo, tmp_path: Path) -> None:
     out = tmp_path / "results"
