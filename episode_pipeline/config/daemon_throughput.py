@@ -46,8 +46,10 @@ def apply_run_status_sensor_limits(environ: MutableMapping[str, str] = os.enviro
         environ.setdefault(name, value)
 
 
-def daemon_sensor_config() -> dict[str, object]:
-    """The instance's `sensors:` block."""
+def daemon_sensor_config(*, threads: bool = True) -> dict[str, object]:
+    """The instance's `sensors:` block (production's: every sensor on its own thread)."""
+    if not threads:
+        return {"use_threads": False}
     return {
         "use_threads": True,
         "num_workers": SENSOR_WORKERS,

@@ -72,9 +72,10 @@ def instance_config(
             "max_runtime_seconds": max_runtime_seconds,
             "poll_interval_seconds": MONITORING_POLL_SECONDS,
         },
-        # As in production: each sensor ticks on its own thread, so a long reconciliation walk
-        # never holds back the upload sensor; a tick's run requests are submitted side by side.
-        "sensors": throughput.daemon_sensor_config(),
+        # Ticks one after another, unlike production: with the sensor thread pool, a tick the
+        # pool starts while the daemon shuts down fails with DagsterCodeLocationNotFoundError,
+        # so every Ctrl-C of `dev` could leave a failed tick. A laptop's ticks are short.
+        "sensors": throughput.daemon_sensor_config(threads=False),
         # Tick history purged as in production (dagster.yaml); runs and events are pruned by
         # the retention sensor (docs/retention.md).
         "retention": {
