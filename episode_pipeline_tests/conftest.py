@@ -29,6 +29,9 @@ from episode_pipeline_tests.support import TEST_ORG, new_ref
 pytest_plugins = (
     "episode_pipeline_tests.suite",
     "episode_pipeline_tests.leftovers",
+    # Fixtures more than one module uses: a private queue (and its sample), a crash stage.
+    "episode_pipeline_tests.support.queues",
+    "episode_pipeline_tests.support.daemon",
     "pytester",  # test_suite_checks.py runs small sessions of its own
 )
 

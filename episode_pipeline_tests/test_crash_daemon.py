@@ -17,221 +17,39 @@ and processes one 1-second, 1-camera episode.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
-import os
-import signal
-import subprocess
-import sys
-import time
 import uuid
-from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import psutil
-import psycopg
 import pytest
-import yaml
 from dagster import DagsterInstance, DagsterRunStatus, RunsFilter
 
-from episode_pipeline.config.settings import Settings
 from episode_pipeline.db.connection import connect
 from episode_pipeline.db.episodes import episode_row, frame_rows
 from episode_pipeline.defs.runs import IN_FLIGHT_STATUSES, PARTITION_TAG, UPLOAD_TAG, upload_id
 from episode_pipeline.defs.sensors import sqs
 from episode_pipeline.episodes.keys import EpisodeRef
-from episode_pipeline.local import aws_setup
-from episode_pipeline.local.dagster_home import instance_config
-from episode_pipeline.local.dev import WORKSPACE_FILE
-from episode_pipeline.local.stack import StackInfo
 from episode_pipeline.local.upload import upload_episode
 from episode_pipeline.runtime.injection_points import (
-    INJECTION_ABOUT_ENV,
-    INJECTION_POINT_ENV,
     MID_COPY,
     MID_EXTRACTION,
 )
 from episode_pipeline.samples.writer import SampleSpec, write_sample
 from episode_pipeline.storage.bucket import Bucket
-from episode_pipeline.uploads.upload_queue import UploadQueue
 from episode_pipeline_tests.crash_support import AFTER_SUBMIT_RUN
+from episode_pipeline_tests.support.daemon import (
+    CrashStage,
+    Daemon,
+    _is_run_worker,
+    wait_until,
+)
+from episode_pipeline_tests.support.queues import depth
 
 pytestmark = pytest.mark.integration
 
-REPO = Path(__file__).parents[1]
-VISIBILITY_SECONDS = 24
-HEARTBEAT_SECONDS = 3
 POINT_SECONDS = 180  # until the armed point is reached
 CONVERGE_SECONDS = 420  # until the restarted daemon has processed everything
 FPS = 30
-
-
-@dataclasses.dataclass
-class CrashStage:
-    settings: Settings  # the session's, with the private bucket and queues
-    queue: UploadQueue
-    dlq: UploadQueue
-    dagster_home: Path
-    queue_paused_home: Path  # the same instance, but its run queue is not dequeued
-    env: dict[str, str]  # the daemon's environment
-    logs: Path
-
-
-@pytest.fixture(scope="module")
-def crash_stage(
-    stack: StackInfo, settings: Settings, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[CrashStage]:
-    assert stack.s3_endpoint is not None
-    name = f"crash-{uuid.uuid4().hex[:8]}"
-    resources = aws_setup.ensure_resources(stack.s3_endpoint, bucket=name, queue_name=name)
-    sqs_client = aws_setup.client("sqs", stack.s3_endpoint)
-    sqs_client.set_queue_attributes(
-        QueueUrl=resources.queue_url, Attributes={"VisibilityTimeout": str(VISIBILITY_SECONDS)}
-    )
-    private = dataclasses.replace(
-        settings,
-        bucket=resources.bucket,
-        sqs_queue_url=resources.queue_url,
-        dlq_url=resources.dlq_url,
-    )
-
-    # A Dagster instance of its own, in its own database of the session's PostgreSQL.
-    password, port = stack.env["DB_PASSWORD"], int(stack.env["DB_PORT"])
-    database = name.replace("-", "_")
-    with psycopg.connect(
-        host="127.0.0.1",
-        port=port,
-        user="postgres",
-        password=password,
-        dbname="postgres",
-        autocommit=True,
-    ) as conn:
-        conn.execute(f'CREATE DATABASE "{database}"')
-    home = tmp_path_factory.mktemp("crash-dagster")
-    config = instance_config(password, port, database=database)
-    config["run_coordinator"] = {
-        "module": "episode_pipeline_tests.crash_support",
-        "class": "PausingRunCoordinator",
-    }
-    # A run whose launch the kill interrupted is failed after a minute (not 3), then retried.
-    config["run_monitoring"] |= {"start_timeout_seconds": 60, "poll_interval_seconds": 5}
-    (home / "dagster.yaml").write_text(yaml.safe_dump(config))
-    with DagsterInstance.from_config(str(home)) as instance:
-        instance.get_runs_count()  # creates the tables once
-    # To kill the daemon between "run queued" and "run launched", its queue must not move:
-    # the same storage, read through a configuration that dequeues once an hour.
-    paused = tmp_path_factory.mktemp("crash-dagster-queue-paused")
-    config["run_coordinator"]["config"] = {"dequeue_interval_seconds": 3600}
-    (paused / "dagster.yaml").write_text(yaml.safe_dump(config))
-
-    env = {
-        **os.environ,
-        **stack.env,
-        "DATA_BUCKET": resources.bucket,
-        "SQS_QUEUE_URL": resources.queue_url,
-        "SQS_DLQ_URL": resources.dlq_url,
-        "DAGSTER_HOME": str(home),
-        "SQS_VISIBILITY_TIMEOUT_SECONDS": str(VISIBILITY_SECONDS),
-        "SQS_HEARTBEAT_SECONDS": str(HEARTBEAT_SECONDS),
-        # The session's database holds every test's episodes: this daemon reconciles none.
-        "RECONCILE_LOST_UPLOAD_AFTER_SECONDS": str(10 * 24 * 3600),
-        "RECONCILE_STALE_PROCESSING_AFTER_SECONDS": str(10 * 24 * 3600),
-        "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
-        # What a SIGKILL leaves in the temp folder stays with this module, not the session's.
-        "TMPDIR": str(tmp_path_factory.mktemp("crash-tmp")),
-    }
-    env.pop(INJECTION_POINT_ENV, None)
-    env.pop(INJECTION_ABOUT_ENV, None)
-    yield CrashStage(
-        settings=private,
-        queue=UploadQueue(resources.queue_url, private.aws),
-        dlq=UploadQueue(resources.dlq_url, private.aws),
-        dagster_home=home,
-        queue_paused_home=paused,
-        env=env,
-        logs=tmp_path_factory.mktemp("crash-logs"),
-    )
-    kill_leftovers({str(home), str(paused)})
-
-
-def kill_leftovers(dagster_homes: set[str]) -> None:
-    """SIGKILL whatever this module started that is still alive (a code server the kill raced,
-    a run worker spared by it): every process whose DAGSTER_HOME is one of ours."""
-    for process in psutil.process_iter():
-        with contextlib.suppress(psutil.Error):
-            ours = process.environ().get("DAGSTER_HOME") in dagster_homes
-            if ours and process.pid != os.getpid():
-                process.kill()
-
-
-class Daemon:
-    """One `dagster-daemon run` process group; its log goes to a file."""
-
-    def __init__(
-        self,
-        stage: CrashStage,
-        label: str,
-        armed: str | None = None,
-        about: str = "",
-        dagster_home: Path | None = None,
-    ) -> None:
-        env = {**stage.env, "DAGSTER_HOME": str(dagster_home or stage.dagster_home)}
-        self.marker = stage.logs / f"{label}.reached"
-        if armed:
-            env[INJECTION_POINT_ENV] = f"{armed}:{self.marker}"
-            env[INJECTION_ABOUT_ENV] = about  # this test's episode, not another test's
-        self.log = stage.logs / f"{label}.log"
-        executable = Path(sys.executable).parent / "dagster-daemon"
-        self.process = subprocess.Popen(
-            [str(executable), "run", "-w", str(WORKSPACE_FILE)],
-            cwd=REPO,
-            env=env,
-            start_new_session=True,
-            stdout=subprocess.DEVNULL,
-            stderr=self.log.open("wb"),
-        )
-
-    def tail(self, lines: int = 40) -> str:
-        return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
-
-    def crash(self, spare_workers: bool = True) -> list[int]:
-        """SIGKILL the daemon and its code server; run workers live on, as separate ECS tasks
-        would, unless the whole machine is meant to die (returns the spared pids)."""
-        root = psutil.Process(self.process.pid)
-        tree = root.children(recursive=True)
-        workers = [p for p in tree if _is_run_worker(p)] if spare_workers else []
-        spared = {p.pid for w in workers for p in [w, *w.children(recursive=True)]}
-        for process in [root, *tree]:
-            if process.pid not in spared:
-                with contextlib.suppress(psutil.NoSuchProcess):
-                    process.kill()
-        self.process.wait()
-        return sorted(spared)
-
-    def stop(self) -> None:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.process.pid, signal.SIGTERM)
-        try:
-            self.process.wait(30)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.process.pid, signal.SIGKILL)
-            self.process.wait()
-
-
-def _is_run_worker(process: psutil.Process) -> bool:
-    """The code server starts each run in a `multiprocessing` spawn child (Dagster's StartRun);
-    its resource tracker is not one."""
-    with contextlib.suppress(psutil.Error):
-        command = " ".join(process.cmdline())
-        return "spawn_main" in command and "resource_tracker" not in command
-    return False
-
-
-def wait_until(condition: Callable[[], bool], timeout: float, what: Callable[[], str]) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting: {what()}"
-        time.sleep(1)
 
 
 @pytest.fixture(scope="module")
@@ -239,13 +57,6 @@ def archive(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("crash-sample") / "take.tar.zst"
     write_sample(out, SampleSpec(seconds=1.0, cameras=1, fps=FPS))
     return out
-
-
-def depth(queue: UploadQueue) -> tuple[int, int]:
-    names = ["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"]
-    found = queue.client.get_queue_attributes(QueueUrl=queue.queue_url, AttributeNames=names)
-    visible, in_flight = (int(found["Attributes"].get(name, 0)) for name in names)
-    return visible, in_flight
 
 
 # About 90 s each: they start first and spread over the workers (suite.py).

@@ -15,9 +15,8 @@ from episode_pipeline import cli
 from episode_pipeline.db.connection import connect
 from episode_pipeline.db.episodes import ensure_episode_row, episode_row
 from episode_pipeline.local.upload import upload_episode
-from episode_pipeline_tests import test_sensor_sqs as sqs_tests
 from episode_pipeline_tests.support import new_ref
-from episode_pipeline_tests.test_sensor_sqs import (
+from episode_pipeline_tests.support.queues import (
     PrivateQueue,
     depth,
     execute,
@@ -27,9 +26,6 @@ from episode_pipeline_tests.test_sensor_sqs import (
 )
 
 pytestmark = pytest.mark.integration
-
-private_queue = sqs_tests.private_queue  # the same fixtures: a private bucket → queue → DLQ
-archive = sqs_tests.archive
 
 
 def dlq_cli(

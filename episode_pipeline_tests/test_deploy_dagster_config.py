@@ -25,24 +25,11 @@ from dagster._serdes import ConfigurableClassData
 from dagster_postgres.auth import AwsWifTokenProvider
 from dagster_postgres.utils import get_token_provider_from_config, pg_url_from_config
 
+from episode_pipeline_tests.support.deploy import PRODUCTION_ENV
+
 ROOT = Path(__file__).resolve().parents[1]
 DAGSTER_YAML = ROOT / "dagster.yaml"
 WORKSPACE_YAML = ROOT / "workspace.yaml"
-
-# What the ECS task definitions in infra/ecs.tf set (test_deploy_infra checks the names match).
-PRODUCTION_ENV = {
-    "AWS_REGION": "us-west-2",
-    "AWS_DEFAULT_REGION": "us-west-2",
-    "DAGSTER_PG_HOST": "aurora.cluster-abc.us-west-2.rds.amazonaws.com",
-    "DAGSTER_PG_PORT": "5432",
-    "DAGSTER_PG_DB": "dagster",
-    "DAGSTER_PG_USER": "dagster",
-    "DAGSTER_RUN_TASK_DEFINITION": "episode-pipeline-run",
-    "DAGSTER_RUN_CONTAINER_NAME": "run",
-    "DAGSTER_COMPUTE_LOG_BUCKET": "episode-pipeline-dagster-123456789012",
-    "DAGSTER_CODE_SERVER_HOST": "code-server.episode-pipeline.internal",
-    "DAGSTER_CODE_SERVER_PORT": "4000",
-}
 
 
 def env_names(node: Any) -> set[str]:

@@ -17,21 +17,13 @@ import shlex
 import subprocess
 import tomllib
 from functools import cache
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from episode_pipeline_tests.support.deploy import ROOT, TOOLS_VENV, VALIDATE_SCRIPT
+
 DOCKERFILE = ROOT / "Dockerfile"
 DOCKERIGNORE = ROOT / ".dockerignore"
-# Where scripts/validate-infra.sh keeps checkov and hadolint (outside the work tree).
-TOOLS_VENV = Path(
-    os.environ.get("EPISODE_PIPELINE_TOOLS_VENV")
-    or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    / "episode-pipeline"
-    / "venv-checkov"
-)
-VALIDATE_SCRIPT = ROOT / "scripts" / "validate-infra.sh"
 
 
 def in_ci() -> bool:

@@ -31,10 +31,9 @@ import yaml
 
 from episode_pipeline.config.env import variables
 from episode_pipeline.config.settings import Settings
-from episode_pipeline_tests.test_deploy_dagster_config import PRODUCTION_ENV
 
 # The repository, and where scripts/validate-infra.sh keeps checkov (outside the work tree).
-from episode_pipeline_tests.test_deploy_dockerfile import ROOT, TOOLS_VENV, VALIDATE_SCRIPT
+from episode_pipeline_tests.support.deploy import PRODUCTION_ENV, ROOT, TOOLS_VENV, VALIDATE_SCRIPT
 
 INFRA = ROOT / "infra"
 

@@ -18,16 +18,16 @@ import psutil
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from dagster import AssetKey, AssetRecordsFilter, DagsterInstance, RunsFilter
+from dagster import DagsterInstance, RunsFilter
 
 from episode_pipeline.db import episodes as episode_db
 from episode_pipeline.episodes.episode_rows import REQUIRED_KEYS
 from episode_pipeline.episodes.keys import EpisodeRef
 from episode_pipeline.local.upload import upload_episode
-from episode_pipeline.report import episode_reports
 from episode_pipeline.runner import process_episode, run_checks
 from episode_pipeline.samples.writer import SampleSpec, pack_archive, write_dataset, write_sample
 from episode_pipeline_tests.support import new_ref
+from episode_pipeline_tests.support.graph import latest_metadata, report_for
 
 pytestmark = pytest.mark.integration
 
@@ -65,25 +65,6 @@ def cli(*args: str, check: bool = True) -> subprocess.CompletedProcess:
     return subprocess.run(
         [*CLI, *args], capture_output=True, text=True, check=check, env=os.environ.copy()
     )
-
-
-def report_for(ref: EpisodeRef) -> dict:
-    (report,) = episode_reports(ref)
-    return report
-
-
-def latest_metadata(ref: EpisodeRef, asset: str) -> dict:
-    """The metadata of the asset's newest materialization for the episode."""
-    records = (
-        DagsterInstance.get()
-        .fetch_materializations(
-            AssetRecordsFilter(asset_key=AssetKey(asset), asset_partitions=[ref.partition_key]),
-            limit=1,
-        )
-        .records
-    )
-    materialization = records[0].asset_materialization
-    return {key: value.value for key, value in materialization.metadata.items()}
 
 
 def state_of(db_conn, s3_client, bucket: str, ref: EpisodeRef) -> dict:

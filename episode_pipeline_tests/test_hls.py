@@ -67,7 +67,7 @@ from episode_pipeline.video.playlist import (
 )
 from episode_pipeline_tests.leftovers import session_env
 from episode_pipeline_tests.support import new_ref
-from episode_pipeline_tests.test_video_process import gone
+from episode_pipeline_tests.support.processes import gone
 
 pytestmark = pytest.mark.integration
 

@@ -10,9 +10,7 @@ ARCHIVE_* variables would in production) so no test needs gigabytes.
 from __future__ import annotations
 
 import dataclasses
-import io
 import os
-import tarfile
 import uuid
 from typing import Any
 
@@ -27,6 +25,7 @@ from episode_pipeline.episodes.keys import EpisodeRef
 from episode_pipeline.runner import process_episode
 from episode_pipeline.samples.writer import SampleSpec, write_sample
 from episode_pipeline.storage.bucket import Bucket
+from episode_pipeline_tests.support.archives import with_members
 
 pytestmark = pytest.mark.integration
 
@@ -91,24 +90,6 @@ def sample_tar(tmp_path_factory: pytest.TempPathFactory) -> bytes:
     archive = tmp_path_factory.mktemp("hostile") / "take.tar.zst"
     write_sample(archive, SampleSpec(seconds=1.0, cameras=1, root_folder=ROOT))
     return zstandard.ZstdDecompressor().decompressobj().decompress(archive.read_bytes())
-
-
-def with_members(tar: bytes, extra: list[tuple[str, bytes]]) -> bytes:
-    """The valid tar plus `extra` appended (GNU format: raw byte names stay raw)."""
-    out = io.BytesIO()
-    with (
-        tarfile.open(fileobj=io.BytesIO(tar)) as source,
-        tarfile.open(
-            fileobj=out, mode="w", format=tarfile.GNU_FORMAT, errors="surrogateescape"
-        ) as target,
-    ):
-        for info in source.getmembers():
-            target.addfile(info, source.extractfile(info) if info.isfile() else None)
-        for name, data in extra:
-            info = tarfile.TarInfo(name)
-            info.size = len(data)
-            target.addfile(info, io.BytesIO(data))
-    return zstandard.ZstdCompressor(level=3).compress(out.getvalue())
 
 
 @pytest.fixture(scope="module")

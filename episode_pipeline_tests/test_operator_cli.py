@@ -15,7 +15,7 @@ from episode_pipeline.episodes.keys import EpisodeRef
 from episode_pipeline.local.upload import upload_episode
 from episode_pipeline.samples.writer import SampleSpec, write_sample
 from episode_pipeline_tests.support import new_ref
-from episode_pipeline_tests.test_hostile_archives import with_members
+from episode_pipeline_tests.support.archives import with_members
 
 pytestmark = pytest.mark.integration
 

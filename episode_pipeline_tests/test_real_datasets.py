@@ -13,15 +13,13 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
-from dagster import AssetCheckKey, AssetKey, DagsterInstance
-from dagster._core.event_api import PartitionKeyFilter
 
 from episode_pipeline.episodes.keys import EpisodeRef
 from episode_pipeline.lerobot.features import STATE_RULE
 from episode_pipeline.local.upload import upload_episode
 from episode_pipeline.runner import ProcessOutcome, process_episode
 from episode_pipeline.samples.writer import SampleSpec, pack_archive, write_dataset
-from episode_pipeline_tests.test_episode_graph import latest_metadata, report_for
+from episode_pipeline_tests.support.graph import check_evaluation, latest_metadata, report_for
 
 pytestmark = pytest.mark.integration
 
@@ -53,15 +51,6 @@ def camera_summary(ref: EpisodeRef, camera: str) -> dict:
     if hasattr(per_camera, "records"):
         return next(r.data for r in per_camera.records if r.data.get("camera") == camera)
     return per_camera[camera]
-
-
-def check_evaluation(ref: EpisodeRef, asset: str, name: str):
-    """The latest evaluation of one check for the episode (passed, description, metadata)."""
-    key = AssetCheckKey(AssetKey(asset), name)
-    latest = DagsterInstance.get().event_log_storage.get_latest_asset_check_execution_by_key(
-        [key], partition_filter=PartitionKeyFilter(key=ref.partition_key)
-    )
-    return latest[key].event.dagster_event.event_specific_data
 
 
 @pytest.mark.parametrize(

@@ -33,7 +33,7 @@ from episode_pipeline.defs.sensors.reconcile import reconciliation_sensors
 from episode_pipeline.episodes.keys import EpisodeRef
 from episode_pipeline.samples.writer import SampleSpec, write_sample
 from episode_pipeline.storage.bucket import Bucket, ObjectInfo
-from episode_pipeline_tests.test_application_schema import APPLICATION_SCHEMA
+from episode_pipeline_tests.support.schema import APPLICATION_SCHEMA
 
 DEFAULTS = ReconcileSettings()
 NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)

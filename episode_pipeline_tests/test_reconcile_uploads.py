@@ -11,13 +11,7 @@ from dagster import (
     SkipReason,
     build_sensor_context,
 )
-from dagster._core.remote_origin import (
-    InProcessCodeLocationOrigin,
-    RemoteJobOrigin,
-    RemoteRepositoryOrigin,
-)
 from dagster._core.test_utils import create_run_for_test
-from dagster._core.types.loadable_target_origin import LoadableTargetOrigin
 
 from episode_pipeline.config.settings import ReconcileSettings
 from episode_pipeline.db.episodes import (
@@ -37,6 +31,7 @@ from episode_pipeline.episodes.keys import EpisodeRef
 from episode_pipeline.samples.writer import SampleSpec, write_sample
 from episode_pipeline.storage.bucket import Bucket
 from episode_pipeline_tests.support import new_ref
+from episode_pipeline_tests.support.runs import JOB_ORIGIN
 
 pytestmark = pytest.mark.integration
 
@@ -87,18 +82,6 @@ def requested(result) -> list[str]:
     if not isinstance(result, SensorResult):
         return []
     return [r.partition_key for r in result.run_requests]
-
-
-# A queued run must name the code it came from (the daemon launches it from there).
-JOB_ORIGIN = RemoteJobOrigin(
-    repository_origin=RemoteRepositoryOrigin(
-        code_location_origin=InProcessCodeLocationOrigin(
-            LoadableTargetOrigin(module_name="episode_pipeline.definitions")
-        ),
-        repository_name="__repository__",
-    ),
-    job_name=EPISODE_JOB_NAME,
-)
 
 
 def make_run(instance, ref: EpisodeRef, status: DagsterRunStatus) -> None:

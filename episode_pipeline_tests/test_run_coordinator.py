@@ -10,7 +10,7 @@ from dagster._core.test_utils import create_run_for_test, instance_for_test
 
 from episode_pipeline.defs.run_coordinator import missing_episode_tags
 from episode_pipeline.defs.runs import ORG_TAG, PARTITION_TAG
-from episode_pipeline_tests.test_reconcile_uploads import JOB_ORIGIN
+from episode_pipeline_tests.support.runs import JOB_ORIGIN
 
 COORDINATOR = {
     "module": "episode_pipeline.defs.run_coordinator",

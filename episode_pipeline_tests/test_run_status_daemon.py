@@ -41,13 +41,8 @@ from episode_pipeline.defs.jobs import EPISODE_JOB_NAME
 from episode_pipeline.defs.runs import PARTITION_TAG, episode_tags
 from episode_pipeline.defs.sensors.sqs import UPLOAD_DONE_SENSOR_NAME, HeldMessage, sqs_tag
 from episode_pipeline.episodes.keys import EpisodeRef
-from episode_pipeline_tests.test_crash_daemon import (  # noqa: F401  (the fixture)
-    CrashStage,
-    Daemon,
-    crash_stage,
-    depth,
-    wait_until,
-)
+from episode_pipeline_tests.support.daemon import CrashStage, Daemon, wait_until
+from episode_pipeline_tests.support.queues import depth
 
 pytestmark = pytest.mark.integration
 
@@ -117,7 +112,7 @@ def held_message(stage: CrashStage, body: str) -> HeldMessage:
 
 
 def test_a_tick_of_mixed_runs_deletes_every_message_and_marks_every_episode(
-    crash_stage: CrashStage,  # noqa: F811  (the fixture imported above)
+    crash_stage: CrashStage,
     db_conn,
 ) -> None:
     stage = crash_stage

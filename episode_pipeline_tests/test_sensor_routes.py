@@ -29,13 +29,7 @@ from episode_pipeline.samples.writer import SampleSpec, write_sample
 from episode_pipeline.storage.bucket import Bucket
 from episode_pipeline.uploads.upload_queue import UploadQueue
 from episode_pipeline_tests.support import new_ref
-from episode_pipeline_tests.test_sensor_sqs import (
-    PrivateQueue,
-    depth,
-    execute,
-    report_done,
-    tick,
-)
+from episode_pipeline_tests.support.queues import PrivateQueue, depth, execute, report_done, tick
 
 pytestmark = pytest.mark.integration
 

@@ -7,8 +7,6 @@ receives interfere, and an ephemeral Dagster instance, so run keys and partition
 
 from __future__ import annotations
 
-import dataclasses
-import uuid
 from collections.abc import Callable
 from pathlib import Path
 from types import SimpleNamespace
@@ -17,14 +15,11 @@ from typing import Any
 import pytest
 from dagster import (
     AssetRecordsFilter,
-    DagsterEventType,
     DagsterInstance,
     DagsterRunStatus,
     RunsFilter,
     SensorResult,
     SkipReason,
-    build_run_status_sensor_context,
-    build_sensor_context,
 )
 from dagster._core.definitions.data_version import DATA_VERSION_TAG
 from dagster._core.storage.tags import RUN_KEY_TAG, SENSOR_NAME_TAG
@@ -34,101 +29,22 @@ from episode_pipeline.definitions import build_definitions
 from episode_pipeline.defs.asset_keys import RAW_ARCHIVE_KEY
 from episode_pipeline.defs.jobs import EPISODE_JOB_NAME
 from episode_pipeline.defs.partitions import EPISODES_PARTITION_NAME
-from episode_pipeline.defs.resources.aws import aws_fields
-from episode_pipeline.defs.resources.sqs import UploadQueueResource
 from episode_pipeline.defs.runs import UPLOAD_TAG, retry_run_key
 from episode_pipeline.defs.sensors import sqs
 from episode_pipeline.episodes.keys import EpisodeRef
-from episode_pipeline.local import aws_setup
-from episode_pipeline.local.stack import StackInfo
 from episode_pipeline.local.upload import upload_episode
-from episode_pipeline.samples.writer import SampleSpec, write_sample
-from episode_pipeline.storage.bucket import Bucket
 from episode_pipeline.uploads.upload_queue import UploadQueue
 from episode_pipeline_tests.support import new_ref
+from episode_pipeline_tests.support.queues import (
+    PrivateQueue,
+    depth,
+    execute,
+    redeliver,
+    report_done,
+    tick,
+)
 
 pytestmark = pytest.mark.integration
-
-
-@dataclasses.dataclass(frozen=True)
-class PrivateQueue:
-    settings: Settings  # the session's, with this test's bucket and queue
-    queue: UploadQueue
-    storage: Bucket
-    dlq_url: str
-
-
-@pytest.fixture
-def private_queue(stack: StackInfo, settings: Settings) -> Callable[..., PrivateQueue]:
-    """Factory: a fresh bucket → queue → DLQ on the session's moto server."""
-    assert stack.s3_endpoint is not None
-    endpoint = stack.s3_endpoint
-
-    def make(visibility_timeout: int | None = None) -> PrivateQueue:
-        name = f"sqs-sensor-{uuid.uuid4().hex[:10]}"
-        resources = aws_setup.ensure_resources(endpoint, bucket=name, queue_name=name)
-        if visibility_timeout is not None:
-            aws_setup.client("sqs", endpoint).set_queue_attributes(
-                QueueUrl=resources.queue_url,
-                Attributes={"VisibilityTimeout": str(visibility_timeout)},
-            )
-        aws = AwsSettings(
-            region=aws_setup.REGION,
-            endpoint_url=endpoint,
-            access_key_id=aws_setup.ACCESS_KEY,
-            secret_access_key=aws_setup.SECRET_KEY,
-        )
-        return PrivateQueue(
-            settings=dataclasses.replace(
-                settings, bucket=resources.bucket, sqs_queue_url=resources.queue_url
-            ),
-            queue=UploadQueue(resources.queue_url, aws),
-            storage=Bucket(resources.bucket, aws),
-            dlq_url=resources.dlq_url,
-        )
-
-    return make
-
-
-@pytest.fixture(scope="module")
-def archive(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("sqs-sample") / "episode.tar.zst"
-    write_sample(out, SampleSpec(seconds=1.0, cameras=1))
-    return out
-
-
-def queue_resource(queue: UploadQueue) -> UploadQueueResource:
-    """The resource the sensors get, pointing at the same queue as `queue`."""
-    return UploadQueueResource(queue_url=queue.queue_url, **aws_fields(queue.aws))
-
-
-def tick(instance: DagsterInstance, queue: UploadQueue) -> SensorResult | SkipReason:
-    context = build_sensor_context(
-        instance=instance, resources={"upload_queue": queue_resource(queue)}
-    )
-    return sqs.episode_uploads(context)
-
-
-def depth(queue: UploadQueue) -> tuple[int, int]:
-    """(visible, in flight) messages, as SQS approximates them."""
-    names = ["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"]
-    attributes = queue.client.get_queue_attributes(QueueUrl=queue.queue_url, AttributeNames=names)
-    visible, in_flight = (int(attributes["Attributes"].get(name, 0)) for name in names)
-    return visible, in_flight
-
-
-def execute(instance: DagsterInstance, private: PrivateQueue, run_request: Any) -> Any:
-    """Play the daemon: add the partition and run the job in-process with the request's tags."""
-    sqs_name = sqs.UPLOADS_SENSOR_NAME
-    instance.add_dynamic_partitions(EPISODES_PARTITION_NAME, [run_request.partition_key])
-    job = build_definitions(private.settings).resolve_job_def(EPISODE_JOB_NAME)
-    return job.execute_in_process(
-        partition_key=run_request.partition_key,
-        instance=instance,
-        # What the daemon adds to a sensor's run: the run key and the sensor's name.
-        tags={**run_request.tags, RUN_KEY_TAG: run_request.run_key, SENSOR_NAME_TAG: sqs_name},
-        raise_on_error=False,
-    )
 
 
 def test_the_definitions_wire_the_sensor_to_the_episode_job(settings: Settings) -> None:
@@ -309,19 +225,6 @@ def observed_archive_version(instance: DagsterInstance, ref: EpisodeRef) -> str 
     return records[0].asset_observation.tags.get(DATA_VERSION_TAG)
 
 
-def report_done(instance: DagsterInstance, private: PrivateQueue, run_id: str) -> None:
-    """Play the daemon's run-status sensor for a succeeded run."""
-    (record,) = instance.get_records_for_run(run_id, of_type=DagsterEventType.RUN_SUCCESS).records
-    context = build_run_status_sensor_context(
-        sensor_name=sqs.UPLOAD_DONE_SENSOR_NAME,
-        dagster_event=record.event_log_entry.dagster_event,
-        dagster_instance=instance,
-        dagster_run=instance.get_run_by_id(run_id),
-        resources={"upload_queue": queue_resource(private.queue)},
-    )
-    sqs.episode_upload_done(context)
-
-
 def waiting_run(instance: DagsterInstance, private: PrivateQueue, run_request: Any) -> Any:
     """The run the daemon made from the request, not started yet (as a busy run queue leaves it)."""
     job = build_definitions(private.settings).resolve_job_def(EPISODE_JOB_NAME)
@@ -336,12 +239,6 @@ def waiting_run(instance: DagsterInstance, private: PrivateQueue, run_request: A
         },
         status=DagsterRunStatus.NOT_STARTED,
     )
-
-
-def redeliver(private: PrivateQueue, tags: dict[str, str]) -> None:
-    """Make the run's messages visible now, as they would be after the visibility timeout."""
-    handles = [m.receipt_handle for m in sqs.held_messages(tags)]
-    assert not private.queue.extend_visibility_many(handles, 0)
 
 
 def test_a_redelivery_while_the_run_waits_joins_it_and_its_success_deletes_the_message(

@@ -19,8 +19,7 @@ from episode_pipeline.local.upload import upload_episode
 from episode_pipeline.report import format_reports
 from episode_pipeline.runner import process_episode
 from episode_pipeline.samples.writer import SampleSpec, pack_archive, write_dataset
-from episode_pipeline_tests.test_episode_graph import report_for
-from episode_pipeline_tests.test_real_datasets import check_evaluation
+from episode_pipeline_tests.support.graph import check_evaluation, report_for
 
 pytestmark = pytest.mark.integration
 

@@ -20,27 +20,10 @@ from episode_pipeline.video.process import (
     run_with_deadline,
     terminate_group,
 )
+from episode_pipeline_tests.support.processes import gone
 
 # A shell that starts a grandchild, prints both ids and waits: FFmpeg's stand-in when hung.
 HANGS = 'sleep 600 & echo "$$ $!"; wait'
-
-
-def alive(pid: int) -> bool:
-    """Running or stopped; a zombie (killed, not yet reaped by init) counts as dead."""
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (FileNotFoundError, ProcessLookupError):
-        return False
-    return state != "Z"
-
-
-def gone(pids: list[int]) -> bool:
-    """All of `pids` dead within a few seconds (a SIGKILL takes effect asynchronously)."""
-    for _ in range(50):
-        if not any(alive(pid) for pid in pids):
-            return True
-        time.sleep(0.1)
-    return False
 
 
 def test_a_late_child_is_killed_with_everything_it_started():

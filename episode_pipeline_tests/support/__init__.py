@@ -1,4 +1,6 @@
-"""Helpers the tests share (fixtures live in conftest.py; these are plain functions to import)."""
+"""Helpers the tests share: plain functions and constants to import, by topic in this package's
+modules. Fixtures live in conftest.py, and the shared ones in the modules it lists as plugins
+(`queues`, `daemon`)."""
 
 from __future__ import annotations
 
