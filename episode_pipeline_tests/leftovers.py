@@ -32,7 +32,10 @@ GRACE_ENV = "EPISODE_PIPELINE_TEST_LEFTOVER_GRACE_SECONDS"  # how long survivors
 DEFAULT_GRACE_SECONDS = 15.0
 
 # Files a library keeps in the temp folder on purpose, to reuse them: removed, not reported.
-LIBRARY_CACHES = (".lark_cache_*",)  # python-hcl2's parser (lark with cache=True)
+LIBRARY_CACHES = (
+    ".lark_cache_*",  # python-hcl2's parser (lark with cache=True)
+    "uv-setuptools-*.lock",  # uv's build lock (the production-install test)
+)
 
 _session: dict[str, str] = {}
 _found: list[str] = []

@@ -532,6 +532,13 @@ class LocalContainerEcs:
             )
         run.shipped = True
 
+    def finish(self) -> None:
+        """Wait for every container to exit, as ECS would before a task is gone; its scratch
+        disk goes with it (a test that only watched the run never asked ECS again)."""
+        for run in self._tasks.values():
+            if run.started.wait(60):
+                self._ship_logs(run)
+
     def describe_tasks(self, **kwargs: Any) -> Any:
         response = self._ecs.describe_tasks(cluster=kwargs.get("cluster"), tasks=kwargs["tasks"])
         for task in response["tasks"]:
@@ -884,7 +891,10 @@ def test_an_upload_costs_one_ecs_task_by_default(tmp_path, stack, settings, ecs_
         launcher.register_instance(instance)
         launcher.launch_run(LaunchRunContext(dagster_run=run, workspace=None))
 
-        finished = wait_for_run(instance, run.run_id)
+        try:
+            finished = wait_for_run(instance, run.run_id)
+        finally:
+            fake.finish()
         (task,) = fake._tasks.values()
         assert finished.status == DagsterRunStatus.SUCCESS, "".join(task.output[-40:])
 

@@ -19,9 +19,12 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from dagster import DagsterInstance
+
 from episode_pipeline.config.settings import Settings
 from episode_pipeline.db import episodes as episode_db
 from episode_pipeline.db.connection import connect
+from episode_pipeline.defs.runs import IN_FLIGHT_STATUSES, latest_run_of_episode
 from episode_pipeline.episodes.keys import EpisodeRef
 from episode_pipeline.local.aws_setup import QueueTiming
 from episode_pipeline.local.demo import DEMO_ORG, running_daemon
@@ -105,10 +108,23 @@ def _dead_letter_round_trip() -> int:
             episode_db.ensure_episode_row(conn, ref)
         _cli("dlq", "redrive", ref.partition_key)
 
+        redriven_at = time.time()
+
         def settled() -> bool:
+            # `failed` alone may be the earlier runs' failure reaching the new row late (the
+            # run-failure sensor): only a run started after the redrive, now ended, settles it.
             with connect(settings.database) as conn:
                 row = episode_db.episode_row(conn, ref)
-            return row is not None and row["status"] in ("processed", "failed")
+            if row is None or row["status"] == "processed":
+                return row is not None
+            with DagsterInstance.get() as instance:
+                run = latest_run_of_episode(instance, ref)
+                record = instance.get_run_record_by_id(run.run_id) if run else None
+            return (
+                record is not None
+                and record.create_timestamp.timestamp() >= redriven_at
+                and record.dagster_run.status not in IN_FLIGHT_STATUSES
+            )
 
         _wait("the sensor's retry to finish", settled)
     _cli("status", ref.partition_key)
