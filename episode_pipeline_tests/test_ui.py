@@ -110,7 +110,7 @@ query AssetNodes($partitions: [String!]) {
 SENSOR_QUERY = """
 query Sensor($selector: SensorSelector!) {
   sensorOrError(sensorSelector: $selector) {
-    __typename ... on Sensor { id sensorState { status } }
+    __typename ... on Sensor { id sensorState { status ticks(limit: 1) { status } } }
   }
 }
 """
@@ -226,6 +226,20 @@ def observe_uploads(dev: DagsterDev) -> None:
     assert run.status == DagsterRunStatus.SUCCESS, dev.tail()
 
 
+def wait_for_no_tick_in_progress(ui: DagsterDev, selector: dict[str, str]) -> None:
+    """A tick the daemon started just before the sensor was stopped still receives messages:
+    wait until the latest tick has ended, twice in a row (the daemon may have checked the
+    sensor's state a moment before the stop and not yet recorded its tick)."""
+    deadline = time.monotonic() + 60
+    quiet = 0
+    while quiet < 2:
+        assert time.monotonic() < deadline, "a tick of the stopped sensor never ended"
+        state = ui.graphql(SENSOR_QUERY, {"selector": selector})["sensorOrError"]["sensorState"]
+        ended = all(tick["status"] != "STARTED" for tick in state["ticks"])
+        quiet = quiet + 1 if ended else 0
+        time.sleep(1)
+
+
 def test_staleness_is_true_after_a_run_and_after_a_reupload(
     ui: DagsterDev, episodes: list[EpisodeRef], tmp_path: Path
 ) -> None:
@@ -242,6 +256,7 @@ def test_staleness_is_true_after_a_run_and_after_a_reupload(
     stopped = ui.graphql(STOP_SENSOR, {"id": sensor["id"]})["stopSensor"]
     try:
         assert stopped["instigationState"]["status"] == "STOPPED", stopped
+        wait_for_no_tick_in_progress(ui, selector)
         upload_sample(tmp_path, reuploaded, seconds=2.0)
         observe_uploads(ui)
 
