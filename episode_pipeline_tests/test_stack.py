@@ -152,6 +152,9 @@ def own_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     stop_stack(home, save_objects=False)  # in case a test failed half way
 
 
+CLI_TIMEOUT_SECONDS = 180  # a stack start on a loaded machine, with room to spare
+
+
 def _cli(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, HOME_ENV: str(home)}
     return subprocess.run(
@@ -160,6 +163,7 @@ def _cli(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
         capture_output=True,
         text=True,
         check=True,
+        timeout=CLI_TIMEOUT_SECONDS,
     )
 
 
@@ -325,6 +329,7 @@ def _stack_up(home: Path, **timing: str) -> None:
         env={**env, HOME_ENV: str(home), **timing},
         check=True,
         capture_output=True,
+        timeout=CLI_TIMEOUT_SECONDS,
     )
 
 
