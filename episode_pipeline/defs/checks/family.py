@@ -10,7 +10,8 @@ its severity (declared once, `severity=`), whether it blocks, its own result. Th
 A check is a function `(context: EpisodeCheckContext, **needs) -> AssetCheckResult`: each
 parameter after the context is one of the family's inputs (`ins`) or else a resource key, and
 gets only what it names. A check that raises does not stop its siblings: their results are
-recorded, then the step fails with the first error, as a check step of its own would have.
+recorded, the error is logged naming the check, then the step fails with the first error (the
+run fails, and `status` shows the error).
 """
 
 import inspect
