@@ -612,7 +612,11 @@ def storage_figures(fleet: Any) -> list[Result]:
         result = Result(
             stage=NAME, metric=f"dagster_{metric}_per_processed_episode", ours=value,
             baseline=value, unit=unit, better="lower", repeats=1,
-            details={"per_table": per_table, "run_id": fleet.template.run_id},
+            details={
+                "per_table": per_table,
+                "event_logs": fleet.per_event,
+                "run_id": fleet.template.run_id,
+            },
             baseline_name="reported (one real run of a 1-camera 1-second sample)",
         )  # fmt: skip
         result.target = "reported"
@@ -642,7 +646,9 @@ def dump_partial(samples: list[Sample], fleet: Any) -> None:
 
 
 def sizes(config: Any) -> list[int]:
-    return [int(s) for s in str(config.fleet_sizes).replace("_", "").split(",") if s.strip()]
+    """The fleet's sizes; `0` alone (`--set fleet_sizes=0`) builds no fleet."""
+    listed = [int(s) for s in str(config.fleet_sizes).replace("_", "").split(",") if s.strip()]
+    return [size for size in listed if size > 0]
 
 
 def run(ctx: BenchContext) -> list[Result]:
@@ -670,9 +676,12 @@ def run(ctx: BenchContext) -> list[Result]:
                 dsn=dsn,
                 template=template,
                 per_episode=fleet_state.storage_of_run(dsn, template.run_id, ref.partition_key),
-                uuid_database=fleet_state.create_uuid_database(info.env, settings.database),
-                definitions=deployed(settings),
+                per_event=fleet_state.events_of_run(dsn, template.run_id),
             )
+            if not sizes(ctx.config):  # fleet_sizes=0: the one real episode's storage only
+                return storage_figures(fleet)
+            fleet.uuid_database = fleet_state.create_uuid_database(info.env, settings.database)
+            fleet.definitions = deployed(settings)
             fleet.state = fleet_state.FleetState(
                 env=info.env, instance=instance, settings=settings, template=template,
                 uuid_database=fleet.uuid_database, s3_objects=ctx.config.fleet_s3_objects,

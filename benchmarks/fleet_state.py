@@ -22,6 +22,7 @@ then ...) so every size is measured on the store the smaller one grew into:
 
 from __future__ import annotations
 
+import json
 import re
 import time
 import uuid
@@ -150,6 +151,30 @@ def storage_of_run(dsn: str, run_id: str, key: str) -> dict[str, dict[str, int]]
         for table, (query, params) in queries.items():
             rows, size = conn.execute(query, params).fetchone()  # type: ignore[misc]
             out[table] = {"rows": int(rows), "bytes": int(size)}
+    return out
+
+
+def events_of_run(dsn: str, run_id: str) -> dict[str, Any]:
+    """The run's `event_logs` rows and bytes by event type (a log line has none: `LOG`) and by
+    step (`run`: the run's own events), most bytes first, and the text of its log lines."""
+    query = (
+        "SELECT coalesce({}, %s), count(*), sum(pg_column_size(t.*)) FROM event_logs t "
+        "WHERE run_id = %s GROUP BY 1 ORDER BY 3 DESC"
+    )
+    out: dict[str, Any] = {}
+    with psycopg.connect(dsn) as conn:
+        for column, missing, name in (
+            ("dagster_event_type", "LOG", "by_type"),
+            ("step_key", "run", "by_step"),
+        ):
+            rows = conn.execute(query.format(column), [missing, run_id]).fetchall()
+            out[name] = {key: {"rows": int(n), "bytes": int(size)} for key, n, size in rows}
+        logs = conn.execute(
+            "SELECT event FROM event_logs WHERE run_id = %s AND dagster_event_type IS NULL "
+            "ORDER BY id",
+            [run_id],
+        ).fetchall()
+    out["log_lines"] = [json.loads(event).get("user_message", "")[:200] for (event,) in logs]
     return out
 
 

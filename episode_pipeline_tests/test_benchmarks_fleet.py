@@ -71,6 +71,14 @@ def test_growth_factors_are_against_the_first_size_and_targets_follow_their_kind
     assert results["reconcile_lost_upload@10,000"].met is False
 
 
+def test_fleet_sizes_0_builds_no_fleet() -> None:
+    # `--set fleet_sizes=0`: the stage measures the one real episode's storage alone.
+    from types import SimpleNamespace
+
+    assert fleet.sizes(SimpleNamespace(fleet_sizes="0")) == []
+    assert fleet.sizes(SimpleNamespace(fleet_sizes="1_000, 10000")) == [1_000, 10_000]
+
+
 def test_statements_fold_their_parameters_and_literals() -> None:
     statement = (
         "SELECT runs.run_body FROM runs WHERE runs.run_id IN (%(run_id_1_1)s, %(run_id_1_2)s,\n"

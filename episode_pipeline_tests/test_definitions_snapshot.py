@@ -1,7 +1,8 @@
 """The whole graph as text, compared with a committed snapshot, so every review sees a change to it.
 
-Assets (deps, code version, group, kinds, partitions), checks (target, severity, blocking),
-sensors (kind, interval, default status) and the job's selection. After an intended change:
+Assets (deps, code version, group, kinds, partitions), checks (target, severity, blocking, the
+step that runs them), sensors (kind, interval, default status) and the job's selection. After an
+intended change:
 
     EPISODE_PIPELINE_UPDATE_SNAPSHOT=1 .venv/bin/pytest -k definitions_match_their_snapshot
 """
@@ -39,7 +40,7 @@ def describe(defs: Definitions) -> str:
         severity = getattr(severity, "value", severity) or "-"
         lines.append(
             f"{key.asset_key.to_user_string()}.{key.name}: severity={severity} "
-            f"blocking={node.blocking}"
+            f"blocking={node.blocking} step={graph.assets_def_for_key(key).node_def.name}"
         )
     repository = defs.get_repository_def()
     lines.append("# sensors")

@@ -72,7 +72,7 @@ from episode_pipeline_tests.support.processes import gone
 pytestmark = pytest.mark.integration
 
 SEGMENT_LIMIT = 4.1  # seconds: 4 s segments cut on frame boundaries
-CHECK_NAMES = {check.check_key.name for check in HLS_CHECKS}
+CHECK_NAMES = {key.name for checks in HLS_CHECKS for key in checks.check_keys}
 
 
 class CountingTranscoder(HlsTranscoder):
@@ -126,7 +126,7 @@ def run_hls(
     (materialization,) = list(result.asset_materializations_for_node("hls_renditions"))
     checks = {e.check_name: e for e in result.get_asset_check_evaluations()}
     assert set(checks) == CHECK_NAMES
-    # Each result carries the severity its check declared (episode_check(severity=...)).
+    # Each result carries the severity its check declared (`family.check(severity=...)`).
     declared = {spec.name: spec.metadata["severity"] for c in HLS_CHECKS for spec in c.check_specs}
     assert {name: e.severity.value for name, e in checks.items()} == declared
     return Run(metadata={k: v.value for k, v in materialization.metadata.items()}, checks=checks)

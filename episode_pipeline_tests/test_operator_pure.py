@@ -79,6 +79,39 @@ def test_steps_in_start_order_with_their_checks_folded_in() -> None:
     assert summary_line(lines) == "2/3 steps ok, 2 checks (1 failed)"
 
 
+def test_a_family_step_that_raised_names_each_check_left_without_a_result() -> None:
+    # One step runs the checks of two assets (defs/checks/family.py); one evaluated, then the
+    # other raised: the raised one is listed on its own asset's line, the evaluated one once.
+    lines = step_lines(
+        events(
+            (0.0, "ASSET_MATERIALIZATION_PLANNED", "episode"),
+            (0.0, "ASSET_MATERIALIZATION_PLANNED", "episode_metadata"),
+            (0.0, "ASSET_CHECK_EVALUATION_PLANNED", "rows_checks", "episode_metadata", "keys"),
+            (0.0, "ASSET_CHECK_EVALUATION_PLANNED", "rows_checks", "episode", "count"),
+            (1.0, "STEP_START", "episode"),
+            (2.0, "STEP_SUCCESS", "episode"),
+            (3.0, "STEP_START", "episode_metadata"),
+            (4.0, "STEP_SUCCESS", "episode_metadata"),
+            (5.0, "STEP_START", "rows_checks"),
+            (
+                5.1,
+                "ASSET_CHECK_EVALUATION",
+                "rows_checks",
+                "episode_metadata",
+                "keys",
+                True,
+                "ERROR",
+            ),
+            (5.2, "STEP_FAILURE", "rows_checks", None, None, None, None, "OperationalError: x"),
+        )
+    )
+    by_step = {line.step: line for line in lines}
+    assert [line.outcome for line in lines] == ["ok", "ok"]  # a check step is no asset line
+    assert by_step["episode"].checks == [("count", False, "raised OperationalError: x")]
+    assert by_step["episode_metadata"].checks == [("keys", True, "ERROR")]
+    assert summary_line(lines) == "2/2 steps ok, 2 checks (1 failed)"
+
+
 def test_a_step_that_never_ran_is_listed_last_as_not_run() -> None:
     lines = step_lines(
         events(

@@ -519,3 +519,35 @@ def test_ffmpeg_is_found_bundled_or_on_path(monkeypatch, tmp_path):
     monkeypatch.setenv("PATH", str(tmp_path / "nowhere"))
     with pytest.raises(FFmpegNotFound, match="TRANSCODE_FFMPEG"):
         ffmpeg_exe()
+
+
+def _jpeg(width: int, height: int) -> bytes:
+    """A JPEG of a gradient with noise, as FFmpeg writes a poster."""
+    import av
+    import numpy as np
+
+    rng = np.random.default_rng(7)
+    ramp = np.linspace(0, 200, width, dtype=np.uint8)[None, :, None]
+    pixels = (ramp + rng.integers(0, 55, (height, width, 3), dtype=np.uint8)).astype(np.uint8)
+    frame = av.VideoFrame.from_ndarray(pixels, format="rgb24").reformat(format="yuvj420p")
+    encoder = av.CodecContext.create("mjpeg", "w")
+    encoder.width, encoder.height, encoder.pix_fmt = width, height, "yuvj420p"
+    return b"".join(bytes(p) for p in [*encoder.encode(frame), *encoder.encode(None)])
+
+
+def test_the_inline_thumbnail_is_a_smaller_jpeg_of_the_poster_at_its_aspect():
+    import io
+
+    import av
+
+    from episode_pipeline.video.thumbnail import THUMBNAIL_WIDTH, thumbnail_jpeg
+
+    poster = _jpeg(320, 180)
+    thumbnail = thumbnail_jpeg(poster)
+    with av.open(io.BytesIO(thumbnail)) as container:
+        frame = next(container.decode(video=0))
+    assert (frame.width, frame.height) == (THUMBNAIL_WIDTH, 90)
+    assert len(thumbnail) < len(poster) / 2
+    narrow = _jpeg(120, 90)
+    assert thumbnail_jpeg(narrow) == narrow  # never scaled up
+    assert thumbnail_jpeg(b"not a jpeg") == b"not a jpeg"  # the UI shows what there is

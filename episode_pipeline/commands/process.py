@@ -70,25 +70,32 @@ class StepLine:
 
 def step_lines(events: Iterable[StepEvent]) -> list[StepLine]:
     """One line per asset step, in the order they started (those that never ran last); each
-    check's result folds into its asset's line."""
+    check's result folds into its asset's line. A check step may run several checks (a family,
+    `defs/checks/family.py`): when it fails, each of its planned checks that has no result is
+    listed as raised on its asset's line."""
     lines: dict[str, StepLine] = {}  # asset step → its line
-    check_asset: dict[str, str] = {}  # check step → its asset's step
+    planned: dict[str, dict[str, str]] = {}  # check step → its checks' names → their assets
+    evaluated: set[tuple[str, str]] = set()  # (check step, check name)
     started: dict[str, float] = {}
     for event in events:
         if event.kind == "ASSET_MATERIALIZATION_PLANNED":
             lines.setdefault(event.step, StepLine(event.step))
         elif event.kind in ("ASSET_CHECK_EVALUATION_PLANNED", "ASSET_CHECK_EVALUATION"):
-            check_asset[event.step] = event.asset or event.step
+            checks = planned.setdefault(event.step, {})
+            checks.setdefault(event.check or event.step, event.asset or event.step)
             if event.kind == "ASSET_CHECK_EVALUATION" and event.check:
-                line = lines.setdefault(check_asset[event.step], StepLine(event.asset or ""))
+                evaluated.add((event.step, event.check))
+                line = lines.setdefault(event.asset or "", StepLine(event.asset or ""))
                 line.checks.append((event.check, bool(event.passed), event.severity or "ERROR"))
         elif event.kind == "STEP_START":
             started[event.step] = event.timestamp
         elif event.kind in ("STEP_SUCCESS", "STEP_FAILURE", "STEP_SKIPPED"):
-            if event.step in check_asset:
-                if event.kind == "STEP_FAILURE":  # the check raised instead of evaluating
-                    line = lines.setdefault(check_asset[event.step], StepLine(event.step))
-                    line.checks.append((event.step, False, f"raised {event.error}"))
+            if event.step in planned:
+                if event.kind == "STEP_FAILURE":  # a check raised instead of evaluating
+                    for check, asset in planned[event.step].items():
+                        if (event.step, check) not in evaluated:
+                            line = lines.setdefault(asset, StepLine(asset))
+                            line.checks.append((check, False, f"raised {event.error}"))
                 continue
             line = lines.setdefault(event.step, StepLine(event.step))
             line.outcome = {"STEP_SUCCESS": "ok", "STEP_FAILURE": "FAILED"}.get(
@@ -163,7 +170,11 @@ def step_events(entries: Iterable[object]) -> list[StepEvent]:
             )
         elif kind == DagsterEventType.ASSET_CHECK_EVALUATION_PLANNED:
             planned = event.event_specific_data
-            events.append(StepEvent(**common, asset=planned.asset_key.to_user_string()))
+            events.append(
+                StepEvent(
+                    **common, asset=planned.asset_key.to_user_string(), check=planned.check_name
+                )
+            )
         elif kind == DagsterEventType.STEP_FAILURE:
             events.append(StepEvent(**common, error=_error_text(event)))
         else:

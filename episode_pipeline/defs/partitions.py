@@ -1,6 +1,6 @@
 """The episode partitions (one dynamic partition per uploaded episode, keyed `ORG/EP`), and the
-decorators that put an asset or a check of the episode graph on them, in its group, with its
-owner.
+decorator that puts an asset of the episode graph on them, in its group, with its owner (its
+checks: `checks/family.py`).
 
 Code versions: every asset declares `code_version`, and Dagster marks an episode's asset stale
 when the version it was made with differs from the one deployed. The rule: **bump an asset's code
@@ -13,15 +13,7 @@ it stands for.
 
 from typing import Any
 
-from dagster import (
-    AssetCheckExecutionContext,
-    AssetCheckSeverity,
-    AssetsDefinition,
-    DynamicPartitionsDefinition,
-    asset,
-    asset_check,
-    map_asset_specs,
-)
+from dagster import AssetsDefinition, DynamicPartitionsDefinition, asset, map_asset_specs
 
 EPISODES_PARTITION_NAME = "episodes"
 EPISODE_GROUP = "robot_episodes"  # the domain: every asset of the graph, one group in the UI
@@ -45,27 +37,6 @@ def episode_asset(**kwargs: Any) -> Any:
         owners=EPISODE_OWNERS,
         **kwargs,
     )
-
-
-# The check's metadata entry that declares its severity (the UI and the snapshot show it).
-SEVERITY_METADATA = "severity"
-
-
-def episode_check(*, severity: AssetCheckSeverity, **kwargs: Any) -> Any:
-    """`@asset_check`, partitioned by episode: its result belongs to one episode. Its severity
-    is declared here, once, and the check's body reports it with `declared_severity`."""
-    return asset_check(
-        partitions_def=episode_partitions,
-        metadata={SEVERITY_METADATA: severity.value},
-        **kwargs,
-    )
-
-
-def declared_severity(context: AssetCheckExecutionContext) -> AssetCheckSeverity:
-    """The severity the running check declared in `episode_check`."""
-    (spec,) = context.check_specs
-    value = spec.metadata[SEVERITY_METADATA]
-    return AssetCheckSeverity(getattr(value, "value", value))
 
 
 def with_setting_in_code_version(assets_def: AssetsDefinition, setting: str) -> AssetsDefinition:

@@ -145,7 +145,6 @@ def extract_archive(
                 ProcessedFile(member.path, key, result.size, result.sha256, kind, rows=rows)
             )
             reach(MID_EXTRACTION, about=ref.partition_key)
-            log.info(f"uploaded {member.path} → {key} ({result.size} bytes)")
         extracted.skipped += [SkippedFile(s.path, s.reason) for s in reader.skipped]
     finally:
         body.close()

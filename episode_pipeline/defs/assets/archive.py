@@ -34,7 +34,7 @@ from dagster._core.definitions.data_version import (
 from episode_pipeline.db.episodes import mark_processing
 from episode_pipeline.defs.asset_keys import RAW_ARCHIVE_KEY
 from episode_pipeline.defs.event_log import latest_observation
-from episode_pipeline.defs.metadata import bucket_links, table
+from episode_pipeline.defs.metadata import bucket_links, on_materialization, table
 from episode_pipeline.defs.partitions import (
     EPISODE_GROUP,
     EPISODES_PARTITION_NAME,
@@ -172,13 +172,9 @@ def extracted_files(
     extracted = extract_archive(
         bucket, ref, archive, log=context.log, limits=archive_limits.get_limits()
     )
-    return Output(
-        extracted,
-        # The same upload extracted by the same code gives the same files: downstream assets
-        # stay fresh when an episode is re-extracted without change.
-        data_version=DataVersion(f"{archive.etag}@{EXTRACTED_FILES_CODE_VERSION}"),
-        tags=provenance,
-        metadata={
+    on_materialization(
+        context,
+        {
             "archive": MetadataValue.url(links.object(archive.key)),
             "archive_etag": archive.etag,
             "processed_prefix": MetadataValue.url(links.folder(ref.processed_prefix)),
@@ -204,4 +200,11 @@ def extracted_files(
                 ({"path": s.path, "reason": s.reason} for s in extracted.skipped),
             ),
         },
+    )
+    return Output(
+        extracted,
+        # The same upload extracted by the same code gives the same files: downstream assets
+        # stay fresh when an episode is re-extracted without change.
+        data_version=DataVersion(f"{archive.etag}@{EXTRACTED_FILES_CODE_VERSION}"),
+        tags=provenance,
     )

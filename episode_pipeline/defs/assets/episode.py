@@ -6,7 +6,7 @@ from dagster import AssetExecutionContext, MaterializeResult, MetadataValue
 
 from episode_pipeline.db.episodes import mark_processed
 from episode_pipeline.defs.asset_keys import FRAMES_KEY, HLS_RENDITIONS_KEY
-from episode_pipeline.defs.metadata import bucket_links, table_schema
+from episode_pipeline.defs.metadata import bucket_links, materialized, table_schema
 from episode_pipeline.defs.partitions import SERVING, episode_asset
 from episode_pipeline.defs.resources.database import PostgresResource
 from episode_pipeline.defs.resources.s3 import S3BucketResource
@@ -75,8 +75,9 @@ def episode(
     )
     with postgres.transaction() as conn:
         processed_at = mark_processed(conn, postgres.database_schema(), ref, columns)
-    return MaterializeResult(
-        metadata={
+    return materialized(
+        context,
+        {
             "status": "processed",
             "processed_at": MetadataValue.timestamp(processed_at),
             "frame_count": columns.frame_count,
@@ -93,5 +94,5 @@ def episode(
             if columns.parquet_s3_path
             else "(none)",
             "dagster/row_count": 1,
-        }
+        },
     )

@@ -4,7 +4,7 @@ from dagster import AssetExecutionContext, MaterializeResult
 
 from episode_pipeline.db.episodes import replace_metadata
 from episode_pipeline.defs.asset_keys import EPISODE_KEY
-from episode_pipeline.defs.metadata import table, table_schema
+from episode_pipeline.defs.metadata import materialized, table, table_schema
 from episode_pipeline.defs.partitions import SERVING, episode_asset
 from episode_pipeline.defs.resources.database import PostgresResource
 from episode_pipeline.defs.resources.s3 import S3BucketResource
@@ -51,9 +51,10 @@ def episode_metadata(
     except Exception as error:  # docs/contract.md#failure-semantics: recorded, never raised
         message = f"{type(error).__name__}: {error}"
         context.log.error(f"episode {ref}: metadata not written: {message}")
-        return MaterializeResult(metadata={"keys_written": 0, "error": message})
-    return MaterializeResult(
-        metadata={
+        return materialized(context, {"keys_written": 0, "error": message})
+    return materialized(
+        context,
+        {
             "keys_written": len(items),
             "episode_title": title or "(no task table)",
             "values": table(
@@ -64,7 +65,7 @@ def episode_metadata(
                 ),
             ),
             "dagster/row_count": len(items),
-        }
+        },
     )
 
 

@@ -22,6 +22,7 @@ from episode_pipeline.defs.metadata import (
     EPISODE_TIMING_METADATA,
     FILES_WITHOUT_STATE_METADATA,
     STATE_FEATURE_METADATA,
+    on_materialization,
     table_schema,
 )
 from episode_pipeline.defs.partitions import SERVING, episode_asset
@@ -107,14 +108,15 @@ def frames(
     # Streamed: the IO manager copies each batch as it is made, so memory stays flat however
     # long the episode; what the reading found joins the metadata after the last batch.
     parts = frame_parts(s3.get_client(), extracted_files, read, context.log)
-    return Output(
-        RowBatches(parts, FRAMES_SCHEMA, read.metadata),
-        metadata={
+    on_materialization(
+        context,
+        {
             "dagster/column_schema": FRAMES_SCHEMA_METADATA,
             STATE_FEATURE_METADATA: _feature_label(features.state if features else None, features),
             "action_feature": _feature_label(features.action if features else None, features),
         },
     )
+    return Output(RowBatches(parts, FRAMES_SCHEMA, read.metadata))
 
 
 @dataclasses.dataclass

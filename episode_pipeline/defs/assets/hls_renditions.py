@@ -28,7 +28,7 @@ from episode_pipeline.defs.assets.hls_tables import (
     rendition_rows,
     source_rows,
 )
-from episode_pipeline.defs.metadata import bucket_links, table
+from episode_pipeline.defs.metadata import bucket_links, materialized, table
 from episode_pipeline.defs.partitions import SERVING, episode_asset
 from episode_pipeline.defs.resources.s3 import S3BucketResource
 from episode_pipeline.defs.resources.transcoder import HlsTranscoder, TranscodeOutcome
@@ -158,4 +158,4 @@ def hls_renditions(
         )
     if outcome.error:
         metadata["transcode_error"] = outcome.error
-    return MaterializeResult(metadata=metadata)
+    return materialized(context, metadata)

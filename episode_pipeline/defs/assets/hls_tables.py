@@ -1,5 +1,5 @@
 """What the `hls_renditions` materialization shows in the UI: per-camera, per-source and
-per-rendition tables, and the posters inline."""
+per-rendition tables, and the posters' thumbnails inline."""
 
 import base64
 from typing import Any
@@ -7,6 +7,7 @@ from typing import Any
 from episode_pipeline.storage.bucket import Bucket
 from episode_pipeline.storage.links import BucketLinks
 from episode_pipeline.transcode.job import TranscodeResult
+from episode_pipeline.video.thumbnail import thumbnail_jpeg
 
 CAMERA_COLUMNS = [
     ("camera", "string", "Camera (the LeRobot feature key)"),
@@ -119,13 +120,14 @@ def rendition_rows(result: TranscodeResult) -> list[dict[str, Any]]:
 
 
 def posters_markdown(bucket: Bucket, links: BucketLinks, results: list[TranscodeResult]) -> str:
-    """Each camera's poster inline (a data URI: the UI shows it without S3 access), with links
-    to the poster and the camera's master playlist."""
+    """Each camera's poster inline as a thumbnail (a data URI: the UI shows it without S3
+    access), with links to the poster and the camera's master playlist."""
     parts = []
     for result in results:
         if not result.poster_key or not result.master_key:
             continue
-        jpeg = base64.b64encode(bucket.get_bytes(result.poster_key)).decode("ascii")
+        thumbnail = thumbnail_jpeg(bucket.get_bytes(result.poster_key))
+        jpeg = base64.b64encode(thumbnail).decode("ascii")
         parts.append(
             f"**{result.camera}** ([poster]({links.object(result.poster_key)}), "
             f"[master.m3u8]({links.object(result.master_key)}))\n\n"

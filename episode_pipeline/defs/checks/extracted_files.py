@@ -1,21 +1,27 @@
 """The check of `extracted_files`: what it lists is in S3."""
 
-from dagster import AssetCheckExecutionContext, AssetCheckResult, AssetCheckSeverity, MetadataValue
+from dagster import AssetCheckResult, AssetCheckSeverity, MetadataValue
 
 from episode_pipeline.defs.asset_keys import EXTRACTED_FILES_KEY
-from episode_pipeline.defs.partitions import declared_severity, episode_check
+from episode_pipeline.defs.checks.family import (
+    EXTRACTED_FILES_INS,
+    EpisodeCheckContext,
+    EpisodeCheckFamily,
+)
 from episode_pipeline.defs.resources.s3 import S3BucketResource
 from episode_pipeline.episodes.extracted_files import ExtractedFiles
 
+family = EpisodeCheckFamily("extracted_files_checks", ins=EXTRACTED_FILES_INS)
 
-@episode_check(
+
+@family.check(
     asset=EXTRACTED_FILES_KEY,
     severity=AssetCheckSeverity.ERROR,
     blocking=True,
     description="Every file `extracted_files` lists exists in S3 with the recorded size (ERROR).",
 )
 def processed_objects_exist(
-    context: AssetCheckExecutionContext, extracted_files: ExtractedFiles, s3: S3BucketResource
+    context: EpisodeCheckContext, extracted_files: ExtractedFiles, s3: S3BucketResource
 ) -> AssetCheckResult:
     bucket = s3.get_client()
     problems = []
@@ -27,7 +33,6 @@ def processed_objects_exist(
             problems.append({"key": file.key, "problem": f"size {head.size} != {file.size}"})
     return AssetCheckResult(
         passed=not problems,
-        severity=declared_severity(context),
         metadata={
             "objects_checked": len(extracted_files.files),
             "problems": MetadataValue.json(problems),
@@ -35,4 +40,4 @@ def processed_objects_exist(
     )
 
 
-EXTRACTED_FILES_CHECKS = [processed_objects_exist]
+EXTRACTED_FILES_CHECKS = [family.definition()]

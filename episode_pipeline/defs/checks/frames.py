@@ -5,35 +5,34 @@ in its materialization, rather than trusting what the asset returned, so corrupt
 purpose makes the check fail.
 """
 
-from dagster import (
-    AssetCheckExecutionContext,
-    AssetCheckResult,
-    AssetCheckSeverity,
-    AssetIn,
-    MetadataValue,
-)
+from dagster import AssetCheckResult, AssetCheckSeverity, MetadataValue
 
 from episode_pipeline.db import episodes as episode_db
-from episode_pipeline.defs.asset_keys import EXTRACTED_FILES_KEY, FRAMES_KEY
+from episode_pipeline.defs.asset_keys import FRAMES_KEY
+from episode_pipeline.defs.checks.family import (
+    EXTRACTED_FILES_INS,
+    EpisodeCheckContext,
+    EpisodeCheckFamily,
+)
 from episode_pipeline.defs.checks.queries import query_episode
 from episode_pipeline.defs.event_log import latest_materialization_metadata
 from episode_pipeline.defs.metadata import FILES_WITHOUT_STATE_METADATA, STATE_FEATURE_METADATA
-from episode_pipeline.defs.partitions import declared_severity, episode_check
 from episode_pipeline.defs.resources.database import PostgresResource
 from episode_pipeline.episodes.extracted_files import ExtractedFiles
 
+family = EpisodeCheckFamily("frames_checks", ins=EXTRACTED_FILES_INS)
 
-@episode_check(
+
+@family.check(
     asset=FRAMES_KEY,
     severity=AssetCheckSeverity.ERROR,
     blocking=True,
-    additional_ins={"extracted_files": AssetIn(key=EXTRACTED_FILES_KEY)},
     description="Rows in `frames` equal every data row in the archive, counted from the data "
     "parquets' footers at extraction, so rows lost to an unreadable file fail the episode "
     "(ERROR; blocks the episode row).",
 )
 def frames_match_parquet_rows(
-    context: AssetCheckExecutionContext,
+    context: EpisodeCheckContext,
     extracted_files: ExtractedFiles,
     postgres: PostgresResource,
 ) -> AssetCheckResult:
@@ -42,7 +41,6 @@ def frames_match_parquet_rows(
     written = query_episode(context, postgres, episode_db.frame_rows)
     return AssetCheckResult(
         passed=not uncounted and written == in_archive,
-        severity=declared_severity(context),
         metadata={
             "rows_in_frames": written,
             "rows_in_archive": in_archive,
@@ -51,13 +49,13 @@ def frames_match_parquet_rows(
     )
 
 
-@episode_check(
+@family.check(
     asset=FRAMES_KEY,
     severity=AssetCheckSeverity.WARN,
     description="Timestamps strictly increase within each LeRobot episode.",
 )
 def frames_timestamps_increasing(
-    context: AssetCheckExecutionContext, postgres: PostgresResource
+    context: EpisodeCheckContext, postgres: PostgresResource
 ) -> AssetCheckResult:
     schema = postgres.database_schema()
     regressions = query_episode(
@@ -66,45 +64,41 @@ def frames_timestamps_increasing(
     if regressions is None:
         return AssetCheckResult(
             passed=True,
-            severity=declared_severity(context),
             description="Not checked: `frames` has no `frame_order` column, so rows have no order.",
             metadata={"checked": False},
         )
     return AssetCheckResult(
         passed=regressions == 0,
-        severity=declared_severity(context),
         metadata={"rows_not_after_previous": regressions, "checked": True},
     )
 
 
-@episode_check(
+@family.check(
     asset=FRAMES_KEY,
     severity=AssetCheckSeverity.WARN,
     description="Every data parquet was readable (WARN: a bad file is skipped and the episode "
     "goes on).",
 )
-def frames_files_readable(context: AssetCheckExecutionContext) -> AssetCheckResult:
+def frames_files_readable(context: EpisodeCheckContext) -> AssetCheckResult:
     metadata = latest_materialization_metadata(context.instance, FRAMES_KEY, context.partition_key)
     failed = metadata.get("failed_files") or []
     return AssetCheckResult(
         passed=bool(metadata) and not failed,
-        severity=declared_severity(context),
         metadata={"failed_files": MetadataValue.json(failed)},
     )
 
 
-@episode_check(
+@family.check(
     asset=FRAMES_KEY,
     severity=AssetCheckSeverity.WARN,
     description="Every data parquet has the state feature (WARN: rows of a file without one are "
     'written with `{"state": null}`; the result names the missing feature).',
 )
-def frames_state_present(context: AssetCheckExecutionContext) -> AssetCheckResult:
+def frames_state_present(context: EpisodeCheckContext) -> AssetCheckResult:
     metadata = latest_materialization_metadata(context.instance, FRAMES_KEY, context.partition_key)
     missing = metadata.get(FILES_WITHOUT_STATE_METADATA) or []
     return AssetCheckResult(
         passed=bool(metadata) and not missing,
-        severity=declared_severity(context),
         description="; ".join(sorted({item["missing"] for item in missing})) or None,
         metadata={
             "state_feature": metadata.get(STATE_FEATURE_METADATA) or "(not materialized)",
@@ -113,9 +107,4 @@ def frames_state_present(context: AssetCheckExecutionContext) -> AssetCheckResul
     )
 
 
-FRAMES_CHECKS = [
-    frames_match_parquet_rows,
-    frames_timestamps_increasing,
-    frames_files_readable,
-    frames_state_present,
-]
+FRAMES_CHECKS = [family.definition()]

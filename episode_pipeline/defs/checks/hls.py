@@ -12,18 +12,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from dagster import (
-    AssetCheckExecutionContext,
-    AssetCheckResult,
-    AssetCheckSeverity,
-    AssetIn,
-    MetadataValue,
-)
+from dagster import AssetCheckResult, AssetCheckSeverity, MetadataValue
 
-from episode_pipeline.defs.asset_keys import EXTRACTED_FILES_KEY, HLS_RENDITIONS_KEY
+from episode_pipeline.defs.asset_keys import HLS_RENDITIONS_KEY
+from episode_pipeline.defs.checks.family import (
+    EXTRACTED_FILES_INS,
+    EpisodeCheckContext,
+    EpisodeCheckFamily,
+)
 from episode_pipeline.defs.event_log import latest_materialization_metadata
 from episode_pipeline.defs.metadata import table
-from episode_pipeline.defs.partitions import declared_severity, episode_check
 from episode_pipeline.defs.resources.s3 import S3BucketResource
 from episode_pipeline.episodes.extracted_files import ExtractedFiles, videos_by_camera
 from episode_pipeline.episodes.keys import parse_partition_key
@@ -42,7 +40,7 @@ CHECK_COLUMNS = [
 ]
 
 
-def recorded_sources(context: AssetCheckExecutionContext) -> dict[str, list[dict[str, Any]]]:
+def recorded_sources(context: EpisodeCheckContext) -> dict[str, list[dict[str, Any]]]:
     """The `sources` table of the latest materialization, by camera ({} when none)."""
     metadata = latest_materialization_metadata(
         context.instance, HLS_RENDITIONS_KEY, context.partition_key
@@ -66,12 +64,11 @@ class CheckedCameras:
     stored: dict[str, StoredCamera]
     sources: dict[str, list[SourceFacts]]
     recorded: dict[str, list[dict[str, Any]]]
-    severity: AssetCheckSeverity
 
     @classmethod
     def load(
         cls,
-        context: AssetCheckExecutionContext,
+        context: EpisodeCheckContext,
         extracted: ExtractedFiles,
         s3: S3BucketResource,
     ) -> "CheckedCameras":
@@ -83,7 +80,6 @@ class CheckedCameras:
             stored={c: StoredCamera(bucket, ref.hls_prefix(c)) for c in cameras},
             sources={c: usable_sources(recorded.get(c, [])) for c in cameras},
             recorded=recorded,
-            severity=declared_severity(context),
         )
 
     def result(self, problems_of: Callable[[str], list[str]]) -> AssetCheckResult:
@@ -97,7 +93,6 @@ class CheckedCameras:
         failing = [row["camera"] for row in rows if not row["passed"]]
         return AssetCheckResult(
             passed=not failing,
-            severity=self.severity,
             description=f"failing camera(s): {', '.join(failing)}" if failing else None,
             metadata={
                 "cameras_checked": len(rows),
@@ -107,19 +102,18 @@ class CheckedCameras:
         )
 
 
-CHECK_INS = {"extracted_files": AssetIn(key=EXTRACTED_FILES_KEY)}
+family = EpisodeCheckFamily("hls_renditions_checks", ins=EXTRACTED_FILES_INS)
 
 
-@episode_check(
+@family.check(
     asset=HLS_RENDITIONS_KEY,
     severity=AssetCheckSeverity.WARN,
-    additional_ins=CHECK_INS,
     description="Every mp4 of every camera was probed and decodes (PyAV: codec, size, rate, "
     "duration, frames; a file cut short holds fewer frames than its index). Fails naming the "
     "file. WARN: a bad source is left out and the episode goes on.",
 )
 def hls_sources_readable(
-    context: AssetCheckExecutionContext, extracted_files: ExtractedFiles, s3: S3BucketResource
+    context: EpisodeCheckContext, extracted_files: ExtractedFiles, s3: S3BucketResource
 ) -> AssetCheckResult:
     checked = CheckedCameras.load(context, extracted_files, s3)
     files = videos_by_camera(extracted_files)
@@ -135,46 +129,43 @@ def hls_sources_readable(
     return checked.result(problems_of)
 
 
-@episode_check(
+@family.check(
     asset=HLS_RENDITIONS_KEY,
     severity=AssetCheckSeverity.WARN,
-    additional_ins=CHECK_INS,
     description="Per camera in S3: `master.m3u8` and every playlist it lists parse; every "
     "variant states BANDWIDTH, RESOLUTION, CODECS and FRAME-RATE, none above the source's size or "
     "rate, the baseline `playlist.m3u8` among them; every listed segment exists, each but the "
     "last at most 4 s (+0.1 s), ENDLIST present. WARN.",
 )
 def hls_playlists_valid(
-    context: AssetCheckExecutionContext, extracted_files: ExtractedFiles, s3: S3BucketResource
+    context: EpisodeCheckContext, extracted_files: ExtractedFiles, s3: S3BucketResource
 ) -> AssetCheckResult:
     checked = CheckedCameras.load(context, extracted_files, s3)
     return checked.result(lambda c: playlist_problems(checked.stored[c], checked.sources[c]))
 
 
-@episode_check(
+@family.check(
     asset=HLS_RENDITIONS_KEY,
     severity=AssetCheckSeverity.WARN,
-    additional_ins=CHECK_INS,
     description="The drift canary: per camera, the baseline HLS lasts as long as its sources "
     "together (within 0.5 s). WARN.",
 )
 def hls_duration_matches_sources(
-    context: AssetCheckExecutionContext, extracted_files: ExtractedFiles, s3: S3BucketResource
+    context: EpisodeCheckContext, extracted_files: ExtractedFiles, s3: S3BucketResource
 ) -> AssetCheckResult:
     checked = CheckedCameras.load(context, extracted_files, s3)
     return checked.result(lambda c: drift_problems(checked.stored[c], checked.sources[c]))
 
 
-@episode_check(
+@family.check(
     asset=HLS_RENDITIONS_KEY,
     severity=AssetCheckSeverity.WARN,
-    additional_ins=CHECK_INS,
     description="Decoding proves playback: per camera the baseline HLS decodes end to end to "
     "the sources' frame count (± one frame per source), and the first segment of every "
     "rendition decodes at the size the master claims. WARN.",
 )
 def hls_decodes_to_source_frames(
-    context: AssetCheckExecutionContext, extracted_files: ExtractedFiles, s3: S3BucketResource
+    context: EpisodeCheckContext, extracted_files: ExtractedFiles, s3: S3BucketResource
 ) -> AssetCheckResult:
     checked = CheckedCameras.load(context, extracted_files, s3)
     cameras = {c: (stored, checked.sources[c]) for c, stored in checked.stored.items()}
@@ -183,9 +174,4 @@ def hls_decodes_to_source_frames(
     return checked.result(lambda c: problems[c])
 
 
-HLS_CHECKS = [
-    hls_sources_readable,
-    hls_playlists_valid,
-    hls_duration_matches_sources,
-    hls_decodes_to_source_frames,
-]
+HLS_CHECKS = [family.definition()]

@@ -4,8 +4,8 @@ from collections.abc import Callable
 from typing import TypeVar
 
 import psycopg
-from dagster import AssetCheckExecutionContext
 
+from episode_pipeline.defs.checks.family import EpisodeCheckContext
 from episode_pipeline.defs.resources.database import PostgresResource
 from episode_pipeline.episodes.keys import EpisodeRef, parse_partition_key
 
@@ -13,7 +13,7 @@ T = TypeVar("T")
 
 
 def query_episode(
-    context: AssetCheckExecutionContext,
+    context: EpisodeCheckContext,
     postgres: PostgresResource,
     query: Callable[[psycopg.Connection, EpisodeRef], T],
 ) -> T:

@@ -16,22 +16,24 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from dagster import (
     AssetCheckEvaluation,
-    AssetCheckExecutionContext,
     AssetCheckKey,
     AssetCheckResult,
     AssetChecksDefinition,
     AssetCheckSeverity,
-    AssetIn,
     DagsterInstance,
     MetadataValue,
 )
 from dagster._core.event_api import PartitionKeyFilter
 
-from episode_pipeline.defs.asset_keys import EXTRACTED_FILES_KEY, FRAMES_KEY, HLS_RENDITIONS_KEY
+from episode_pipeline.defs.asset_keys import FRAMES_KEY, HLS_RENDITIONS_KEY
+from episode_pipeline.defs.checks.family import (
+    EXTRACTED_FILES_INS,
+    EpisodeCheckContext,
+    EpisodeCheckFamily,
+)
 from episode_pipeline.defs.checks.hls import recorded_sources
 from episode_pipeline.defs.event_log import latest_materialization_metadata
 from episode_pipeline.defs.metadata import EPISODE_TIMING_METADATA, table
-from episode_pipeline.defs.partitions import declared_severity, episode_check
 from episode_pipeline.defs.resources.s3 import S3BucketResource
 from episode_pipeline.episodes.extracted_files import META, ExtractedFiles, videos_by_camera
 from episode_pipeline.lerobot.cameras import locate_video
@@ -128,9 +130,7 @@ def read_episodes_table(
     return found
 
 
-def sync_result(
-    report: SyncReport, severity: AssetCheckSeverity, tolerance: float
-) -> AssetCheckResult:
+def sync_result(report: SyncReport, tolerance: float) -> AssetCheckResult:
     """The report as the UI shows it: findings in the description, the episode by camera table."""
     rows = [
         {
@@ -145,7 +145,6 @@ def sync_result(
     description = "\n".join(shown + ([f"... and {more} more (see findings)"] if more else []))
     return AssetCheckResult(
         passed=report.passed,
-        severity=severity,
         description=description or None,
         metadata={
             "per_episode_camera": table(SYNC_COLUMNS, rows),
@@ -161,13 +160,15 @@ def video_frames_in_sync(blocking: bool = False) -> AssetChecksDefinition:
     """The check; `blocking` (SYNC_CHECK_BLOCKING) makes a failure an ERROR that stops the
     episode row."""
     severity = AssetCheckSeverity.ERROR if blocking else AssetCheckSeverity.WARN
+    # Its own step, not one of the HLS family's: it runs after `frames` (whose timing it reads),
+    # and the HLS checks need not wait for frames nor be skipped when frames fails.
+    family = EpisodeCheckFamily("hls_renditions_sync_check", ins=EXTRACTED_FILES_INS)
 
-    @episode_check(
+    @family.check(
         severity=severity,
         name=CHECK_NAME,
         asset=HLS_RENDITIONS_KEY,
         blocking=blocking,
-        additional_ins={"extracted_files": AssetIn(key=EXTRACTED_FILES_KEY)},
         additional_deps=[FRAMES_KEY],  # reads the timing frames recorded: runs after it
         description="Video and data line up, per LeRobot episode and camera, the way LeRobot "
         "checks: rows vs the camera's frames (± 1), its duration vs rows / fps, timestamps "
@@ -176,17 +177,15 @@ def video_frames_in_sync(blocking: bool = False) -> AssetChecksDefinition:
         f"the frames step's read (docs/sync.md). {severity.value}.",
     )
     def video_frames_in_sync_check(
-        context: AssetCheckExecutionContext, extracted_files: ExtractedFiles, s3: S3BucketResource
+        context: EpisodeCheckContext, extracted_files: ExtractedFiles, s3: S3BucketResource
     ) -> AssetCheckResult:
         instance, partition = context.instance, context.partition_key
-        severity = declared_severity(context)
         timing = latest_materialization_metadata(instance, FRAMES_KEY, partition).get(
             EPISODE_TIMING_METADATA
         )
         if not isinstance(timing, dict):
             return AssetCheckResult(
                 passed=False,
-                severity=severity,
                 description="Not checked: no `frames` materialization recorded the rows' timing "
                 f"({EPISODE_TIMING_METADATA}); materialize frames.",
             )
@@ -209,9 +208,9 @@ def video_frames_in_sync(blocking: bool = False) -> AssetChecksDefinition:
             table=episodes,
             tolerance_s=tolerance,
         )
-        return sync_result(report, severity, tolerance)
+        return sync_result(report, tolerance)
 
-    return video_frames_in_sync_check
+    return family.definition()
 
 
 def latest_sync_result(instance: DagsterInstance, partition_key: str) -> dict[str, Any] | None:
