@@ -338,13 +338,22 @@ def _memory_gib() -> float | None:
 
 
 def _git_commit() -> str | None:
-    """The checked-out commit, read from .git files (no git command is run)."""
+    """The checked-out commit, read from .git files (no git command is run).
+
+    In a worktree `.git` is a file naming its own git directory, whose `commondir` holds the
+    branches.
+    """
     git = REPO_ROOT / ".git"
     try:
+        if git.is_file():
+            git = (REPO_ROOT / git.read_text().strip().removeprefix("gitdir: ")).resolve()
         head = (git / "HEAD").read_text().strip()
         if not head.startswith("ref: "):
             return head
         ref = head[5:]
+        common = git / "commondir"
+        if common.exists():
+            git = (git / common.read_text().strip()).resolve()
         if (git / ref).exists():
             return (git / ref).read_text().strip()
         packed = git / "packed-refs"
