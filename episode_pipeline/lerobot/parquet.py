@@ -7,7 +7,6 @@ thread, so `ParquetFile.batches` counts the rows it got against the footer's cou
 
 from __future__ import annotations
 
-import io
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -78,8 +77,8 @@ def open_parquet(source: ParquetSource, path: str, error: type[Exception]) -> Pa
     """
     if isinstance(source, bytearray | memoryview):
         source = bytes(source)
-    elif isinstance(source, io.IOBase) or hasattr(source, "read"):
-        source = source.read()  # type: ignore[union-attr]
+    elif not isinstance(source, str | Path | bytes):
+        source = source.read()
     try:
         schema = pl.read_parquet_schema(source)
         rows = pl.scan_parquet(source).select(pl.len()).collect().item()
