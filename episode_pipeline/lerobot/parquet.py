@@ -59,7 +59,9 @@ class ParquetFile:
             query = pl.scan_parquet(self.source).select(list(columns))
             for batch in query.collect_batches(chunk_size=batch_rows, maintain_order=True):
                 read += batch.height
-                yield batch
+                # Made of the reader's morsels (~10 chunks a column): one chunk each, or every
+                # column computed from it, the COPY text included, is written piece by piece.
+                yield batch.rechunk()
         except READ_ERRORS as cause:
             raise self.error(f"{self.path}: cannot read rows: {cause}") from cause
         if read != self.num_rows:
