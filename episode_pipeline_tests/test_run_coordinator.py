@@ -6,9 +6,19 @@ sensor does, and never overrides a placement someone chose."""
 
 from __future__ import annotations
 
-from dagster import DagsterRun, DagsterRunStatus
+import logging
+
+import yaml
+from dagster import DagsterRun, DagsterRunStatus, RunsFilter
 from dagster._core.run_coordinator import SubmitRunContext
-from dagster._core.test_utils import create_run_for_test, instance_for_test
+from dagster._core.storage.tags import BACKFILL_ID_TAG
+from dagster._core.test_utils import (
+    create_run_for_test,
+    create_test_daemon_workspace_context,
+    instance_for_test,
+)
+from dagster._core.workspace.load_target import ModuleTarget
+from dagster._daemon.backfill import execute_backfill_iteration
 
 from episode_pipeline.config.settings import ECS, SUBPROCESS
 from episode_pipeline.defs.run_coordinator import PLACEMENT_TAGS, is_placed, missing_episode_tags
@@ -19,6 +29,8 @@ from episode_pipeline.defs.runs import (
     PARTITION_TAG,
     TRANSCODER_TAG,
 )
+from episode_pipeline.local.dev import WORKSPACE_FILE
+from episode_pipeline.reprocess import Selection, reprocess
 from episode_pipeline.transcode.placement import RUN_WITHOUT_TRANSCODE
 from episode_pipeline_tests.support import new_ref
 from episode_pipeline_tests.support.runs import JOB_ORIGIN
@@ -158,3 +170,42 @@ def test_a_bucket_it_cannot_list_leaves_the_default_size_and_says_why(stack, mon
         assert not is_placed(run.tags) and run.tags[ORG_TAG]
         [why] = [m for m in engine_messages(instance, run) if m.startswith("Not sized")]
         assert "s3://no-such-bucket/orgs/" in why
+
+
+def test_the_runs_of_a_reprocess_backfill_are_sized_by_the_queue(
+    stack, s3_client, settings, monkeypatch
+) -> None:
+    """`episode-pipeline reprocess` launches a backfill; the backfill daemon's own iteration,
+    against the code location as the workspace names it, submits its runs through the queue
+    (configured as in dagster.yaml), which sizes each from its archive in the stack's S3."""
+    for name, value in stack.env.items():
+        monkeypatch.setenv(name, value)
+    uploaded, missing = new_ref(), new_ref()
+    s3_client.put_object(
+        Bucket=stack.bucket, Key=f"{uploaded.prefix}take-1.tar.zst", Body=b"\0" * 1000
+    )
+    with instance_for_test(overrides={"run_coordinator": COORDINATOR}) as instance:
+        outcome = reprocess(
+            Selection(episodes=(uploaded, missing)), instance=instance, settings=settings
+        )
+        (location,) = yaml.safe_load(WORKSPACE_FILE.read_text())["load_from"]
+        target = ModuleTarget(
+            module_name=location["python_module"]["module_name"],
+            attribute=None,
+            working_directory=None,
+            location_name=location["python_module"]["location_name"],
+        )
+        with create_test_daemon_workspace_context(target, instance) as workspace:
+            list(execute_backfill_iteration(workspace, logging.getLogger(__name__)))
+        runs = instance.get_runs(RunsFilter(tags={BACKFILL_ID_TAG: outcome["backfill_id"]}))
+
+    by_episode = {run.tags[PARTITION_TAG]: run.tags for run in runs}
+    assert set(by_episode) == {uploaded.partition_key, missing.partition_key}
+    sized = by_episode[uploaded.partition_key]
+    assert (sized[TRANSCODER_TAG], sized[ECS_CPU_TAG], sized[ECS_MEMORY_TAG]) == (
+        SUBPROCESS,
+        "1024",
+        "2048",
+    )
+    assert by_episode[missing.partition_key][TRANSCODER_TAG] == SUBPROCESS
+    assert ECS_CPU_TAG not in by_episode[missing.partition_key]  # the launcher's default
