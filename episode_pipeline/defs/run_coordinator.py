@@ -15,8 +15,8 @@ default task size. Such a run is placed by the same rule from its archive's size
 LIST of the episode's own prefix (the listing gives the size; the run's archive key is not in
 its tags). A run carrying any placement tag (the sensor's, or a user's) is left as it is; when
 the bucket cannot be read, the run keeps the default and says why in its event log. Runs
-executed in-process (`dagster asset materialize`, `episode-pipeline process`) never pass
-through the queue: they take no slot, obey no limit and start no ECS task to size.
+executed in-process (`dagster asset materialize`, `dg launch`, `episode-pipeline process`) never
+pass through the queue: they take no slot, obey no limit and start no ECS task to size.
 """
 
 from __future__ import annotations
