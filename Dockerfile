@@ -1,12 +1,14 @@
-# One image for every production process of the episode pipeline (see README.md, "Deploying to AWS"):
-#   default CMD        the Dagster code server (gRPC, port 4000)
-#   run workers        started by EcsRunLauncher with `dagster api execute_run ...` as the command;
-#                      each transcodes its episode in a `python -m episode_pipeline.transcode` child
-#   transcode task     the same program as a task of its own, for large archives (PipesECSClient)
-#   webserver, daemon  `dagster-webserver ...` / `dagster-daemon run ...` (commands set in infra/ecs.tf)
-# No Docker engine runs on the development machines: episode_pipeline_tests/test_deploy_dockerfile.py
-# lints this file (hadolint) and checks the essentials.
-FROM python:3.11-slim-bookworm
+# Two images of the episode pipeline (see docs/deploy-aws.md#image-size), built from one file:
+#   run (the default target)  the code server (default CMD, gRPC on 4000), the daemon, the run
+#                              workers EcsRunLauncher starts with `dagster api execute_run ...`
+#                              (each transcodes its episode in a `python -m episode_pipeline.transcode`
+#                              child), the transcode task for large archives and the dlq task.
+#                              What every episode's cold start pulls: no UI, stripped libraries.
+#   webserver                  the same plus the UI (`[webserver]` extra): `dagster-webserver`.
+# The commands are set in infra/ecs.tf. No Docker engine runs on the development machines:
+# episode_pipeline_tests/test_deploy_dockerfile.py lints this file (hadolint) and checks the
+# essentials, test_production_install.py builds the run target's venv the same way.
+FROM python:3.11-slim-bookworm AS base
 
 # MALLOC_ARENA_MAX: a run worker's upload threads would each get a glibc malloc arena holding
 # freed part buffers; two arenas keep an extraction's peak RSS ≤ 300 MiB (benchmarks/extraction.py).
@@ -19,30 +21,57 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     VIRTUAL_ENV=/opt/venv \
     PATH=/opt/venv/bin:$PATH
 
-# The package and its production dependencies only (no extras: the local stack and the test
-# tools stay out; pyproject.toml pins the Dagster family exactly), precompiled:
+RUN groupadd --system --gid 10001 dagster \
+    && useradd --system --uid 10001 --gid dagster --home-dir /opt/dagster --shell /usr/sbin/nologin dagster \
+    && mkdir -p /opt/dagster/dagster_home /tmp/dagster-compute-logs \
+    && chown -R dagster:dagster /opt/dagster/dagster_home /tmp/dagster-compute-logs
+
+# The build stage alone has binutils (strip); no image that runs carries it.
+FROM base AS build
+# hadolint ignore=DL3008
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends binutils \
+    && rm -rf /var/lib/apt/lists/*
+
+# The package and its production dependencies only (no extras: the UI, the local stack and the
+# test tools stay out; pyproject.toml pins the Dagster family exactly), precompiled:
 # PYTHONDONTWRITEBYTECODE (above) means nothing is cached at run time, so a missing .pyc would be
 # compiled again in every process (~3 s of CPU per start; docs/platform-notes.md). No apt
-# packages: the one FFmpeg is imageio-ffmpeg's bundled static build (libx264, AV1 decoders, the
-# hls muxer), the one the tests run; PyAV, psycopg and the rest bring their own libraries
-# (docs/deploy-aws.md#one-ffmpeg). The last step fails the build if the definitions or FFmpeg
-# cannot be loaded from this install.
+# packages in the images: the one FFmpeg is imageio-ffmpeg's bundled static build (libx264, AV1
+# decoders, the hls muxer), the one the tests run; PyAV, psycopg and the rest bring their own
+# libraries (docs/deploy-aws.md#one-ffmpeg). The shared objects that ship their symbol tables are
+# stripped. The last step fails the build if the definitions or FFmpeg cannot be loaded.
 WORKDIR /opt/dagster/app
 COPY pyproject.toml README.md ./
 COPY episode_pipeline ./episode_pipeline
+COPY scripts/strip-libraries.sh /usr/local/bin/strip-libraries
 RUN python -m venv /opt/venv \
     && pip install --no-cache-dir --compile . \
-    && rm -rf build ./*.egg-info \
+    && strip-libraries /opt/venv/lib/python3.11/site-packages \
     && python -c "import episode_pipeline.definitions; from episode_pipeline.video import ffmpeg_exe; print(ffmpeg_exe())"
 
-# The production instance and workspace (PostgreSQL storage, ECS run launcher, S3 compute logs).
-COPY dagster.yaml workspace.yaml /opt/dagster/dagster_home/
+FROM build AS build-webserver
+# The extra's pins are in pyproject.toml (DL3013 sees only a quoted path with an extra).
+# hadolint ignore=DL3013
+RUN pip install --no-cache-dir --compile ".[webserver]" \
+    && strip-libraries /opt/venv/lib/python3.11/site-packages \
+    && python -c "import dagster_webserver, episode_pipeline.definitions"
 
-RUN groupadd --system --gid 10001 dagster \
-    && useradd --system --uid 10001 --gid dagster --home-dir /opt/dagster --shell /usr/sbin/nologin dagster \
-    && mkdir -p /tmp/dagster-compute-logs \
-    && chown -R dagster:dagster /opt/dagster/dagster_home /tmp/dagster-compute-logs
+# The UI: the webserver service only (infra/ecs.tf, image tag webserver-<sha>).
+FROM base AS webserver
+COPY --from=build-webserver /opt/venv /opt/venv
+COPY --chown=10001:10001 dagster.yaml workspace.yaml /opt/dagster/dagster_home/
+WORKDIR /opt/dagster
 USER 10001:10001
+EXPOSE 3000
+CMD ["dagster-webserver", "-h", "0.0.0.0", "-p", "3000", "-w", "/opt/dagster/dagster_home/workspace.yaml"]
 
+# Everything else (the default target, tag <sha>): the production instance and workspace
+# (PostgreSQL storage, ECS run launcher, S3 compute logs) and the code server by default.
+FROM base AS run
+COPY --from=build /opt/venv /opt/venv
+COPY --chown=10001:10001 dagster.yaml workspace.yaml /opt/dagster/dagster_home/
+WORKDIR /opt/dagster
+USER 10001:10001
 EXPOSE 4000
 CMD ["dagster", "code-server", "start", "-h", "0.0.0.0", "-p", "4000", "-m", "episode_pipeline.definitions", "--location-name", "episode_pipeline"]

@@ -182,7 +182,7 @@ def test_every_aws_call_of_the_code_is_known_and_the_run_never_touches_the_queue
         assert "upload_queue" not in path.read_text(), f"{path} reaches the upload queue"
 
 
-def test_deploy_workflow_pushes_latest_and_sha_on_project_changes() -> None:
+def test_deploy_workflow_pushes_both_images_as_latest_and_sha_on_project_changes() -> None:
     workflow = yaml.safe_load((ROOT / ".github" / "workflows" / "deploy.yml").read_text())
     push = workflow[True]["push"]  # YAML 1.1 reads the key `on` as True
     assert {"episode_pipeline/**", "pyproject.toml", "Dockerfile"} <= set(push["paths"])
@@ -191,6 +191,9 @@ def test_deploy_workflow_pushes_latest_and_sha_on_project_changes() -> None:
     )
     assert 'docker push "$image:$GITHUB_SHA"' in script
     assert 'docker push "$image:latest"' in script
+    # Both of the Dockerfile's targets, the webserver's to <prefix>-webserver (infra/ecr.tf).
+    assert "for target in run webserver" in script and '--target "$target"' in script
+    assert 'image="$image-webserver"' in script
     # The services infra/ecs.tf runs, named <prefix>-<key> on the cluster <prefix> (the names
     # are asserted by infra/tests/queue_and_tasks.tftest.hcl).
     services = re.search(r"^  services = \{\n(.*?)^  \}", tf_files()["ecs.tf"], re.M | re.S)

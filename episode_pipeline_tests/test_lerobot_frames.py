@@ -279,3 +279,23 @@ def test_row_count_from_footer_and_file_sources(tmp_path):
     with path.open("rb") as handle:
         assert frames_table(handle, path="f.parquet").height == 3
     assert frames_table(str(path), path="f.parquet").height == 3
+
+
+def test_a_file_cut_inside_its_pages_is_an_error_not_a_short_stream():
+    """Polars' streaming reader ends a truncated row group's stream early without raising (or
+    panics in a worker thread): the rows read are counted against the footer's."""
+    n = 2 * 4096
+    pairs = vectors([[i, -i] for i in range(n)])
+    columns = base(n, **{"observation.state": pairs, "action": pairs})
+    buffer = io.BytesIO()
+    pq.write_table(pa.table(columns), buffer, row_group_size=4096, compression="none")
+    data = buffer.getvalue()
+    footer = pq.ParquetFile(io.BytesIO(data)).metadata
+    second_group = footer.row_group(1).column(0).data_page_offset
+    cut = data[: second_group + 100] + data[-(footer.serialized_size + 8) :]  # footer kept
+
+    got = []
+    with pytest.raises(FrameDataError, match=r"x\.parquet: cannot read rows"):
+        got.extend(iter_frames(cut, path="data/x.parquet", batch_rows=4096))
+    assert sum(batch.height for batch in got) < n
+    assert frames_table(data, path="x.parquet").height == n  # the reader is still usable

@@ -1,15 +1,38 @@
 """Every run of an episode carries its `org`/`episode` tags once queued, however it was
 launched: the run queue (`EpisodeRunCoordinator`, configured as in dagster.yaml) adds them to a
-run of Dagster's implicit asset job, which carries only its partition."""
+run of Dagster's implicit asset job, which carries only its partition. It also places and sizes
+every run nobody placed (a UI launch, a backfill, a retry) from its archive, as the uploads
+sensor does, and never overrides a placement someone chose."""
 
 from __future__ import annotations
 
-from dagster import DagsterRunStatus
-from dagster._core.run_coordinator import SubmitRunContext
-from dagster._core.test_utils import create_run_for_test, instance_for_test
+import logging
 
-from episode_pipeline.defs.run_coordinator import missing_episode_tags
-from episode_pipeline.defs.runs import ORG_TAG, PARTITION_TAG
+import yaml
+from dagster import DagsterRun, DagsterRunStatus, RunsFilter
+from dagster._core.run_coordinator import SubmitRunContext
+from dagster._core.storage.tags import BACKFILL_ID_TAG
+from dagster._core.test_utils import (
+    create_run_for_test,
+    create_test_daemon_workspace_context,
+    instance_for_test,
+)
+from dagster._core.workspace.load_target import ModuleTarget
+from dagster._daemon.backfill import execute_backfill_iteration
+
+from episode_pipeline.config.settings import ECS, SUBPROCESS
+from episode_pipeline.defs.run_coordinator import PLACEMENT_TAGS, is_placed, missing_episode_tags
+from episode_pipeline.defs.runs import (
+    ECS_CPU_TAG,
+    ECS_MEMORY_TAG,
+    ORG_TAG,
+    PARTITION_TAG,
+    TRANSCODER_TAG,
+)
+from episode_pipeline.local.dev import WORKSPACE_FILE
+from episode_pipeline.reprocess import Selection, reprocess
+from episode_pipeline.transcode.placement import RUN_WITHOUT_TRANSCODE
+from episode_pipeline_tests.support import new_ref
 from episode_pipeline_tests.support.runs import JOB_ORIGIN
 
 COORDINATOR = {
@@ -50,3 +73,139 @@ def test_an_asset_job_run_is_queued_with_the_episode_tags() -> None:
         # The queue's per-org limit now sees it.
         limits = instance.run_coordinator.get_run_queue_config().tag_concurrency_limits
         assert limits[0]["key"] == ORG_TAG
+
+
+# -- placement of the runs nobody placed --------------------------------------------------------
+
+
+def test_a_run_with_any_placement_tag_is_placed_already() -> None:
+    assert not is_placed({PARTITION_TAG: "acme/ep-1", ORG_TAG: "acme"})
+    assert is_placed({PARTITION_TAG: "acme/ep-1", ECS_CPU_TAG: "4096"})
+    assert is_placed({PARTITION_TAG: "acme/ep-1", TRANSCODER_TAG: "subprocess"})
+
+
+def submitted(instance, partition_key: str, **tags: str) -> DagsterRun:
+    """An `__ASSET_JOB` run (a UI launch, a backfill's run) through the queue, as stored."""
+    run = create_run_for_test(
+        instance,
+        job_name="__ASSET_JOB",
+        tags={PARTITION_TAG: partition_key, **tags},
+        status=DagsterRunStatus.NOT_STARTED,
+        remote_job_origin=JOB_ORIGIN._replace(job_name="__ASSET_JOB"),
+    )
+    instance.run_coordinator.submit_run(SubmitRunContext(run, None))
+    return instance.get_run_by_id(run.run_id)
+
+
+def engine_messages(instance, run: DagsterRun) -> list[str]:
+    return [
+        record.event_log_entry.dagster_event.message or ""
+        for record in instance.get_records_for_run(run.run_id).records
+        if record.event_log_entry.dagster_event is not None
+    ]
+
+
+def test_runs_nobody_placed_are_sized_from_their_archive_on_the_stack(
+    stack, s3_client, monkeypatch
+) -> None:
+    """The coordinator reads the daemon's environment (here the stack's, as `dev` exports it)
+    and lists the episode's prefix in the stack's S3 (moto): the newest archive decides."""
+    for name, value in stack.env.items():
+        monkeypatch.setenv(name, value)
+    threshold = 150_000
+    for name, value in {
+        "TRANSCODE_TASK_ABOVE_BYTES": str(threshold),
+        "TRANSCODE_TASK_DEFINITION": "pipe-transcode",
+        "ECS_CLUSTER": "pipe",
+        "ECS_SUBNETS": "subnet-1",
+    }.items():
+        monkeypatch.setenv(name, value)
+    small, large = new_ref(), new_ref()
+    archives = [(small, "take-1", threshold // 2), (large, "take-1", threshold // 2)]
+    archives.append((large, "take-2", threshold + 1))  # a re-upload: the newest decides
+    for ref, name, size in archives:
+        s3_client.put_object(
+            Bucket=stack.bucket, Key=f"{ref.prefix}{name}.tar.zst", Body=b"\0" * size
+        )
+    s3_client.put_object(  # the episode's own outputs are never taken for its archive
+        Bucket=stack.bucket, Key=small.processed_key("z.tar.zst"), Body=b"\0" * (threshold * 2)
+    )
+
+    with instance_for_test(overrides={"run_coordinator": COORDINATOR}) as instance:
+        in_its_task = submitted(instance, small.partition_key)
+        own_task = submitted(instance, large.partition_key)
+        chosen = submitted(instance, large.partition_key, **{ECS_CPU_TAG: "4096"})
+        no_archive = submitted(instance, new_ref().partition_key)
+
+        assert {tag: in_its_task.tags.get(tag) for tag in PLACEMENT_TAGS} == {
+            TRANSCODER_TAG: SUBPROCESS,
+            ECS_CPU_TAG: "1024",
+            ECS_MEMORY_TAG: "2048",
+        }
+        assert in_its_task.tags[ORG_TAG] == small.org_id  # the episode tags too
+        assert own_task.tags[TRANSCODER_TAG] == ECS
+        expected = RUN_WITHOUT_TRANSCODE
+        assert (own_task.tags[ECS_CPU_TAG], own_task.tags[ECS_MEMORY_TAG]) == (
+            str(expected.cpu),
+            str(expected.memory),
+        )
+        # A user's choice stands, whole: nothing added beside it.
+        assert chosen.tags[ECS_CPU_TAG] == "4096"
+        assert TRANSCODER_TAG not in chosen.tags and ECS_MEMORY_TAG not in chosen.tags
+        # No archive: transcoded in its task, at the launcher's default size.
+        assert no_archive.tags[TRANSCODER_TAG] == SUBPROCESS
+        assert ECS_CPU_TAG not in no_archive.tags
+        # Each says in its event log (the UI's run page) why it got its size.
+        [placed] = [m for m in engine_messages(instance, own_task) if m.startswith("Placed")]
+        assert f"{large.prefix}take-2.tar.zst" in placed and "TRANSCODE_TASK_ABOVE_BYTES" in placed
+        assert all(queued.status == DagsterRunStatus.QUEUED for queued in (own_task, chosen))
+
+
+def test_a_bucket_it_cannot_list_leaves_the_default_size_and_says_why(stack, monkeypatch) -> None:
+    for name, value in {**stack.env, "DATA_BUCKET": "no-such-bucket"}.items():
+        monkeypatch.setenv(name, value)
+    with instance_for_test(overrides={"run_coordinator": COORDINATOR}) as instance:
+        run = submitted(instance, new_ref().partition_key)
+        assert run.status == DagsterRunStatus.QUEUED
+        assert not is_placed(run.tags) and run.tags[ORG_TAG]
+        [why] = [m for m in engine_messages(instance, run) if m.startswith("Not sized")]
+        assert "s3://no-such-bucket/orgs/" in why
+
+
+def test_the_runs_of_a_reprocess_backfill_are_sized_by_the_queue(
+    stack, s3_client, settings, monkeypatch
+) -> None:
+    """`episode-pipeline reprocess` launches a backfill; the backfill daemon's own iteration,
+    against the code location as the workspace names it, submits its runs through the queue
+    (configured as in dagster.yaml), which sizes each from its archive in the stack's S3."""
+    for name, value in stack.env.items():
+        monkeypatch.setenv(name, value)
+    uploaded, missing = new_ref(), new_ref()
+    s3_client.put_object(
+        Bucket=stack.bucket, Key=f"{uploaded.prefix}take-1.tar.zst", Body=b"\0" * 1000
+    )
+    with instance_for_test(overrides={"run_coordinator": COORDINATOR}) as instance:
+        outcome = reprocess(
+            Selection(episodes=(uploaded, missing)), instance=instance, settings=settings
+        )
+        (location,) = yaml.safe_load(WORKSPACE_FILE.read_text())["load_from"]
+        target = ModuleTarget(
+            module_name=location["python_module"]["module_name"],
+            attribute=None,
+            working_directory=None,
+            location_name=location["python_module"]["location_name"],
+        )
+        with create_test_daemon_workspace_context(target, instance) as workspace:
+            list(execute_backfill_iteration(workspace, logging.getLogger(__name__)))
+        runs = instance.get_runs(RunsFilter(tags={BACKFILL_ID_TAG: outcome["backfill_id"]}))
+
+    by_episode = {run.tags[PARTITION_TAG]: run.tags for run in runs}
+    assert set(by_episode) == {uploaded.partition_key, missing.partition_key}
+    sized = by_episode[uploaded.partition_key]
+    assert (sized[TRANSCODER_TAG], sized[ECS_CPU_TAG], sized[ECS_MEMORY_TAG]) == (
+        SUBPROCESS,
+        "1024",
+        "2048",
+    )
+    assert by_episode[missing.partition_key][TRANSCODER_TAG] == SUBPROCESS
+    assert ECS_CPU_TAG not in by_episode[missing.partition_key]  # the launcher's default

@@ -1,9 +1,22 @@
-# The one image of the project (Dockerfile), pushed by .github/workflows/deploy.yml as :latest and
-# :<git sha>. Only the three most recent images are kept, as the replaced worker's deploy did.
+# The project's two images (Dockerfile), each in its repository, pushed by
+# .github/workflows/deploy.yml as :latest and :<git sha>: `run` (the Dockerfile's default target:
+# code server, daemon, run workers, transcode and dlq tasks; what every episode's cold start
+# pulls) in <prefix>, and `webserver` (the same with the UI) in <prefix>-webserver
+# (docs/deploy-aws.md#image-size). Only the three most recent images of each are kept, as the
+# replaced worker's deploy did.
 
-resource "aws_ecr_repository" "app" {
+locals {
+  image_repositories = {
+    run       = local.prefix
+    webserver = "${local.prefix}-webserver"
+  }
+}
+
+resource "aws_ecr_repository" "image" {
   #checkov:skip=CKV_AWS_51:Tags must be mutable: each deploy moves :latest, which the task definitions use (the replaced worker's contract); :<sha> tags are never reused.
-  name                 = local.prefix
+  for_each = local.image_repositories
+
+  name                 = each.value
   image_tag_mutability = "MUTABLE"
 
   image_scanning_configuration {
@@ -15,8 +28,10 @@ resource "aws_ecr_repository" "app" {
   }
 }
 
-resource "aws_ecr_lifecycle_policy" "app" {
-  repository = aws_ecr_repository.app.name
+resource "aws_ecr_lifecycle_policy" "image" {
+  for_each = aws_ecr_repository.image
+
+  repository = each.value.name
 
   policy = jsonencode({
     rules = [
@@ -34,4 +49,15 @@ resource "aws_ecr_lifecycle_policy" "app" {
       }
     ]
   })
+}
+
+# The run image's repository was the stack's one repository: it keeps its state.
+moved {
+  from = aws_ecr_repository.app
+  to   = aws_ecr_repository.image["run"]
+}
+
+moved {
+  from = aws_ecr_lifecycle_policy.app
+  to   = aws_ecr_lifecycle_policy.image["run"]
 }

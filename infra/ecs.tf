@@ -1,11 +1,12 @@
 # ECS on Fargate: three long-running services (webserver, daemon, code server), two task families
 # launched on demand (a run worker per Dagster run, which transcodes the episode itself: one cold
 # start; a transcode task only for archives over var.transcode_task_above_bytes) and one an
-# operator starts by hand (dlq: `episode-pipeline dlq list|redrive`). All six run the same image
-# with different commands.
+# operator starts by hand (dlq: `episode-pipeline dlq list|redrive`). All but the webserver run the
+# run image (no UI: what every episode's cold start pulls), the webserver the webserver image
+# (infra/ecr.tf, docs/deploy-aws.md#image-size), each with its own command.
 
 locals {
-  image = "${aws_ecr_repository.app.repository_url}:${var.image_tag}"
+  images = { for name, repository in aws_ecr_repository.image : name => "${repository.repository_url}:${var.image_tag}" }
 
   code_server_port = 4000
   webserver_port   = 3000
@@ -58,9 +59,10 @@ locals {
     { name = "DB_PASSWORD", valueFrom = "${var.db_password_secret_arn}:password::" },
   ]
 
-  # Container definition shared by all six task definitions; each adds name, command, ports.
+  # Container definition shared by all six task definitions; each adds name, command, ports
+  # (and the webserver its image).
   container_base = {
-    image       = local.image
+    image       = local.images.run
     essential   = true
     environment = local.environment
     secrets     = local.secrets
@@ -206,6 +208,7 @@ locals {
       memory  = var.webserver_memory
       storage = null
       container = {
+        image = local.images.webserver
         command = [
           "dagster-webserver", "-h", "0.0.0.0", "-p", tostring(local.webserver_port),
           "-w", "/opt/dagster/dagster_home/workspace.yaml",

@@ -1,8 +1,10 @@
 # IAM: one execution role (pull the image, write logs, read the DB secret) and one task role per
 # process, each limited to what that process does.
 #
-#   webserver    reads run state, stops run tasks on "terminate", shows compute logs
-#   daemon       launches run tasks (EcsRunLauncher) from the run task family only
+#   webserver    reads run state, stops run tasks on "terminate", shows compute logs, lists an
+#                episode's prefix to size a run it launches (defs/run_coordinator.py)
+#   daemon       launches run tasks (EcsRunLauncher) from the run task family only, lists an
+#                episode's prefix to size a run it queues (a backfill's, a retry)
 #   code server  evaluates the sensors: receives/deletes/changes visibility on the upload queue
 #   run worker   reads orgs/*, writes only orgs/*/episodes/*/processed/*, writes the episode rows,
 #                launches the transcode task family only; never touches a queue (the sensors do)
@@ -72,6 +74,11 @@ locals {
     },
   ] }
 
+  # The run queue (EpisodeRunCoordinator, in the webserver for a UI launch and in the daemon for
+  # a backfill or a retry) sizes a run nobody sized from its archive, found in the episode's
+  # listing: list only, never read.
+  list_episodes = { sid = "SizeRunsFromTheirArchive", actions = ["s3:ListBucket"], resources = [local.data_bucket_arn], conditions = [{ test = "StringLike", variable = "s3:prefix", values = ["orgs/*"] }] }
+
   # The run worker and the transcode task: read anything under orgs/, write only below an
   # episode's processed/ prefix.
   episode_objects = [
@@ -89,7 +96,7 @@ locals {
     execution = concat(
       [
         { sid = "EcrAuth", actions = ["ecr:GetAuthorizationToken"], resources = ["*"] },
-        { sid = "EcrPull", actions = ["ecr:BatchCheckLayerAvailability", "ecr:BatchGetImage", "ecr:GetDownloadUrlForLayer"], resources = [aws_ecr_repository.app.arn] },
+        { sid = "EcrPull", actions = ["ecr:BatchCheckLayerAvailability", "ecr:BatchGetImage", "ecr:GetDownloadUrlForLayer"], resources = [for repository in aws_ecr_repository.image : repository.arn] },
         { sid = "WriteTaskLogs", actions = ["logs:CreateLogStream", "logs:PutLogEvents"], resources = [for group in aws_cloudwatch_log_group.ecs : "${group.arn}:*"] },
       ],
       [for secret in compact([var.db_password_secret_arn]) : { sid = "ReadDatabaseSecret", actions = ["secretsmanager:GetSecretValue"], resources = [secret] }],
@@ -104,12 +111,14 @@ locals {
         sid        = "ListComputeLogs", actions = ["s3:ListBucket"], resources = [module.bucket["dagster"].arn]
         conditions = [{ test = "StringLike", variable = "s3:prefix", values = ["${local.compute_log_prefix}/*"] }]
       },
+      local.list_episodes,
     ]
     daemon = concat(local.launch_tasks.daemon, [
       { sid = "DagsterStorage", actions = ["rds-db:connect"], resources = [local.rds_dagster_user_arn] },
       # EcsRunLauncher copies subnets and security groups from the daemon's own task (ENI lookup).
       { sid = "DescribeTaskDefinitionsAndNetwork", actions = ["ecs:DescribeTaskDefinition", "ec2:DescribeNetworkInterfaces"], resources = ["*"] },
       { sid = "ReadRunLogsOnFailure", actions = ["logs:GetLogEvents"], resources = ["${aws_cloudwatch_log_group.ecs["run"].arn}:*"] },
+      local.list_episodes,
     ])
     # Sensor code runs in the code server process (the daemon only asks it over gRPC), so the
     # queue permissions belong here.

@@ -1,6 +1,11 @@
 output "ecr_repository_url" {
-  description = "ECR repository the deploy workflow pushes :latest and :<git sha> to."
-  value       = aws_ecr_repository.app.repository_url
+  description = "ECR repository of the run image (the Dockerfile's default target), which the deploy workflow pushes :latest and :<git sha> to; the webserver image goes to the same name with -webserver."
+  value       = aws_ecr_repository.image["run"].repository_url
+}
+
+output "webserver_ecr_repository_url" {
+  description = "ECR repository of the webserver image (the Dockerfile's webserver target)."
+  value       = aws_ecr_repository.image["webserver"].repository_url
 }
 
 # The names and addresses the pipeline needs are exactly what its tasks get: DATA_BUCKET,

@@ -1,25 +1,53 @@
-"""The run queue, with every run of an episode tagged as the episode's own runs are.
+"""The run queue, with every run of an episode tagged and sized as the uploads sensor's runs are.
 
 The job `process_episode` tags its runs `org` / `episode` from the partition
 (`tags_for_partition_key_fn`), but a run the UI launches from the asset graph, or a backfill of
 the assets, is Dagster's implicit `__ASSET_JOB` and carries only `dagster/partition`. The per-org
 limit (`tag_concurrency_limits`, key `org`) would miss it. This coordinator adds the missing
 tags from the partition key when a run is submitted, before it is queued, so the limit and the
-UI's run filters see every run of an episode, however it was launched. Runs executed in-process
-(`dagster asset materialize`, `dg launch`, `episode-pipeline process`) never pass through the
-queue: they take no slot and obey no limit.
+UI's run filters see every run of an episode, however it was launched.
+
+It also places every episode run nobody placed: a run the uploads sensor requests carries the
+placement of its upload (`episode_pipeline/transcoder`, `ecs/cpu`, `ecs/memory`; see
+`transcode.placement`), but a UI launch, a backfill (`episode-pipeline reprocess`), a reconciled
+upload or the run-failure retry of an unplaced run carries none and would get the launcher's
+default task size. Such a run is placed by the same rule from its archive's size, read with one
+LIST of the episode's own prefix (the listing gives the size; the run's archive key is not in
+its tags). A run carrying any placement tag (the sensor's, or a user's) is left as it is; when
+the bucket cannot be read, the run keeps the default and says why in its event log. Runs
+executed in-process (`dagster asset materialize`, `dg launch`, `episode-pipeline process`) never
+pass through the queue: they take no slot, obey no limit and start no ECS task to size.
 """
 
 from __future__ import annotations
 
+import logging
+import os
 from collections.abc import Mapping
+from functools import cached_property
 
+from botocore.exceptions import BotoCoreError, ClientError
 from dagster import DagsterRunStatus
 from dagster._core.run_coordinator import QueuedRunCoordinator, SubmitRunContext
 from dagster._core.storage.dagster_run import DagsterRun
 
-from episode_pipeline.defs.runs import PARTITION_TAG, episode_tags
+from episode_pipeline.config.settings import Settings, TranscodeSettings
+from episode_pipeline.defs.runs import (
+    ECS_CPU_TAG,
+    ECS_MEMORY_TAG,
+    PARTITION_TAG,
+    TRANSCODER_TAG,
+    episode_of_run,
+    episode_tags,
+    placement_tags,
+)
+from episode_pipeline.defs.sensors.lost_uploads import newest_raw_archive
 from episode_pipeline.episodes.keys import InvalidEpisodeKey
+from episode_pipeline.storage.bucket import Bucket
+from episode_pipeline.transcode.placement import Placement, place
+
+PLACEMENT_TAGS = (TRANSCODER_TAG, ECS_CPU_TAG, ECS_MEMORY_TAG)
+log = logging.getLogger(__name__)
 
 
 def missing_episode_tags(tags: Mapping[str, str]) -> dict[str, str]:
@@ -34,14 +62,62 @@ def missing_episode_tags(tags: Mapping[str, str]) -> dict[str, str]:
     return {key: value for key, value in wanted.items() if key not in tags}
 
 
+def is_placed(tags: Mapping[str, str]) -> bool:
+    """Someone chose where this run transcodes or how big its task is: leave it so."""
+    return any(tag in tags for tag in PLACEMENT_TAGS)
+
+
+def placement_from_archive(archive_bytes: int | None, transcode: TranscodeSettings) -> Placement:
+    """An unplaced run's placement: the uploads sensor's rule on its archive's size."""
+    return place(archive_bytes, None, transcode)
+
+
 class EpisodeRunCoordinator(QueuedRunCoordinator):
-    """`QueuedRunCoordinator` (same config) that tags each episode run before queueing it."""
+    """`QueuedRunCoordinator` (same config) that tags and places each episode run before
+    queueing it."""
 
     def submit_run(self, context: SubmitRunContext) -> DagsterRun:
         run = context.dagster_run
-        missing = missing_episode_tags(run.tags)
-        if missing and run.status == DagsterRunStatus.NOT_STARTED:
-            self._instance.add_run_tags(run.run_id, missing)
-            tagged = run.with_tags({**run.tags, **missing})
-            context = SubmitRunContext(tagged, context.workspace)
+        if run.status == DagsterRunStatus.NOT_STARTED:
+            missing = {**missing_episode_tags(run.tags), **self._placement_tags(run)}
+            if missing:
+                self._instance.add_run_tags(run.run_id, missing)
+                tagged = run.with_tags({**run.tags, **missing})
+                context = SubmitRunContext(tagged, context.workspace)
         return super().submit_run(context)
+
+    def _placement_tags(self, run: DagsterRun) -> dict[str, str]:
+        ref = episode_of_run(run)
+        if ref is None or is_placed(run.tags) or self._sizing is None:
+            return {}
+        bucket, transcode = self._sizing
+        try:
+            archive, _requests = newest_raw_archive(bucket, ref)
+        except (BotoCoreError, ClientError) as error:
+            self._instance.report_engine_event(
+                f"Not sized: cannot list {bucket.uri(ref.prefix)} ({error}); the run task gets "
+                "the launcher's default size",
+                run,
+            )
+            return {}
+        placement = placement_from_archive(archive.size if archive else None, transcode)
+        tags = placement_tags(placement)
+        self._instance.report_engine_event(
+            f"Placed from its archive ({archive.key if archive else 'none found'}): "
+            f"{placement.reason}; tags "
+            + ", ".join(f"{key}={value}" for key, value in sorted(tags.items())),
+            run,
+        )
+        return tags
+
+    @cached_property
+    def _sizing(self) -> tuple[Bucket, TranscodeSettings] | None:
+        """The data bucket and the transcode settings, from the process's environment (the
+        daemon's and the webserver's are the code location's, infra/ecs.tf; `episode-pipeline
+        dev` exports the local stack's). None, said once, when they are not there."""
+        try:
+            settings = Settings.from_env(os.environ)
+        except (RuntimeError, ValueError) as error:
+            log.warning(f"episode runs are not sized from their archives: {error}")
+            return None
+        return Bucket(settings.bucket, settings.aws, settings.s3_deadlines), settings.transcode

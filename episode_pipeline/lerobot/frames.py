@@ -11,11 +11,9 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 
 import polars as pl
-import pyarrow as pa
-import pyarrow.parquet as pq
 
 from episode_pipeline.lerobot.features import FrameFeatures, resolve_frame_features
-from episode_pipeline.lerobot.parquet import ParquetSource, open_parquet
+from episode_pipeline.lerobot.parquet import ParquetFile, ParquetSource, open_parquet
 
 TIMESTAMP = "timestamp"
 FRAME_INDEX = "frame_index"
@@ -50,25 +48,24 @@ class FrameDataError(ValueError):
     """A data parquet cannot become frame rows; the message names the file and the field."""
 
 
-def _open(source: ParquetSource, path: str) -> pq.ParquetFile:
+def _open(source: ParquetSource, path: str) -> ParquetFile:
     return open_parquet(source, path, FrameDataError)
 
 
 def parquet_row_count(source: ParquetSource, *, path: str = "<parquet>") -> int:
     """Row count from the footer alone (no column data read)."""
-    return _open(source, path).metadata.num_rows
+    return _open(source, path).num_rows
 
 
-def _vector_kind(field: pa.Field) -> str:
-    """``list`` for list/large_list/fixed_size_list of numbers, ``scalar`` for a number."""
-    kind = field.type
-    if pa.types.is_list(kind) or pa.types.is_large_list(kind) or pa.types.is_fixed_size_list(kind):
-        inner = kind.value_type
-        if pa.types.is_floating(inner) or pa.types.is_integer(inner):
-            return "list"
-    elif pa.types.is_floating(kind) or pa.types.is_integer(kind):
-        return "scalar"
-    return "unsupported"
+def _is_number(kind: pl.DataType) -> bool:
+    return kind.is_float() or kind.is_integer()
+
+
+def _vector_kind(kind: pl.DataType) -> str:
+    """``list`` for a list or fixed-size array of numbers, ``scalar`` for a number."""
+    if isinstance(kind, pl.List | pl.Array):
+        return "list" if _is_number(kind.inner) else "unsupported"
+    return "scalar" if _is_number(kind) else "unsupported"
 
 
 @dataclass(frozen=True)
@@ -82,19 +79,20 @@ class FrameColumns:
     missing_state: str | None = None  # why there is no state column, naming the feature
 
 
-def features_from_schema(schema: pa.Schema, path: str) -> FrameFeatures:
+def features_from_schema(schema: pl.Schema, path: str) -> FrameFeatures:
     """The state/action rule applied to a data file's own columns (info.json lists none)."""
-    numeric = {f.name: _vector_kind(f) != "unsupported" for f in schema}
+    numeric = {name: _vector_kind(kind) != "unsupported" for name, kind in schema.items()}
     return resolve_frame_features(numeric, source=f"{path} columns")
 
 
-def frame_columns(schema: pa.Schema, path: str, features: FrameFeatures | None) -> FrameColumns:
+def frame_columns(schema: pl.Schema, path: str, features: FrameFeatures | None) -> FrameColumns:
     """Check one file's schema against the resolved features (``None``: resolve from the file)."""
-    names = set(schema.names)
+    listed = schema.names()
+    names = set(listed)
     if TIMESTAMP not in names:
-        raise FrameDataError(f"{path}: field {TIMESTAMP!r} is missing (columns: {schema.names})")
-    ts_type = schema.field(TIMESTAMP).type
-    if not (pa.types.is_floating(ts_type) or pa.types.is_integer(ts_type)):
+        raise FrameDataError(f"{path}: field {TIMESTAMP!r} is missing (columns: {listed})")
+    ts_type = schema[TIMESTAMP]
+    if not _is_number(ts_type):
         raise FrameDataError(f"{path}: field {TIMESTAMP!r} must be numeric seconds, got {ts_type}")
     features = features or features_from_schema(schema, path)
     state = features.state if features.state in names else None
@@ -103,22 +101,21 @@ def frame_columns(schema: pa.Schema, path: str, features: FrameFeatures | None) 
     if features.state is not None and state is None:
         missing_state = (
             f"{path}: field {features.state!r} is missing ({features.source} names it the state; "
-            f"columns: {schema.names})"
+            f"columns: {listed})"
         )
     kinds: dict[str, str] = {}
     for vector in (state, action):
         if vector is None:
             continue
-        kinds[vector] = _vector_kind(schema.field(vector))
+        kinds[vector] = _vector_kind(schema[vector])
         if kinds[vector] == "unsupported":
             raise FrameDataError(
-                f"{path}: field {vector!r} must be a list of numbers, "
-                f"got {schema.field(vector).type}"
+                f"{path}: field {vector!r} must be a list of numbers, got {schema[vector]}"
             )
     for integer in (FRAME_INDEX, EPISODE_INDEX):
-        if integer in names and not pa.types.is_integer(schema.field(integer).type):
+        if integer in names and not schema[integer].is_integer():
             raise FrameDataError(
-                f"{path}: field {integer!r} must be an integer, got {schema.field(integer).type}"
+                f"{path}: field {integer!r} must be an integer, got {schema[integer]}"
             )
     wanted = (TIMESTAMP, state, action, FRAME_INDEX, EPISODE_INDEX)
     read = tuple(c for c in wanted if c is not None and c in names)
@@ -184,7 +181,7 @@ class FrameFile:
 
 
 def _batches(
-    parquet: pq.ParquetFile,
+    parquet: ParquetFile,
     columns: FrameColumns,
     *,
     path: str,
@@ -193,30 +190,25 @@ def _batches(
     observe: BatchObserver | None = None,
 ) -> Iterator[pl.DataFrame]:
     order = frame_order_start
-    try:
-        for record_batch in parquet.iter_batches(batch_size=batch_rows, columns=list(columns.read)):
-            batch = pl.from_arrow(record_batch)
-            assert isinstance(batch, pl.DataFrame)
-            converted = _convert(
-                batch,
-                columns=columns,
-                start=order,
-                path=path,
-                row_offset=order - frame_order_start,
-            )
-            if observe is not None:
-                observe(batch)
-            yield converted
-            order += batch.height
-    except (pa.ArrowException, OSError) as error:
-        raise FrameDataError(f"{path}: cannot read rows: {error}") from error
+    for batch in parquet.batches(columns.read, batch_rows):
+        converted = _convert(
+            batch,
+            columns=columns,
+            start=order,
+            path=path,
+            row_offset=order - frame_order_start,
+        )
+        if observe is not None:
+            observe(batch)
+        yield converted
+        order += batch.height
 
 
 @dataclass(frozen=True)
 class FrameStream:
     """One data file opened for streaming: its columns now, its frame rows batch by batch."""
 
-    parquet: pq.ParquetFile
+    parquet: ParquetFile
     columns: FrameColumns
     path: str
 
@@ -246,7 +238,7 @@ def open_frame_file(
 ) -> FrameStream:
     """Read the footer and check the schema against the features; no rows are read yet."""
     parquet = _open(source, path)
-    return FrameStream(parquet, frame_columns(parquet.schema_arrow, path, features), path)
+    return FrameStream(parquet, frame_columns(parquet.schema, path, features), path)
 
 
 def iter_frames(

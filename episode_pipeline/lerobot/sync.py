@@ -26,7 +26,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-import numpy as np
+import polars as pl
 
 TOLERANCE_S = 1e-4  # LeRobot's default `tolerance_s`
 FRAME_SLACK = 1  # rows vs frames: ± one frame (a last frame cut or kept by the encoder)
@@ -75,7 +75,7 @@ class TimingAccumulator:
                 self.episodes[episode] = copy.copy(timing)
                 continue
             rows_before = mine.rows
-            self._add_run(episode, np.array([timing.first_timestamp]))  # the interval between
+            self._add_run(episode, pl.Series([timing.first_timestamp]))  # the interval between
             mine.rows = rows_before + timing.rows
             mine.last_timestamp = timing.last_timestamp
             mine.largest_deviation = max(mine.largest_deviation, timing.largest_deviation)
@@ -85,27 +85,25 @@ class TimingAccumulator:
             mine.irregular += timing.irregular
 
     def add(
-        self, timestamps: Sequence[float] | np.ndarray, episodes: Sequence[Any] | np.ndarray | None
+        self, timestamps: Sequence[float] | pl.Series, episodes: Sequence[Any] | pl.Series | None
     ) -> None:
         """One batch: its timestamps (seconds) and episode indices (None: all episode 0)."""
-        seconds = np.asarray(timestamps, dtype=np.float64)
+        seconds = pl.Series(timestamps, dtype=pl.Float64)
         if not len(seconds):
             return
         if episodes is None:
-            indices = np.zeros(len(seconds), dtype=np.int64)
-        elif isinstance(episodes, np.ndarray):
-            indices = episodes.astype(np.int64)
+            indices = pl.zeros(len(seconds), dtype=pl.Int64, eager=True)
         else:
-            indices = np.array([0 if e is None else int(e) for e in episodes], dtype=np.int64)
-        starts = np.flatnonzero(np.diff(indices)) + 1
-        for run in np.split(np.arange(len(seconds)), starts):
-            self._add_run(int(indices[run[0]]), seconds[run])
+            indices = pl.Series(episodes, dtype=pl.Int64).fill_null(0)
+        starts = [0, *(indices.diff() != 0).arg_true().to_list(), len(seconds)]
+        for start, end in itertools.pairwise(starts):
+            self._add_run(indices[start], seconds.slice(start, end - start))
 
-    def _add_run(self, episode: int, seconds: np.ndarray) -> None:
+    def _add_run(self, episode: int, seconds: pl.Series) -> None:
         timing = self.episodes.setdefault(episode, EpisodeTiming(episode))
         before = timing.rows
         if timing.last_timestamp is not None:
-            seconds_with_previous = np.concatenate(([timing.last_timestamp], seconds))
+            seconds_with_previous = pl.concat([pl.Series([timing.last_timestamp]), seconds])
             first_row = before  # interval i ends at row before + i
         else:
             seconds_with_previous = seconds
@@ -115,10 +113,10 @@ class TimingAccumulator:
         timing.last_timestamp = float(seconds[-1])
         if not self.fps or len(seconds_with_previous) < 2:
             return
-        intervals = np.diff(seconds_with_previous)
-        deviation = np.abs(intervals - 1.0 / self.fps)
+        intervals = seconds_with_previous.diff().slice(1)
+        deviation = (intervals - 1.0 / self.fps).abs()
         timing.largest_deviation = max(timing.largest_deviation, float(deviation.max()))
-        off = np.flatnonzero(deviation > self.tolerance_s)
+        off = (deviation > self.tolerance_s).arg_true()
         if len(off) and timing.first_irregular_row is None:
             timing.first_irregular_row = first_row + int(off[0])
             timing.first_irregular_interval = round(float(intervals[off[0]]), 6)

@@ -11,25 +11,25 @@ import io
 import json
 from pathlib import Path
 
-import pyarrow as pa
-import pyarrow.parquet as pq
+import polars as pl
 
-from episode_pipeline.lerobot.parquet import ParquetSource, open_parquet
+from episode_pipeline.lerobot.parquet import ParquetFile, ParquetSource, open_parquet
 
 
 class TaskTableError(ValueError):
     """The task table cannot be read; the message names the file and the field."""
 
 
-def _open_parquet(source: ParquetSource, path: str) -> pq.ParquetFile:
+def _open_parquet(source: ParquetSource, path: str) -> ParquetFile:
     return open_parquet(source, path, TaskTableError)
 
 
-def task_column(schema: pa.Schema) -> str | None:
-    """The task text column: the pandas index column, else ``task``, else ``__index_level_0__``."""
-    names = set(schema.names)
-    metadata = schema.metadata or {}
-    pandas_meta = metadata.get(b"pandas")
+def task_column(schema: pl.Schema, metadata: dict[str, str]) -> str | None:
+    """The task text column: the pandas index column, else ``task``, else ``__index_level_0__``.
+
+    `metadata` is the file's key-value metadata (pandas writes its own under ``pandas``)."""
+    names = set(schema.names())
+    pandas_meta = metadata.get("pandas")
     if pandas_meta:
         try:
             index_columns = json.loads(pandas_meta).get("index_columns") or []
@@ -41,22 +41,20 @@ def task_column(schema: pa.Schema) -> str | None:
     for candidate in ("task", "__index_level_0__"):
         if candidate in names:
             return candidate
-    strings = [
-        f.name for f in schema if pa.types.is_string(f.type) or pa.types.is_large_string(f.type)
-    ]
+    strings = [name for name, kind in schema.items() if kind == pl.String]
     return strings[0] if len(strings) == 1 else None
 
 
 def tasks_from_parquet(source: ParquetSource, *, path: str = "meta/tasks.parquet") -> list[str]:
     """All task texts in file order."""
     parquet = _open_parquet(source, path)
-    column = task_column(parquet.schema_arrow)
+    column = task_column(parquet.schema, parquet.key_value_metadata())
     if column is None:
         raise TaskTableError(
             f"{path}: field 'task' not found (no pandas index column, 'task' or "
-            f"'__index_level_0__'; columns: {parquet.schema_arrow.names})"
+            f"'__index_level_0__'; columns: {parquet.names})"
         )
-    values = parquet.read(columns=[column]).column(column).to_pylist()
+    values = parquet.read([column]).get_column(column).to_list()
     return [str(v) for v in values if v is not None]
 
 

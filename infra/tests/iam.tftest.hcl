@@ -62,7 +62,7 @@ run "each_process_may_do_only_its_work" {
       ]) } == {
       execution = toset([
         "ecr:GetAuthorizationToken on *",
-        "ecr:BatchCheckLayerAvailability,ecr:BatchGetImage,ecr:GetDownloadUrlForLayer on arn:aws:ecr:us-west-2:123456789012:repository/episode-pipeline",
+        "ecr:BatchCheckLayerAvailability,ecr:BatchGetImage,ecr:GetDownloadUrlForLayer on arn:aws:ecr:us-west-2:123456789012:repository/episode-pipeline,arn:aws:ecr:us-west-2:123456789012:repository/episode-pipeline-webserver",
         "logs:CreateLogStream,logs:PutLogEvents on ${join(",", sort(distinct([for group in aws_cloudwatch_log_group.ecs : "${group.arn}:*"])))}",
         "secretsmanager:GetSecretValue on arn:aws:secretsmanager:us-west-2:123456789012:secret:toborverse-db-AbCdEf",
         "kms:Decrypt on arn:aws:kms:us-west-2:123456789012:key/11111111-1111-1111-1111-111111111111",
@@ -73,6 +73,7 @@ run "each_process_may_do_only_its_work" {
         "ecs:DescribeTasks,ecs:StopTask on arn:aws:ecs:us-west-2:123456789012:task/episode-pipeline/*",
         "s3:GetObject on arn:aws:s3:::mock-bucket/compute-logs/*",
         "s3:ListBucket on arn:aws:s3:::mock-bucket if s3:prefix StringLike compute-logs/*",
+        "s3:ListBucket on arn:aws:s3:::toborverse-dev-data if s3:prefix StringLike orgs/*",
       ])
       daemon = toset([
         "ecs:RunTask on arn:aws:ecs:us-west-2:123456789012:task-definition/episode-pipeline-run:* if ecs:cluster ArnEquals ${aws_ecs_cluster.main.arn}",
@@ -82,6 +83,7 @@ run "each_process_may_do_only_its_work" {
         "rds-db:connect on arn:aws:rds-db:us-west-2:123456789012:dbuser:cluster-ABCDEFGHIJKLMNOP/dagster",
         "ec2:DescribeNetworkInterfaces,ecs:DescribeTaskDefinition on *",
         "logs:GetLogEvents on ${aws_cloudwatch_log_group.ecs["run"].arn}:*",
+        "s3:ListBucket on arn:aws:s3:::toborverse-dev-data if s3:prefix StringLike orgs/*",
       ])
       "code-server" = toset([
         "sqs:ChangeMessageVisibility,sqs:DeleteMessage,sqs:GetQueueAttributes,sqs:GetQueueUrl,sqs:ReceiveMessage on ${aws_sqs_queue.uploads.arn}",

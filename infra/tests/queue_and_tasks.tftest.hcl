@@ -172,18 +172,21 @@ run "tasks_services_logs_and_registry" {
     error_message = "Every task is a Fargate x86-64 Linux task in awsvpc mode, started by the execution role."
   }
 
-  # Containers: one per task, named after it, the same image and environment, logs to its group.
+  # Containers: one per task, named after it, the run image (the webserver: the webserver image)
+  # and the same environment, logs to its group.
   assert {
     condition = alltrue([for key, task in aws_ecs_task_definition.task : (
       length(jsondecode(task.container_definitions)) == 1
       && jsondecode(task.container_definitions)[0].name == key
-      && jsondecode(task.container_definitions)[0].image == "123456789012.dkr.ecr.us-west-2.amazonaws.com/episode-pipeline:latest"
+      && jsondecode(task.container_definitions)[0].image == (key == "webserver"
+        ? "123456789012.dkr.ecr.us-west-2.amazonaws.com/episode-pipeline-webserver:latest"
+      : "123456789012.dkr.ecr.us-west-2.amazonaws.com/episode-pipeline:latest")
       && jsondecode(task.container_definitions)[0].essential
       && jsondecode(task.container_definitions)[0].user == "10001:10001"
       && jsondecode(task.container_definitions)[0].linuxParameters.initProcessEnabled
       && jsondecode(task.container_definitions)[0].environment == local.environment
     )])
-    error_message = "Each task runs one container named after it: the :latest image as user 10001, init process on, the common environment."
+    error_message = "Each task runs one container named after it: the :latest run image (the webserver its own) as user 10001, init process on, the common environment."
   }
 
   assert {
@@ -353,28 +356,31 @@ run "tasks_services_logs_and_registry" {
     error_message = "The key serves the account, CloudWatch alarms of this account, and this stack's log groups only."
   }
 
-  # The registry keeps the three most recent images.
+  # Each registry keeps its three most recent images.
   assert {
-    condition = jsondecode(aws_ecr_lifecycle_policy.app.policy) == {
+    condition = alltrue([for policy in aws_ecr_lifecycle_policy.image : jsondecode(policy.policy) == {
       rules = [{
         rulePriority = 1
         description  = "Keep the three most recent images"
         selection    = { tagStatus = "any", countType = "imageCountMoreThan", countNumber = 3 }
         action       = { type = "expire" }
       }]
-    }
-    error_message = "ECR expires all but the 3 most recent images: ${aws_ecr_lifecycle_policy.app.policy}"
+    }])
+    error_message = "ECR expires all but the 3 most recent images of each repository."
   }
 
   assert {
-    condition = (aws_ecr_repository.app.name == "episode-pipeline" && aws_ecr_lifecycle_policy.app.repository == aws_ecr_repository.app.name
-      && aws_ecr_repository.app.image_scanning_configuration[0].scan_on_push && aws_ecr_repository.app.encryption_configuration[0].encryption_type == "KMS"
-    && aws_ecr_repository.app.image_tag_mutability == "MUTABLE")
-    error_message = "The repository <prefix> scans on push, is KMS-encrypted, and lets each deploy move :latest."
+    condition = ({ for key, repository in aws_ecr_repository.image : key => repository.name } == { run = "episode-pipeline", webserver = "episode-pipeline-webserver" }
+      && alltrue([for key, repository in aws_ecr_repository.image : (
+        aws_ecr_lifecycle_policy.image[key].repository == repository.name
+        && repository.image_scanning_configuration[0].scan_on_push && repository.encryption_configuration[0].encryption_type == "KMS"
+        && repository.image_tag_mutability == "MUTABLE"
+    )]))
+    error_message = "The repositories <prefix> (run image) and <prefix>-webserver scan on push, are KMS-encrypted, and let each deploy move :latest."
   }
 
   assert {
-    condition     = output.ecr_repository_url == aws_ecr_repository.app.repository_url && output.resources.ecs_services["daemon"] == "episode-pipeline-daemon"
-    error_message = "The outputs name the repository and the services."
+    condition     = output.ecr_repository_url == aws_ecr_repository.image["run"].repository_url && output.webserver_ecr_repository_url == aws_ecr_repository.image["webserver"].repository_url && output.resources.ecs_services["daemon"] == "episode-pipeline-daemon"
+    error_message = "The outputs name the two repositories and the services."
   }
 }

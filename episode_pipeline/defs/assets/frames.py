@@ -151,10 +151,8 @@ def timing_observer(timing: TimingAccumulator) -> BatchObserver:
     """Feeds each batch's raw timestamps (seconds, before rounding to ms) to `timing`."""
 
     def observe(batch: pl.DataFrame) -> None:
-        episodes = (
-            batch[EPISODE_INDEX].fill_null(0).to_numpy() if EPISODE_INDEX in batch.columns else None
-        )
-        timing.add(batch[TIMESTAMP].cast(pl.Float64).to_numpy(), episodes)
+        episodes = batch[EPISODE_INDEX] if EPISODE_INDEX in batch.columns else None
+        timing.add(batch[TIMESTAMP].cast(pl.Float64), episodes)
 
     return observe
 

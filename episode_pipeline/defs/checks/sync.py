@@ -9,11 +9,8 @@ Nothing is decoded again.
 WARN by default; `SYNC_CHECK_BLOCKING=1` makes it an ERROR that blocks the episode row.
 """
 
-import io
 from typing import Any
 
-import pyarrow as pa
-import pyarrow.parquet as pq
 from dagster import (
     AssetCheckEvaluation,
     AssetCheckKey,
@@ -38,6 +35,7 @@ from episode_pipeline.defs.resources.s3 import S3BucketResource
 from episode_pipeline.episodes.extracted_files import META, ExtractedFiles, videos_by_camera
 from episode_pipeline.lerobot.cameras import locate_video
 from episode_pipeline.lerobot.info import DatasetInfo
+from episode_pipeline.lerobot.parquet import UnreadableParquet, read_rows
 from episode_pipeline.lerobot.sync import (
     EPISODES_TABLE_PREFIX,
     TOLERANCE_S,
@@ -120,10 +118,8 @@ def read_episodes_table(
     problems = []
     for part in parts:
         try:
-            parquet = pq.ParquetFile(io.BytesIO(bucket.get_bytes(part.key)))
-            columns = [name for name in parquet.schema_arrow.names if name in wanted]
-            rows += parquet.read(columns=columns).to_pylist()
-        except (pa.ArrowException, OSError) as error:
+            rows += read_rows(bucket.get_bytes(part.key), part.key, wanted)
+        except UnreadableParquet as error:
             problems.append(f"{part.key}: unreadable episodes table ({error})")
     found = episodes_table(rows, cameras, ", ".join(part.key for part in parts))
     found.problems[:0] = problems

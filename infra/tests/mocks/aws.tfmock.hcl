@@ -100,6 +100,15 @@ mock_resource "aws_ecr_repository" {
   }
 }
 
+# The defaults above are the run image's repository; the webserver image has its own.
+override_resource {
+  target = aws_ecr_repository.image["webserver"]
+  values = {
+    arn            = "arn:aws:ecr:us-west-2:123456789012:repository/episode-pipeline-webserver"
+    repository_url = "123456789012.dkr.ecr.us-west-2.amazonaws.com/episode-pipeline-webserver"
+  }
+}
+
 mock_resource "aws_ecs_cluster" {
   defaults = {
     arn = "arn:aws:ecs:us-west-2:123456789012:cluster/episode-pipeline"
