@@ -461,7 +461,7 @@ def timed_cli(env: dict[str, str], args: list[str]) -> float:
 
 def measure_cli(ctx: BenchContext, fleet: Any, sample: Sample, archive: Path) -> None:
     env = cli_env(fleet.info)
-    some = fleet_state.partition_key(sample.size // 2)
+    some = fleet_state.partition_key(fleet.state.status_index())
     for _ in range(ctx.config.repeats):
         sample.add("status", timed_cli(env, ["status", some]))
     for _ in range(ctx.config.repeats):
@@ -486,6 +486,11 @@ def measure_size(ctx: BenchContext, fleet: Any, size: int, archive: Path) -> Sam
         fleet.state.grow(size)
     # A shared machine's load moves between sizes: each size says what it was measured under.
     sample.details["load_average"] = [round(os.getloadavg()[0], 2)]
+    sample.details["state"] = (
+        {"kind": "with retention", **fleet.state.settled}
+        if fleet.state.settled
+        else {"kind": "unpruned: every run kept", "runs": size}
+    )
     with ctx.phase(f"measure at {size:,}"):
         for repeat in range(ctx.config.repeats):
             measure_uploads_tick(ctx, fleet, sample, repeat)
@@ -685,6 +690,8 @@ def run(ctx: BenchContext) -> list[Result]:
             fleet.state = fleet_state.FleetState(
                 env=info.env, instance=instance, settings=settings, template=template,
                 uuid_database=fleet.uuid_database, s3_objects=ctx.config.fleet_s3_objects,
+                unpruned_max=ctx.config.fleet_unpruned_max,
+                per_day=ctx.config.fleet_per_day,
             )  # fmt: skip
             ctx.facts["fleet_template_events_per_run"] = len(template.events)
         with DagsterInstance.from_config(info.env["DAGSTER_HOME"]) as instance:
