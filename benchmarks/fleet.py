@@ -478,6 +478,12 @@ def measure_storage(fleet: Any, sample: Sample) -> None:
     total_bytes = sum(t["bytes"] for t in sizes.values())
     sample.add("store_bytes_per_episode", total_bytes / max(1, sample.size))
     sample.add("store_rows_per_episode", total_rows / max(1, sample.size))
+    sample.add("store_bytes", total_bytes)
+    sample.add("store_rows", total_rows)
+    sample.details["application_store"] = {
+        "text ids": fleet_state.application_sizes(fleet.settings.database),
+        "uuid ids": fleet_state.application_sizes(fleet.uuid_database),
+    }
 
 
 def measure_size(ctx: BenchContext, fleet: Any, size: int, archive: Path) -> Sample:
@@ -533,6 +539,8 @@ FIGURES: dict[str, tuple[str, str, str]] = {
     "reconcile_sql_per_hour": ("statements/h", "SQL statements of the walk per hour", "report"),
     "store_bytes_per_episode": ("B", "Dagster tables' bytes over episodes", "report"),
     "store_rows_per_episode": ("rows", "Dagster tables' rows over episodes", "report"),
+    "store_bytes": ("B", "Dagster tables' bytes on disk (indexes, TOAST)", "report"),
+    "store_rows": ("rows", "Dagster tables' rows", "report"),
 }  # fmt: skip
 
 
@@ -582,8 +590,8 @@ def _detail_of(sample: Sample, metric: str) -> dict[str, Any]:
                 value = value[-1]
             if key == "ui":
                 value = value.get(metric.removeprefix("ui_"), value)
-            return {"at_n": value}
-    return {}
+            return {"at_n": value, "state": sample.details.get("state")}
+    return {"state": sample.details.get("state")}
 
 
 def _target(result: Result, kind: str, ours: float, base: float) -> None:
