@@ -68,6 +68,7 @@ LOST_UPLOAD_SECONDS = 3600
 DONE_RELEASE_SECONDS = 120
 CLI_TIMEOUT_SECONDS = 600
 MAX_DONE_TICKS = 2_000
+STATUS_PAGE = 20  # episodes `status` without an episode lists in the benchmark
 
 
 # -- the stack and the state --------------------------------------------------------------------
@@ -464,6 +465,9 @@ def measure_cli(ctx: BenchContext, fleet: Any, sample: Sample, archive: Path) ->
     some = fleet_state.partition_key(fleet.state.status_index())
     for _ in range(ctx.config.repeats):
         sample.add("status", timed_cli(env, ["status", some]))
+    for _ in range(ctx.config.repeats):  # one page of the newest episodes, whatever N is
+        page = ["status", "--org", fleet_state.FLEET_ORG, "--limit", str(STATUS_PAGE)]
+        sample.add("status_page", timed_cli(env, page))
     for _ in range(ctx.config.repeats):
         _, run = new_processed_episode(fleet.info, fleet.settings, archive, "fleetnew")
         part = startup.breakdown(fleet.instance, run)
@@ -527,6 +531,8 @@ FIGURES: dict[str, tuple[str, str, str]] = {
     "done_release": ("s", "the burst's successes until every message is deleted (modelled)",
                      "done"),
     "status": ("s", "`episode-pipeline status ORG/EP` wall", "per_upload"),
+    "status_page": ("s", f"`episode-pipeline status --limit {STATUS_PAGE}` (no episode) wall",
+                    "per_upload"),
     "daemon_runs_exist": ("s", "queued uploads until their runs exist, through the daemon",
                           "per_upload"),
     "process_start": ("s", "`episode-pipeline process`: exec until the run's first event",
