@@ -405,30 +405,21 @@ class FleetState:
         in the store and older than the window are pruned with retention's own statements."""
         from episode_pipeline.config.settings import RetentionSettings
 
-        retention = RetentionSettings()
-        window = round(retention.episode_days * self.per_day)
-        records = round((retention.upload_record_days - retention.episode_days) * self.per_day)
-        window_start = max(0, target - window)
-        record_start = max(0, window_start - records)
-        pruned_end = min(self.size, window_start)
+        plan = SettledPlan.of(self.size, target, self.per_day, RetentionSettings())
         indexes = range(self.size, target)
         self._timed("s3", lambda: self._archives(indexes))
         self._timed("application rows", lambda: self._app_rows(indexes))
-        self._timed("pruned by retention", lambda: self._prune(range(0, pruned_end), record_start))
-        new = range(max(self.size, window_start), target)
-        self._timed("dynamic partitions", lambda: self._partitions(new))
-        self._timed("runs and events", lambda: self._runs(new, target))
-        self._timed(
-            "upload records",
-            lambda: self._records(range(max(record_start, pruned_end), window_start), target),
-        )
+        self._timed("pruned by retention", lambda: self._prune(plan.pruned, plan.record_start))
+        self._timed("dynamic partitions", lambda: self._partitions(plan.new_runs))
+        self._timed("runs and events", lambda: self._runs(plan.new_runs, target))
+        self._timed("upload records", lambda: self._records(plan.new_records, target))
         # What autovacuum keeps a pruned deployment at: the live rows, not the 100,000's pages.
         self._timed("vacuum", lambda: self._analyze(full=True))
         self.settled = {
-            "window_episodes": target - window_start,
-            "upload_records": window_start - record_start,
+            "window_episodes": len(plan.window),
+            "upload_records": plan.window.start - plan.record_start,
             "application_rows": target,
-            "pruned_from_store": pruned_end,
+            "pruned_from_store": len(plan.pruned),
         }
         self.size = target
 
@@ -474,6 +465,35 @@ class FleetState:
         with psycopg.connect(self.dsn, autocommit=True) as conn:
             for table in DAGSTER_TABLES:
                 conn.execute(f"VACUUM FULL ANALYZE {table}" if full else f"ANALYZE {table}")
+
+
+@dataclass(frozen=True)
+class SettledPlan:
+    """Which episodes `settle` gives what, growing a store of `size` episodes to `target`.
+
+    Episodes are numbered oldest first, one every 86,400 / `per_day` s, the newest just now.
+    """
+
+    window: range  # the newest episodes: runs, events and partitions in Dagster
+    record_start: int  # the oldest episode whose `upload-done` record has not expired
+    pruned: range  # episodes already in the store and older than the window: deleted
+    new_runs: range  # window episodes not in the store yet: runs to build
+    new_records: range  # records to write (the pruned ones got theirs from the delete)
+
+    @classmethod
+    def of(cls, size: int, target: int, per_day: int, retention: Any) -> SettledPlan:
+        window = round(retention.episode_days * per_day)
+        records = round((retention.upload_record_days - retention.episode_days) * per_day)
+        window_start = max(0, target - window)
+        record_start = max(0, window_start - records)
+        pruned_end = min(size, window_start)
+        return cls(
+            window=range(window_start, target),
+            record_start=record_start,
+            pruned=range(0, pruned_end),
+            new_runs=range(max(size, window_start), target),
+            new_records=range(max(record_start, pruned_end), window_start),
+        )
 
 
 RUN_CHUNK = 2_000  # episodes rendered per COPY transaction

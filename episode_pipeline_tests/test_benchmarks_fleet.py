@@ -119,3 +119,19 @@ def test_the_index_age_spreads_runs_at_the_fleets_daily_rate() -> None:
     spacing = 86_400 / fleet_state.EPISODES_PER_DAY
     assert fleet_state.index_age(99, spacing, 100) == spacing
     assert fleet_state.index_age(0, spacing, 10_001) == 86_400 + spacing
+
+
+def test_a_settled_store_holds_the_window_and_the_records_of_what_was_pruned() -> None:
+    from episode_pipeline.config.settings import RetentionSettings
+
+    retention = RetentionSettings(episode_days=3, failed_episode_days=19, upload_record_days=21)
+    plan = fleet_state.SettledPlan.of(100_000, 1_000_000, 10_000, retention)
+    assert plan.window == range(970_000, 1_000_000)  # 3 days of 10,000
+    assert plan.new_runs == plan.window  # the 100,000 already built are all older
+    assert plan.pruned == range(0, 100_000)
+    assert plan.record_start == 790_000  # 18 more days of records
+    assert plan.new_records == range(790_000, 970_000)
+    # growing within the window: nothing pruned, the runs already built are kept
+    small = fleet_state.SettledPlan.of(20_000, 40_000, 10_000, retention)
+    assert small.pruned == range(0, 10_000) and small.new_runs == range(20_000, 40_000)
+    assert small.new_records == range(10_000, 10_000)  # the pruned ones' records are kept
