@@ -5,19 +5,23 @@ runs): its rows in Dagster's tables are the template. Each synthetic episode the
 processed episode has, in the same tables, in bulk (`COPY`), grown in steps (1,000, then 10,000,
 then ...) so every size is measured on the store the smaller one grew into:
 
-- a dynamic partition `fleet/ep-NNNNNNN` (Dagster's own `add_dynamic_partitions`);
+- a dynamic partition `fleet/ep-NNNNNNN` (the row `add_dynamic_partitions` inserts);
 - a row in the application's `episodes` (status `processed`), and the same episode in a second
   application database whose ids are `uuid`s and which has `org_id` (the variant the issue names);
 - a successful run of the episode job with the tags the upload sensor's runs carry (episode,
-  upload, held message, partition, run key, sensor), stored with Dagster's own insertion values
-  (`RunStorage._get_run_insertion_values`, serialising a copy of the template's `DagsterRun`);
+  upload, held message, partition, run key, sensor): the template's `DagsterRun` serialised once
+  by Dagster with a placeholder episode, then compiled (`Compiled`) into literal pieces and slots
+  (run id, episode, message id, receipt), so each run is one string join, already `COPY` text;
 - the template run's materialization, check and run-lifecycle events (`CLONED_EVENTS`), its
   `asset_event_tags` and `asset_check_executions` rows: the template's rows as Dagster serialised
-  them, with the run id, partition key, episode id and timestamps substituted (so the JSON is
-  Dagster's own); the step and log events are left out (`fleet_all_events=1` clones them too:
-  the real run's 100+ rows an episode);
+  them, compiled the same way (run id, episode and serialised times are slots), so the JSON is
+  Dagster's own; the step and log events are left out (`fleet_all_events=1` clones them too);
 - the archive in S3 for the first `fleet_s3_objects` episodes (the ones a reconciliation walk
   visits first), with the same object version the runs' upload tags name.
+
+After each size one synthetic run is read back through Dagster's API (`verify`). Above
+`unpruned_max` a size is what a deployment with retention holds (`settle`, `SettledPlan`): every
+application row, but in Dagster only retention's window and the `upload-done` records.
 """
 
 from __future__ import annotations
