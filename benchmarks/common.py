@@ -177,8 +177,12 @@ class Config:
     sensor_uploads: int = 1_000  # uploads queued at once for the uploads sensor (4 ticks)
     heartbeat_runs: int = 5_000  # queued runs whose messages one heartbeat renews
     # fleet: the store grows through these sizes; every figure is N against the first
-    fleet_sizes: str = "1000,10000"  # full run: 1000,10000,100000 (1000000 if time allows); 0: no
-    # fleet, only the storage of one real processed episode
+    fleet_sizes: str = "1000,10000"  # full run: 1000,10000,100000,1000000; 0: no fleet,
+    # only the storage of one real processed episode
+    # sizes up to this are every run kept (no retention); above, what a deployment with
+    # retention holds: all application rows, Dagster's window (fleet_state.FleetState.settle)
+    fleet_unpruned_max: int = 100_000
+    fleet_per_day: int = 10_000  # the fleet's uploads a day: runs' spacing, retention's window
     fleet_new_uploads: int = 300  # new uploads one uploads tick decides
     # make bench's sizes are cut to fit its time; the full run sets the issue's (README)
     fleet_burst: int = 300  # runs in flight for the heartbeat, then succeeding at once (1,000)

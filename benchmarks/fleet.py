@@ -68,6 +68,7 @@ LOST_UPLOAD_SECONDS = 3600
 DONE_RELEASE_SECONDS = 120
 CLI_TIMEOUT_SECONDS = 600
 MAX_DONE_TICKS = 2_000
+STATUS_PAGE = 20  # episodes `status` without an episode lists in the benchmark
 
 
 # -- the stack and the state --------------------------------------------------------------------
@@ -461,9 +462,12 @@ def timed_cli(env: dict[str, str], args: list[str]) -> float:
 
 def measure_cli(ctx: BenchContext, fleet: Any, sample: Sample, archive: Path) -> None:
     env = cli_env(fleet.info)
-    some = fleet_state.partition_key(sample.size // 2)
+    some = fleet_state.partition_key(fleet.state.status_index())
     for _ in range(ctx.config.repeats):
         sample.add("status", timed_cli(env, ["status", some]))
+    for _ in range(ctx.config.repeats):  # one page of the newest episodes, whatever N is
+        page = ["status", "--org", fleet_state.FLEET_ORG, "--limit", str(STATUS_PAGE)]
+        sample.add("status_page", timed_cli(env, page))
     for _ in range(ctx.config.repeats):
         _, run = new_processed_episode(fleet.info, fleet.settings, archive, "fleetnew")
         part = startup.breakdown(fleet.instance, run)
@@ -478,6 +482,12 @@ def measure_storage(fleet: Any, sample: Sample) -> None:
     total_bytes = sum(t["bytes"] for t in sizes.values())
     sample.add("store_bytes_per_episode", total_bytes / max(1, sample.size))
     sample.add("store_rows_per_episode", total_rows / max(1, sample.size))
+    sample.add("store_bytes", total_bytes)
+    sample.add("store_rows", total_rows)
+    sample.details["application_store"] = {
+        "text ids": fleet_state.application_sizes(fleet.settings.database),
+        "uuid ids": fleet_state.application_sizes(fleet.uuid_database),
+    }
 
 
 def measure_size(ctx: BenchContext, fleet: Any, size: int, archive: Path) -> Sample:
@@ -486,6 +496,11 @@ def measure_size(ctx: BenchContext, fleet: Any, size: int, archive: Path) -> Sam
         fleet.state.grow(size)
     # A shared machine's load moves between sizes: each size says what it was measured under.
     sample.details["load_average"] = [round(os.getloadavg()[0], 2)]
+    sample.details["state"] = (
+        {"kind": "with retention", **fleet.state.settled}
+        if fleet.state.settled
+        else {"kind": "unpruned: every run kept", "runs": size}
+    )
     with ctx.phase(f"measure at {size:,}"):
         for repeat in range(ctx.config.repeats):
             measure_uploads_tick(ctx, fleet, sample, repeat)
@@ -516,6 +531,8 @@ FIGURES: dict[str, tuple[str, str, str]] = {
     "done_release": ("s", "the burst's successes until every message is deleted (modelled)",
                      "done"),
     "status": ("s", "`episode-pipeline status ORG/EP` wall", "per_upload"),
+    "status_page": ("s", f"`episode-pipeline status --limit {STATUS_PAGE}` (no episode) wall",
+                    "per_upload"),
     "daemon_runs_exist": ("s", "queued uploads until their runs exist, through the daemon",
                           "per_upload"),
     "process_start": ("s", "`episode-pipeline process`: exec until the run's first event",
@@ -528,6 +545,8 @@ FIGURES: dict[str, tuple[str, str, str]] = {
     "reconcile_sql_per_hour": ("statements/h", "SQL statements of the walk per hour", "report"),
     "store_bytes_per_episode": ("B", "Dagster tables' bytes over episodes", "report"),
     "store_rows_per_episode": ("rows", "Dagster tables' rows over episodes", "report"),
+    "store_bytes": ("B", "Dagster tables' bytes on disk (indexes, TOAST)", "report"),
+    "store_rows": ("rows", "Dagster tables' rows", "report"),
 }  # fmt: skip
 
 
@@ -577,8 +596,8 @@ def _detail_of(sample: Sample, metric: str) -> dict[str, Any]:
                 value = value[-1]
             if key == "ui":
                 value = value.get(metric.removeprefix("ui_"), value)
-            return {"at_n": value}
-    return {}
+            return {"at_n": value, "state": sample.details.get("state")}
+    return {"state": sample.details.get("state")}
 
 
 def _target(result: Result, kind: str, ours: float, base: float) -> None:
@@ -685,6 +704,8 @@ def run(ctx: BenchContext) -> list[Result]:
             fleet.state = fleet_state.FleetState(
                 env=info.env, instance=instance, settings=settings, template=template,
                 uuid_database=fleet.uuid_database, s3_objects=ctx.config.fleet_s3_objects,
+                unpruned_max=ctx.config.fleet_unpruned_max,
+                per_day=ctx.config.fleet_per_day,
             )  # fmt: skip
             ctx.facts["fleet_template_events_per_run"] = len(template.events)
         with DagsterInstance.from_config(info.env["DAGSTER_HOME"]) as instance:

@@ -49,8 +49,13 @@ def _extracted_videos(bucket: Bucket, ref: EpisodeRef) -> list[dict[str, Any]]:
 
 
 def episode_reports(
-    ref: EpisodeRef | None = None, settings: Settings | None = None
+    ref: EpisodeRef | None = None,
+    settings: Settings | None = None,
+    org_id: str | None = None,
+    limit: int = 50,
 ) -> list[dict[str, Any]]:
+    """The report of `ref`, or of the `limit` most recently changed episodes (of `org_id`):
+    each costs a few keyed queries and S3 requests, so the listing is bounded, not the fleet."""
     apply_local_stack_env()  # DAGSTER_HOME of the local instance, when nothing is exported
     settings = settings or load_settings()
     descriptions = _check_descriptions(settings)
@@ -59,7 +64,7 @@ def episode_reports(
     bucket = Bucket(settings.bucket, settings.aws)
     reports = []
     with connect(settings.database) as conn:
-        refs = [ref] if ref else episode_db.episode_refs(conn)
+        refs = [ref] if ref else episode_db.recent_episode_refs(conn, org_id, limit)
         for current in refs:
             row = episode_db.episode_row(conn, current)
             if row is None:

@@ -30,21 +30,47 @@ def test_a_template_event_becomes_the_synthetic_episodes_own() -> None:
     tpl = template()
     text = (
         '{"run_id": "0f0f0f0f-aaaa-bbbb-cccc-000000000001", "timestamp": 1000.5, '
-        '"partition": "fleettpl/ep-fleettpl-1234abcd", '
+        '"partition": "fleettpl/ep-fleettpl-1234abcd", "path": "C:\\\\x\\ty", '
         '"uri": "s3://b/orgs/fleettpl/episodes/ep-fleettpl-1234abcd/x.mp4"}'
     )
-    new = fleet_state._substitution(tpl, "new-run", 42, shift=10.0)(text)
+    compiled = fleet_state.compile_template_text(tpl, text)
+    new = compiled.render({"run": "new-run", "episode": fleet_state.episode_id(42)}, shift=10.0)
     assert '"run_id": "new-run"' in new
     assert '"partition": "fleet/ep-0000042"' in new
     assert "orgs/fleet/episodes/ep-0000042/x.mp4" in new
     assert '"timestamp": 1010.5' in new
     assert "fleettpl" not in new
+    # COPY's text format: the JSON's backslashes doubled, a tab escaped, nothing else touched
+    assert '"path": "C:\\\\\\\\x\\\\ty"' in new
 
 
-def test_storage_ids_of_the_template_map_to_the_clones_ids() -> None:
-    assert fleet_state._mapped(500, {7: 0, 9: 1}, 9) == 501
-    assert fleet_state._mapped(500, {7: 0}, 3) == 3  # not the run's own event: kept
-    assert fleet_state._mapped(500, {7: 0}, None) is None
+def test_a_compiled_run_is_dagsters_own_serialisation_of_the_sensors_run() -> None:
+    from dagster import DagsterRun, DagsterRunStatus
+    from dagster._serdes import serialize_value
+
+    tpl = template()
+    tpl.dagster_run = DagsterRun(job_name="episode_job", run_id=tpl.run_id, tags={"a": "b"})
+    state = fleet_state.FleetState(
+        env={}, instance=None, settings=None, template=tpl, uuid_database=None, s3_objects=0,
+        archive_version="v-1",
+    )  # fmt: skip
+    compiled = fleet_state.CompiledRuns.of(state)
+    run_id = "11111111-2222-3333-4444-555555555555"
+    key = fleet_state.partition_key(7)
+    values = {
+        "run": run_id,
+        "episode": fleet_state.episode_id(7),
+        "message": fleet_state.message_id(key),
+        "receipt": fleet_state.receipt(key),
+    }
+    run = tpl.dagster_run._replace(
+        run_id=run_id, tags=state.run_tags(7, run_id), status=DagsterRunStatus.SUCCESS
+    )
+    # rendered as COPY text: Dagster's JSON with its backslashes escaped once more
+    assert compiled.run_body.render(values, 0.0) == fleet_state.copy_escape(serialize_value(run))
+    tags = {name: value.render(values, 0.0) for name, value in compiled.tags}
+    assert tags == {k: fleet_state.copy_escape(v) for k, v in run.tags_for_storage().items()}
+    assert compiled._mapped(500, None) == "\\N"
 
 
 def test_episode_ids_sort_in_the_order_they_were_made_and_uuid_ids_are_stable() -> None:
@@ -93,3 +119,19 @@ def test_the_index_age_spreads_runs_at_the_fleets_daily_rate() -> None:
     spacing = 86_400 / fleet_state.EPISODES_PER_DAY
     assert fleet_state.index_age(99, spacing, 100) == spacing
     assert fleet_state.index_age(0, spacing, 10_001) == 86_400 + spacing
+
+
+def test_a_settled_store_holds_the_window_and_the_records_of_what_was_pruned() -> None:
+    from episode_pipeline.config.settings import RetentionSettings
+
+    retention = RetentionSettings(episode_days=3, failed_episode_days=19, upload_record_days=21)
+    plan = fleet_state.SettledPlan.of(100_000, 1_000_000, 10_000, retention)
+    assert plan.window == range(970_000, 1_000_000)  # 3 days of 10,000
+    assert plan.new_runs == plan.window  # the 100,000 already built are all older
+    assert plan.pruned == range(0, 100_000)
+    assert plan.record_start == 790_000  # 18 more days of records
+    assert plan.new_records == range(790_000, 970_000)
+    # growing within the window: nothing pruned, the runs already built are kept
+    small = fleet_state.SettledPlan.of(20_000, 40_000, 10_000, retention)
+    assert small.pruned == range(0, 10_000) and small.new_runs == range(20_000, 40_000)
+    assert small.new_records == range(10_000, 10_000)  # the pruned ones' records are kept

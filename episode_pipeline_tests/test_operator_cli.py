@@ -5,6 +5,7 @@ a corrupt archive, a hostile one and a failed check; `status --failed` lists the
 from __future__ import annotations
 
 import json
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -143,6 +144,26 @@ def test_status_of_an_episode_with_no_run_says_so(
     run = status_json(capsys, ref)["latest_run"]
     assert run["run_id"] is None and run["cause"] is None
     assert "no run yet" in run_cli(capsys, "status", ref.partition_key)[1]
+
+
+def test_status_without_an_episode_pages_the_newest_changed_episodes(
+    episode_row: Any, db_conn: Any, capsys: pytest.CaptureFixture
+) -> None:
+    org = f"status-page-{uuid.uuid4().hex[:6]}"  # an org of this test's own
+    oldest, middle, newest = (episode_row(org) for _ in range(3))
+    db_conn.execute(
+        "UPDATE episodes SET updated_at = now() - make_interval(secs => %s) WHERE id = %s",
+        (3600, oldest.episode_id),
+    )
+    db_conn.execute(
+        "UPDATE episodes SET updated_at = now() - make_interval(secs => %s) WHERE id = %s",
+        (60, middle.episode_id),
+    )
+    code, out, _ = run_cli(capsys, "status", "--org", org, "--limit", "2", "--json")
+    assert code == 0
+    assert [r["episode_id"] for r in json.loads(out)] == [newest.episode_id, middle.episode_id]
+    code, _, err = run_cli(capsys, "status", "--limit", "0")
+    assert code == 2 and "--limit must be at least 1" in err
 
 
 def test_check_only_an_unknown_check_lists_the_valid_names(

@@ -21,7 +21,8 @@ def add_status_parser(commands: argparse._SubParsersAction) -> None:
         nargs="?",
         type=episode_arg,
         metavar="ORG/EP",
-        help="one episode (its partition key, e.g. acme/ep-42); all episodes when left out",
+        help="one episode (its partition key, e.g. acme/ep-42); when left out, the --limit "
+        "most recently changed episodes (one page, newest first: never the whole fleet)",
     )
     status.add_argument(
         "--failed",
@@ -30,7 +31,11 @@ def add_status_parser(commands: argparse._SubParsersAction) -> None:
     )
     status.add_argument("--org", help="only this org's episodes")
     status.add_argument(
-        "--limit", type=int, default=50, help="at most this many failed episodes (default 50)"
+        "--limit",
+        type=int,
+        default=50,
+        help="at most this many episodes, newest first, without ORG/EP or with --failed "
+        "(default 50)",
     )
     status.add_argument("--json", action="store_true", help="machine-readable output")
     status.set_defaults(handler=cmd_status)
@@ -51,7 +56,9 @@ def cmd_status(args: argparse.Namespace) -> int:
         rows = failed_episodes(args.org, args.limit)
         print(json.dumps(rows, indent=2, default=str) if args.json else format_failed(rows))
         return 0
-    reports = episode_reports(args.episode)
+    if args.limit < 1:
+        raise ValueError(f"--limit must be at least 1, not {args.limit}")
+    reports = episode_reports(args.episode, org_id=args.org, limit=args.limit)
     if args.org:
         reports = [report for report in reports if report["org_id"] == args.org]
     print(json.dumps(reports, indent=2, default=str) if args.json else format_reports(reports))

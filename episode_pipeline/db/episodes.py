@@ -266,8 +266,17 @@ def waiting_uploads(
     return [EpisodeRef(org_id, episode_id) for org_id, episode_id in rows]
 
 
-def episode_refs(conn: psycopg.Connection) -> list[EpisodeRef]:
-    rows = conn.execute("SELECT org_id, id FROM episodes ORDER BY created_at, id").fetchall()
+def recent_episode_refs(
+    conn: psycopg.Connection, org_id: str | None = None, limit: int = 50
+) -> list[EpisodeRef]:
+    """The `limit` most recently changed episodes (of one org, or all), newest first: one
+    bounded query (the `updated_at` index), never the whole table."""
+    org_filter, params = ("WHERE org_id = %s", (org_id,)) if org_id else ("", ())
+    rows = conn.execute(
+        f"SELECT org_id, id FROM episodes {org_filter} "
+        "ORDER BY updated_at DESC NULLS LAST, id DESC LIMIT %s",
+        (*params, limit),
+    ).fetchall()
     return [EpisodeRef(org_id, episode_id) for org_id, episode_id in rows]
 
 
