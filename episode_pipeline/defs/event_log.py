@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import sqlalchemy as db
 from dagster import (
     AssetCheckKey,
     AssetKey,
@@ -13,12 +14,14 @@ from dagster import (
     DagsterInstance,
     DagsterRun,
     EventLogRecord,
+    RunsFilter,
 )
-from dagster._core.event_api import PartitionKeyFilter
 from dagster._core.storage.asset_check_execution_record import (
     AssetCheckExecutionRecord,
     AssetCheckExecutionRecordStatus,
 )
+from dagster._core.storage.event_log.schema import AssetCheckExecutionsTable
+from dagster._core.storage.tags import PARTITION_NAME_TAG
 
 
 def latest_materialization_metadata(
@@ -58,13 +61,56 @@ def launched_worker_pid(instance: DagsterInstance, run: DagsterRun) -> int | Non
     return pid
 
 
+# The newest runs of an episode its checks' latest results are looked for in (retention keeps
+# a few runs per episode; a check run alone from the UI is one of them).
+RUNS_OF_A_PARTITION = 50
+
+
 def latest_check_executions(
     instance: DagsterInstance, check_keys: list[AssetCheckKey], partition_key: str
 ) -> list[tuple[AssetCheckKey, AssetCheckExecutionRecord]]:
-    """Each check's newest execution for this partition, by name: one keyed read."""
-    latest = instance.event_log_storage.get_latest_asset_check_execution_by_key(
-        check_keys, partition_filter=PartitionKeyFilter(key=partition_key)
+    """Each check's newest execution for this partition, by name.
+
+    Read through the partition's runs (the `run_tags` index), then `asset_check_executions` by
+    run id, which its unique index holds after the asset key and check name. Dagster's own
+    lookup by partition reads every execution of each check: `partition` is the last column of
+    both of that table's indexes.
+    """
+    run_ids = [
+        record.dagster_run.run_id
+        for record in instance.get_run_records(
+            RunsFilter(tags={PARTITION_NAME_TAG: partition_key}), limit=RUNS_OF_A_PARTITION
+        )
+    ]
+    if not run_ids or not check_keys:
+        return []
+    table = AssetCheckExecutionsTable
+    query = (
+        db.select(
+            table.c.id,
+            table.c.asset_key,
+            table.c.check_name,
+            table.c.run_id,
+            table.c.execution_status,
+            table.c.evaluation_event,
+            table.c.create_timestamp,
+            table.c.partition,
+        )
+        .where(
+            table.c.asset_key.in_({key.asset_key.to_string() for key in check_keys}),
+            table.c.check_name.in_({key.name for key in check_keys}),
+            table.c.run_id.in_(run_ids),
+            table.c.partition == partition_key,
+        )
+        .order_by(table.c.id.desc())
     )
+    wanted = {(key.asset_key.to_string(), key.name): key for key in check_keys}
+    latest: dict[AssetCheckKey, AssetCheckExecutionRecord] = {}
+    with instance.event_log_storage.index_connection() as connection:  # type: ignore[attr-defined]
+        for row in connection.execute(query).mappings():
+            key = wanted.get((row["asset_key"], row["check_name"]))
+            if key is not None and key not in latest:
+                latest[key] = AssetCheckExecutionRecord.from_db_row(row, key)
     return sorted(latest.items(), key=lambda item: item[0].name)
 
 
