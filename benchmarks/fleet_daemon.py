@@ -73,6 +73,7 @@ def describe_ticks(ticks: list[Any], since: float) -> list[dict[str, Any]]:
             "started_after_seconds": round(t.timestamp - since, 1),
             "seconds": round((t.end_timestamp or t.timestamp) - t.timestamp, 1),
             "runs": len(t.run_ids),
+            "requested": len(t.tick_data.reserved_run_ids or ()),
             "status": t.status.value,
         }
         for t in ticks
@@ -90,7 +91,7 @@ def wait_for_runs(instance: Any, filters: Any, count: int, deadline: float) -> i
 def measure_runs_exist(
     ctx: Any, instance: Any, queue: Any, filters_for: Any, sample: Any
 ) -> tuple[list[Any], float]:
-    from episode_pipeline.defs.sensors.sqs import UPLOADS_SENSOR_NAME
+    from episode_pipeline.defs.sensors.sqs import UPLOADS_INTERVAL_SECONDS, UPLOADS_SENSOR_NAME
 
     count = ctx.config.fleet_daemon_uploads
     since = time.time()
@@ -100,7 +101,11 @@ def measure_runs_exist(
     seconds = time.time() - since if existing >= count else float("inf")
     records = instance.get_run_records(filters)
     created = sorted(r.create_timestamp.timestamp() for r in records)
-    ticks = [t for t in sensor_ticks(instance, UPLOADS_SENSOR_NAME, since) if t.run_ids]
+    ticks = [
+        t
+        for t in sensor_ticks(instance, UPLOADS_SENSOR_NAME, since - UPLOADS_INTERVAL_SECONDS)
+        if t.run_ids or t.tick_data.reserved_run_ids
+    ]
     spread = created[-1] - created[0] if len(created) > 1 else 0.0
     sample.add("daemon_runs_exist", seconds)
     sample.details["daemon"] = {

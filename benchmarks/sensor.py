@@ -55,7 +55,7 @@ from benchmarks.common import BenchContext, Result, median, timed
 from episode_pipeline.config.settings import AwsSettings, QueueSettings
 from episode_pipeline.defs.jobs import EPISODE_JOB_NAME
 from episode_pipeline.defs.sensors import sqs as upload_sensors
-from episode_pipeline.local.dagster_home import instance_config, storage_url
+from episode_pipeline.local.dagster_home import instance_config
 from episode_pipeline.uploads.upload_queue import MAX_BATCH, UploadQueue
 
 NAME = "sensor"
@@ -70,8 +70,9 @@ SENSOR_TIME_LIMIT_SECONDS = 60  # Dagster's default gRPC deadline for one sensor
 def bench_instances(ctx: BenchContext) -> Iterator[tuple[DagsterInstance, DagsterInstance]]:
     """Two Dagster instances on a new database of the stack's PostgreSQL (dropped afterwards).
 
-    The first is the sensors' own, as the daemon has it (a new connection per statement); the
-    second, pooled, does the benchmark's bookkeeping (thousands of runs) without timing noise.
+    The first is the sensors' own, as the daemon has it (`defs/instance_storage.py`); the
+    second, with the webserver's pool, does the benchmark's bookkeeping (thousands of runs)
+    without timing noise.
     """
     env = ctx.stack().env
     password, port = env["DB_PASSWORD"], int(env["DB_PORT"])
@@ -81,8 +82,7 @@ def bench_instances(ctx: BenchContext) -> Iterator[tuple[DagsterInstance, Dagste
         conn.execute(f"CREATE DATABASE {database}")
     home = ctx.workdir / "sensor-dagster-home"
     home.mkdir(parents=True, exist_ok=True)
-    config = instance_config(password, port)
-    config["storage"] = {"postgres": {"postgres_url": storage_url(password, port, database)}}
+    config = instance_config(password, port, database=database)
     (home / "dagster.yaml").write_text(json.dumps(config))  # JSON is YAML
     try:
         with (

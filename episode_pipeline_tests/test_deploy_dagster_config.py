@@ -19,12 +19,13 @@ import yaml
 from dagster import DagsterRun
 from dagster._config import process_config
 from dagster._core.instance.config import dagster_instance_config
-from dagster._core.storage.config import pg_config
 from dagster._core.workspace.config_schema import ensure_workspace_config
 from dagster._serdes import ConfigurableClassData
 from dagster_postgres.auth import AwsWifTokenProvider
 from dagster_postgres.utils import get_token_provider_from_config, pg_url_from_config
 
+from episode_pipeline.defs.instance_storage import PooledPostgresRunStorage
+from episode_pipeline.local.dagster_home import POOLED_STORAGE_CLASSES, POOLED_STORAGE_MODULE
 from episode_pipeline_tests.support.deploy import PRODUCTION_ENV
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -87,8 +88,17 @@ def test_instance_validation_rejects_a_misspelled_field(tmp_path: Path, instance
         dagster_instance_config(str(tmp_path))
 
 
+def test_the_three_storages_are_the_pooled_ones_on_one_config(instance_yaml) -> None:
+    assert "storage" not in instance_yaml
+    for key, name in POOLED_STORAGE_CLASSES.items():
+        assert instance_yaml[key]["module"] == POOLED_STORAGE_MODULE
+        assert instance_yaml[key]["class"] == name
+        assert instance_yaml[key]["config"] == instance_yaml["run_storage"]["config"]
+
+
 def test_storage_uses_psycopg2_and_an_rds_iam_token(production_env, instance_yaml) -> None:
-    result = process_config(pg_config(), instance_yaml["storage"]["postgres"])
+    config_type = PooledPostgresRunStorage.config_type()
+    result = process_config(config_type, instance_yaml["run_storage"]["config"])
     assert result.success, result.errors
     storage = result.value
     url = pg_url_from_config(storage)
@@ -111,13 +121,13 @@ def test_documented_password_variant_is_valid(
 ) -> None:
     """The README's password variant: no auth_provider, a password from DAGSTER_PG_PASSWORD."""
     monkeypatch.setenv("DAGSTER_PG_PASSWORD", "p@ss word")
-    postgres = dict(instance_yaml["storage"]["postgres"])
+    postgres = dict(instance_yaml["run_storage"]["config"])
     del postgres["auth_provider"]
     postgres["postgres_db"] = {
         **postgres["postgres_db"],
         "password": {"env": "DAGSTER_PG_PASSWORD"},
     }
-    result = process_config(pg_config(), postgres)
+    result = process_config(PooledPostgresRunStorage.config_type(), postgres)
     assert result.success, result.errors
     assert get_token_provider_from_config(result.value) is None
     assert pg_url_from_config(result.value).startswith(

@@ -126,7 +126,7 @@ def test_dagster_instance_runs_on_the_embedded_postgres(stack: StackInfo) -> Non
     import dagster as dg
 
     config = instance_config("pw", 1)
-    assert "psycopg2" in config["storage"]["postgres"]["postgres_url"]
+    assert "psycopg2" in config["run_storage"]["config"]["postgres_url"]
 
     @dg.asset
     def stack_probe() -> int:
@@ -140,6 +140,10 @@ def test_dagster_instance_runs_on_the_embedded_postgres(stack: StackInfo) -> Non
         assert instance.get_runs_count() == before + 1
         assert type(instance.run_coordinator).__name__ == "EpisodeRunCoordinator"
         assert instance.run_coordinator.dequeue_interval_seconds == 1  # not the default 5
+        # Connections are kept and reused (defs/instance_storage.py), not one per statement.
+        storages = (instance.run_storage, instance.event_log_storage, instance.schedule_storage)
+        assert {type(s._engine.pool).__name__ for s in storages} == {"QueuePool"}  # type: ignore[attr-defined]
+        assert instance.event_log_storage._engine.pool.checkedin() >= 1  # type: ignore[attr-defined]
 
 
 # --- a private stack: start in another process, restart, stop ------------------------------

@@ -25,8 +25,27 @@ RUN_MAX_RUNTIME_SECONDS = 2 * 3600
 MONITORING_POLL_SECONDS = 30
 
 
+# Dagster's PostgreSQL storages with a connection pool, as in production's dagster.yaml
+# (defs/instance_storage.py: a new connection per statement made the daemon's run submission
+# mostly connecting). Named here, not imported: the stack's CLI never loads Dagster for it.
+POOLED_STORAGE_MODULE = "episode_pipeline.defs.instance_storage"
+POOLED_STORAGE_CLASSES = {
+    "run_storage": "PooledPostgresRunStorage",
+    "event_log_storage": "PooledPostgresEventLogStorage",
+    "schedule_storage": "PooledPostgresScheduleStorage",
+}
+
+
 def storage_url(password: str, port: int, database: str = "dagster") -> str:
     return f"postgresql+psycopg2://postgres:{password}@127.0.0.1:{port}/{database}"
+
+
+def storage_config(postgres: dict[str, Any]) -> dict[str, Any]:
+    """The instance's run, event-log and schedule storage blocks for one PostgreSQL config."""
+    return {
+        key: {"module": POOLED_STORAGE_MODULE, "class": name, "config": dict(postgres)}
+        for key, name in POOLED_STORAGE_CLASSES.items()
+    }
 
 
 def instance_config(
@@ -38,7 +57,7 @@ def instance_config(
 ) -> dict[str, Any]:
     """dagster.yaml for the local instance (pure: the tests read it back)."""
     return {
-        "storage": {"postgres": {"postgres_url": storage_url(password, port, database)}},
+        **storage_config({"postgres_url": storage_url(password, port, database)}),
         "run_launcher": {
             "module": "episode_pipeline.local.run_launcher",
             "class": "LocalRunLauncher",
