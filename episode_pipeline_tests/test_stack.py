@@ -121,6 +121,12 @@ def test_start_again_returns_the_running_stack(stack: StackInfo) -> None:
     assert again.env == stack.env
 
 
+def test_the_stack_s_moto_receives_in_time_linear_in_the_queue_depth(stack: StackInfo) -> None:
+    """The stack runs moto through `local.moto_main` (its SQS receive made linear)."""
+    assert stack.moto_pid is not None
+    assert "episode_pipeline.local.moto_main" in psutil.Process(stack.moto_pid).cmdline()
+
+
 def test_dagster_instance_runs_on_the_embedded_postgres(stack: StackInfo) -> None:
     """A real run writes events through dagster-postgres (the psycopg2 NOTIFY path)."""
     import dagster as dg
