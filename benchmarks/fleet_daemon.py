@@ -49,6 +49,17 @@ def deploy_daemon_config(dagster_home: str) -> str:
     return original
 
 
+def forget_cursor(instance: Any, name: str) -> int:
+    """Drop a run-status sensor's state, so the daemon's first tick starts its cursor at the
+    newest event: a deployment handles its runs' successes as they come, while the fleet's
+    synthetic runs never went through a daemon and the previous size's daemon left the cursor
+    before them (its next ticks would first walk them all, 200 a tick)."""
+    states = [s for s in instance.all_instigator_state() if s.instigator_name == name]
+    for state in states:
+        instance.delete_instigator_state(state.instigator_origin_id, state.selector_id)
+    return len(states)
+
+
 def queue_depth(client: Any, queue_url: str) -> int:
     """Messages on the queue, visible or received (in flight): 0 once every one is deleted."""
     names = ["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"]
@@ -180,7 +191,7 @@ def measure(ctx: Any, fleet: Any, sample: Any) -> None:
     from dagster import DagsterInstance, RunsFilter
 
     from episode_pipeline.config.settings import AwsSettings, QueueSettings
-    from episode_pipeline.defs.sensors.sqs import UPLOADS_SENSOR_NAME
+    from episode_pipeline.defs.sensors.sqs import UPLOAD_DONE_SENSOR_NAME, UPLOADS_SENSOR_NAME
     from episode_pipeline.local import aws_setup
     from episode_pipeline.uploads.upload_queue import UploadQueue
 
@@ -201,6 +212,8 @@ def measure(ctx: Any, fleet: Any, sample: Any) -> None:
         )
 
     records: list[Any] = []
+    with DagsterInstance.from_config(info.env["DAGSTER_HOME"]) as instance:
+        forget_cursor(instance, UPLOAD_DONE_SENSOR_NAME)
     try:
         with (
             ctx.phase("set-up: daemon"),
