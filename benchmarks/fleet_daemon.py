@@ -1,7 +1,8 @@
 """The `fleet` stage's daemon figures: a burst through the real `dagster-daemon`, run queue held.
 
 `dagster-daemon run` on the fleet's stack with the sensors block of production's dagster.yaml
-(its sensor threads and submit workers: what a fleet's daemon runs) and the run queue held
+(its sensor threads and submit workers: what a fleet's daemon runs), its pooled storages
+(`defs/instance_storage.py`) and the run queue held
 (`max_concurrent_runs: 0`, so nothing is launched on this machine: a run *exists* once the daemon
 has created and queued it). The whole daemon works as in production meanwhile: every sensor of
 the location ticks on the fleet's store, the code server evaluates them.
@@ -39,12 +40,18 @@ PRODUCTION_YAML = Path(__file__).resolve().parents[1] / "dagster.yaml"
 
 def deploy_daemon_config(dagster_home: str) -> str:
     """The instance as the benchmark's daemon runs it; returns the text to restore: the run
-    queue held (`max_concurrent_runs: 0`) and production's `sensors:` block."""
+    queue held (`max_concurrent_runs: 0`), production's `sensors:` block and its pooled storages
+    (on the stack's database)."""
+    from episode_pipeline.local.dagster_home import storage_config
+
     path = Path(dagster_home) / "dagster.yaml"
     original = path.read_text()
     config = yaml.safe_load(original)
     config.setdefault("concurrency", {}).setdefault("runs", {})["max_concurrent_runs"] = 0
     config["sensors"] = yaml.safe_load(PRODUCTION_YAML.read_text())["sensors"]
+    postgres = config.pop("storage", None)
+    if postgres:
+        config.update(storage_config(postgres["postgres"]))
     path.write_text(yaml.safe_dump(config, sort_keys=False))
     return original
 

@@ -24,7 +24,7 @@ from episode_pipeline.config.env import variables
 from episode_pipeline.config.settings import Settings
 from episode_pipeline.db.connection import connect
 from episode_pipeline.local import aws_setup
-from episode_pipeline.local.dagster_home import instance_config
+from episode_pipeline.local.dagster_home import instance_config, storage_config
 from episode_pipeline.local.stack import (
     StackInfo,
     ensure_stack,
@@ -132,7 +132,7 @@ def test_dagster_instance_runs_on_the_embedded_postgres(stack: StackInfo) -> Non
     import dagster as dg
 
     config = instance_config("pw", 1)
-    assert "psycopg2" in config["run_storage"]["config"]["postgres_url"]
+    assert "psycopg2" in config["storage"]["postgres"]["postgres_url"]
 
     @dg.asset
     def stack_probe() -> int:
@@ -146,7 +146,27 @@ def test_dagster_instance_runs_on_the_embedded_postgres(stack: StackInfo) -> Non
         assert instance.get_runs_count() == before + 1
         assert type(instance.run_coordinator).__name__ == "EpisodeRunCoordinator"
         assert instance.run_coordinator.dequeue_interval_seconds == 1  # not the default 5
-        # Connections are kept and reused (defs/instance_storage.py), not one per statement.
+
+
+def test_production_s_pooled_storages_run_on_the_embedded_postgres(
+    stack: StackInfo, tmp_path: Path
+) -> None:
+    """The three storages production names (defs/instance_storage.py) keep their connections."""
+    import dagster as dg
+    import yaml
+
+    assert stack.dagster_home is not None
+    local = yaml.safe_load((Path(stack.dagster_home) / "dagster.yaml").read_text())
+    config = {**local, **storage_config(local.pop("storage")["postgres"])}
+    config.pop("storage", None)
+    (tmp_path / "dagster.yaml").write_text(yaml.safe_dump(config))
+
+    @dg.asset
+    def pooled_probe() -> int:
+        return 1
+
+    with dg.DagsterInstance.from_config(str(tmp_path)) as instance:
+        assert dg.materialize([pooled_probe], instance=instance).success
         storages = (instance.run_storage, instance.event_log_storage, instance.schedule_storage)
         assert {type(s._engine.pool).__name__ for s in storages} == {"QueuePool"}  # type: ignore[attr-defined]
         assert instance.event_log_storage._engine.pool.checkedin() >= 1  # type: ignore[attr-defined]

@@ -25,9 +25,10 @@ RUN_MAX_RUNTIME_SECONDS = 2 * 3600
 MONITORING_POLL_SECONDS = 30
 
 
-# Dagster's PostgreSQL storages with a connection pool, as in production's dagster.yaml
-# (defs/instance_storage.py: a new connection per statement made the daemon's run submission
-# mostly connecting). Named here, not imported: the stack's CLI never loads Dagster for it.
+# Production's pooled storages (defs/instance_storage.py), named here for the benchmarks and
+# tests that run a daemon as deployed; not imported: the stack's CLI never loads Dagster for it.
+# The local instance keeps dagster-postgres's own storages for now: with the pool, the crash
+# tests (a SIGKILL at an injection point) failed, not yet understood (docs/scale.md).
 POOLED_STORAGE_MODULE = "episode_pipeline.defs.instance_storage"
 POOLED_STORAGE_CLASSES = {
     "run_storage": "PooledPostgresRunStorage",
@@ -57,7 +58,7 @@ def instance_config(
 ) -> dict[str, Any]:
     """dagster.yaml for the local instance (pure: the tests read it back)."""
     return {
-        **storage_config({"postgres_url": storage_url(password, port, database)}),
+        "storage": {"postgres": {"postgres_url": storage_url(password, port, database)}},
         "run_launcher": {
             "module": "episode_pipeline.local.run_launcher",
             "class": "LocalRunLauncher",
