@@ -1,4 +1,4 @@
-"""Dagster's PostgreSQL storages, keeping a few connections open (dagster.yaml, `local/`).
+"""Dagster's PostgreSQL storages, keeping a few connections open (production's dagster.yaml).
 
 dagster-postgres opens a new connection for every statement outside the webserver (SQLAlchemy's
 `NullPool`). Creating one run writes ~40 of them (the run, its tags, its snapshots, a planned
