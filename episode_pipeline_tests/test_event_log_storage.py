@@ -43,6 +43,7 @@ from dagster._core.test_utils import in_process_test_workspace
 from dagster._core.types.loadable_target_origin import LoadableTargetOrigin
 from dagster_graphql.test.utils import execute_dagster_graphql
 
+from episode_pipeline.defs import event_log_storage
 from episode_pipeline.defs.event_log_storage import (
     CheckPartitions,
     EpisodeEventLogStorage,
@@ -109,6 +110,8 @@ def test_changes_name_the_partitions_events_touched() -> None:
     )
     assert changes.of(CHECK) == {"org/ep-1"}
     assert changes.of(AssetCheckKey(AssetKey("other"), "x")) is None
+    changes.reload_all = True
+    assert changes.of(CHECK) is None
 
 
 # -- on the real storage, through the UI's GraphQL ------------------------------------------------
@@ -229,7 +232,9 @@ def run(instance: DagsterInstance, episode: str, checks: bool = True) -> None:
     )
 
 
-def test_statuses_match_dagsters_through_every_change(instances) -> None:
+def test_statuses_match_dagsters_through_every_change(
+    instances, monkeypatch: pytest.MonkeyPatch
+) -> None:
     ours, _ = instances
     good, bad, crash = "org/ep-good", "org/ep-bad", "org/ep-crash"
     ours.add_dynamic_partitions(EPISODES_PARTITION_NAME, [good, bad, crash])
@@ -251,12 +256,16 @@ def test_statuses_match_dagsters_through_every_change(instances) -> None:
 
     run(ours, good, checks=False)  # a new materialization: the old results no longer hold
     assert agreed(instances)["always_passes"] == {"succeeded": [bad, crash]}
+    run(ours, good)
+    with monkeypatch.context() as burst:  # as after many new events: every check read whole
+        burst.setattr(event_log_storage, "READ_WHOLE_ABOVE_EVENTS", 0)
+        assert agreed(instances)["always_passes"] == {"succeeded": [bad, crash, good]}
 
     with ours.run_storage.connect() as conn:  # type: ignore[attr-defined]
         delete_episodes(conn, [bad])  # retention's own statements
     pruned = agreed(instances)
     assert bad not in str(pruned)
-    assert pruned["fails_on_bad"] == {"execution failed": [crash]}
+    assert pruned["fails_on_bad"] == {"succeeded": [good], "execution failed": [crash]}
 
     ours.add_dynamic_partitions(EPISODES_PARTITION_NAME, [bad])  # reprocess brings it back
     assert bad not in str(agreed(instances))

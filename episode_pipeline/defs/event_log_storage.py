@@ -53,6 +53,9 @@ FULL_REFRESH_SECONDS = 600.0
 # Events are read again this far below the last id seen: an event whose id was taken before a
 # later one's but committed after it is still found.
 RESCAN_EVENT_IDS = 2_000
+# More new check events than this (a burst of runs ended, or the first query in a while): every
+# check is read again whole, one query each, rather than each event's body parsed.
+READ_WHOLE_ABOVE_EVENTS = 5_000
 
 CheckWithPartitions = tuple[AssetCheckKey, PartitionsDefinition | None]
 PLANNED = AssetCheckExecutionRecordStatus.PLANNED
@@ -78,10 +81,11 @@ class Changes:
     checks: dict[AssetCheckKey, set[str]] = field(default_factory=lambda: defaultdict(set))
     assets: dict[AssetKey, set[str]] = field(default_factory=lambda: defaultdict(set))
     reload_assets: set[AssetKey] = field(default_factory=set)  # a change of unknown partitions
+    reload_all: bool = False
 
     def of(self, key: AssetCheckKey) -> set[str] | None:
         """The check's changed partitions; None when all of them must be read again."""
-        if key.asset_key in self.reload_assets:
+        if self.reload_all or key.asset_key in self.reload_assets:
             return None
         return self.checks.get(key, set()) | self.assets.get(key.asset_key, set())
 
@@ -290,12 +294,15 @@ class EpisodeEventLogStorage(PostgresEventLogStorage):
             rows = [row for row in conn.execute(query) if row[0] not in self._seen_event_ids]
             bodies: dict[int, str] = {}
             check_ids = [row[0] for row in rows if row[1] != _MATERIALIZATION]
-            if check_ids:
+            whole = len(check_ids) > READ_WHOLE_ABOVE_EVENTS
+            if check_ids and not whole:
                 bodies_query = db.select(table.id, table.event).where(table.id.in_(check_ids))
                 bodies = dict(conn.execute(bodies_query).all())
         self._seen_event_ids = {i for i in self._seen_event_ids if i > window}
         self._seen_event_ids.update(row[0] for row in rows)
         self._last_event_id = max([last_event_id, *(row[0] for row in rows)])
+        if whole:
+            return Changes(reload_all=True)
         return changes_of((row[1], row[2], row[3], bodies.get(row[0], "")) for row in rows)
 
     def _partition_ids(self, names: set[str]) -> dict[str, dict[str, int]]:
