@@ -12,12 +12,19 @@ seconds are the sum of its queries' (one Python process answers them), the slowe
 The first replay at a size is cold (the partition-status caches are rebuilt after the store
 grew); the figure is the median of `repeats` replays after it, the cold one is in the details.
 Then a backfill of `fleet_burst` episodes is launched as the UI's dialog launches it.
+
+The before-figures come from the same run: a second webserver on the same database whose
+instance names Dagster's own `PostgresEventLogStorage` instead of ours (`EpisodeEventLogStorage`,
+which keeps the partitioned checks' statuses between queries) replays the same documents
+(`ui_*_dagster`), at the sizes up to `BASELINE_MAX_SIZE` (above it a page costs many minutes).
+`ui_*_vs_dagster@N` is ours against it at the same N.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import os
 import subprocess
 import sys
 import time
@@ -35,6 +42,10 @@ FAR_SECONDS = 20.0  # a page this slow cold is replayed once warm (see `measure`
 MINUTES_SECONDS = 120.0  # and this slow, not again: its cold replay is its figure
 SETTLE_MS = 4_000  # a page's polling queries keep coming: record what it sends in this quiet
 PAGES = ("asset_page", "partitions_view", "episode_page", "backfill_dialog")
+# Dagster's own event-log storage: the before-figures, on the same database
+DAGSTER_EVENT_LOG = ("dagster_postgres.event_log", "PostgresEventLogStorage")
+BASELINE_MAX_SIZE = 10_000
+BASELINE = "_dagster"
 # metric → (unit, what the figure is, target kind): `fleet.figures` reads it
 FIGURES: dict[str, tuple[str, str, str]] = {
     "ui_asset_page": ("s", "the asset page's GraphQL (/assets/frames)", "ui"),
@@ -42,6 +53,10 @@ FIGURES: dict[str, tuple[str, str, str]] = {
     "ui_episode_page": ("s", "one episode's partition page's GraphQL", "ui"),
     "ui_backfill_dialog": ("s", "the backfill dialog's GraphQL (Materialize…)", "ui"),
     "ui_launch_backfill": ("s", "launching a backfill of the burst's episodes", "report"),
+    **{
+        f"ui_{page}{BASELINE}": ("s", f"{page} with Dagster's own event-log storage", "report")
+        for page in PAGES
+    },
 }
 LAUNCH_BACKFILL = """
 mutation LaunchPartitionBackfill($backfillParams: LaunchBackfillParams!) {
@@ -71,17 +86,33 @@ class Webserver:
         return time.perf_counter() - started, answer
 
 
-def start(ctx: Any, fleet: Any) -> Webserver:
+def baseline_home(ctx: Any, fleet: Any) -> Path:
+    """A DAGSTER_HOME on the fleet's database whose event log is Dagster's own storage."""
+    import yaml
+
+    config = yaml.safe_load((Path(fleet.info.env["DAGSTER_HOME"]) / "dagster.yaml").read_text())
+    module, cls = DAGSTER_EVENT_LOG
+    config["event_log_storage"] = {**config["event_log_storage"], "module": module, "class": cls}
+    home = ctx.workdir / "fleet-dagster-baseline"
+    home.mkdir(parents=True, exist_ok=True)
+    (home / "dagster.yaml").write_text(yaml.safe_dump(config))
+    return home
+
+
+def start(ctx: Any, fleet: Any, dagster_home: Path | None = None) -> Webserver:
     from episode_pipeline.local.dev import WORKSPACE_FILE, dev_environment
     from episode_pipeline_tests.dagster_ui import free_port
 
     port = free_port()
-    log = ctx.workdir / "fleet-webserver.log"
+    log = ctx.workdir / f"fleet-webserver{'-baseline' if dagster_home else ''}.log"
     executable = Path(sys.executable).parent / "dagster-webserver"
     command = [str(executable), "-w", str(WORKSPACE_FILE), "-h", "127.0.0.1", "-p", str(port)]
+    env = dev_environment(fleet.info.env)
+    if dagster_home is not None:
+        env["DAGSTER_HOME"] = str(dagster_home)
     with log.open("wb") as output:
         process = subprocess.Popen(
-            command, env=dev_environment(fleet.info.env), cwd=ctx.workdir,
+            command, env=env, cwd=ctx.workdir,
             start_new_session=True, stdin=subprocess.DEVNULL, stdout=output,
             stderr=subprocess.STDOUT,
         )  # fmt: skip
@@ -103,12 +134,13 @@ def start(ctx: Any, fleet: Any) -> Webserver:
 
 
 def close(fleet: Any) -> None:
-    server = getattr(fleet, "webserver", None)
-    if server is not None:
-        from episode_pipeline_tests.dagster_ui import stop
+    from episode_pipeline_tests.dagster_ui import stop
 
-        stop(server.process)
-        fleet.webserver = None
+    for name in ("webserver", "baseline_webserver"):
+        server = getattr(fleet, name, None)
+        if server is not None:
+            stop(server.process)
+            setattr(fleet, name, None)
 
 
 def page_urls(url: str, episode: str) -> dict[str, str]:
@@ -252,19 +284,11 @@ def cancel_backfills(instance: Any) -> None:
             instance.update_backfill(backfill.with_status(BulkActionStatus.CANCELED))
 
 
-def measure(ctx: Any, fleet: Any, sample: Any) -> None:
-    from benchmarks import fleet_state
-
-    server = getattr(fleet, "webserver", None)
-    if server is None:
-        with ctx.phase("set-up: webserver"):
-            server = fleet.webserver = start(ctx, fleet)
-    episode = fleet_state.partition_key(5)
-    if getattr(fleet, "ui_queries", None) is None:
-        with ctx.phase("set-up: capture the UI's queries in a browser"):
-            fleet.ui_queries = queries(ctx, fleet, server, episode)
-    document = fleet.ui_queries
-    details: dict[str, Any] = {}
+def measure_pages(
+    ctx: Any, server: Webserver, document: dict[str, Any], episode: str, sample: Any, suffix: str
+) -> dict[str, Any]:
+    """Each page replayed cold, then warm; `ui_<page><suffix>` gets the warm seconds."""
+    details: dict[str, Any] = {"load_average": [round(os.getloadavg()[0], 2)]}
     for page in PAGES:
         requests = document["pages"][page]
         cold = replay(server, requests, episode, document["episode"])
@@ -277,13 +301,68 @@ def measure(ctx: Any, fleet: Any, sample: Any) -> None:
         if not warm:
             warm = [cold]
         for run in warm:
-            sample.add(f"ui_{page}", run["seconds"])
+            sample.add(f"ui_{page}{suffix}", run["seconds"])
         details[page] = {
             "cold_seconds": round(cold["seconds"], 3),
             "warm_seconds": [round(r["seconds"], 3) for r in warm],
             **{k: v for k, v in warm[-1].items() if k != "seconds"},
             "cold_by_operation": cold["by_operation"],
         }
+    details["load_average"].append(round(os.getloadavg()[0], 2))
+    return details
+
+
+def versus_dagster(samples: list[Any]) -> list[Any]:
+    """Each page with our event-log storage against Dagster's own, at the same N."""
+    from benchmarks.common import Result, median
+    from benchmarks.fleet import UI_PAGE_SECONDS
+
+    results = []
+    for sample in samples:
+        for page in PAGES:
+            ours, theirs = (
+                sample.values.get(f"ui_{page}"),
+                sample.values.get(f"ui_{page}{BASELINE}"),
+            )
+            if not ours or not theirs:
+                continue
+            result = Result(
+                stage="fleet", metric=f"ui_{page}_vs_dagster@{sample.size:,}",
+                ours=round(median(ours), 3), baseline=round(median(theirs), 3), unit="s",
+                better="lower", repeats=min(len(ours), len(theirs)),
+                details={"what": f"{FIGURES[f'ui_{page}'][1]}, ours against Dagster's storage"},
+                baseline_name="the same page on Dagster's own PostgresEventLogStorage",
+                ours_samples=[round(v, 3) for v in ours],
+                baseline_samples=[round(v, 3) for v in theirs],
+            )  # fmt: skip
+            result.target = f"≤ {UI_PAGE_SECONDS:g} s"
+            result.met = median(ours) <= UI_PAGE_SECONDS
+            results.append(result)
+    return results
+
+
+def measure(ctx: Any, fleet: Any, sample: Any) -> None:
+    from benchmarks import fleet_state
+
+    server = getattr(fleet, "webserver", None)
+    if server is None:
+        with ctx.phase("set-up: webserver"):
+            server = fleet.webserver = start(ctx, fleet)
+    episode = fleet_state.partition_key(5)
+    if getattr(fleet, "ui_queries", None) is None:
+        with ctx.phase("set-up: capture the UI's queries in a browser"):
+            fleet.ui_queries = queries(ctx, fleet, server, episode)
+    document = fleet.ui_queries
+    details = measure_pages(ctx, server, document, episode, sample, "")
+    if sample.size <= BASELINE_MAX_SIZE:
+        baseline = getattr(fleet, "baseline_webserver", None)
+        if baseline is None:
+            with ctx.phase("set-up: webserver on Dagster's event-log storage"):
+                baseline = fleet.baseline_webserver = start(ctx, fleet, baseline_home(ctx, fleet))
+        with ctx.phase(f"baseline: Dagster's event-log storage at {sample.size:,}"):
+            baseline_details = measure_pages(ctx, baseline, document, episode, sample, BASELINE)
+        details["dagster_storage_load_average"] = baseline_details.pop("load_average")
+        details.update({f"{page}{BASELINE}": found for page, found in baseline_details.items()})
     for _ in range(ctx.config.repeats):
         sample.add(
             "ui_launch_backfill",
