@@ -28,6 +28,7 @@ from dagster import (
     AssetKey,
     AssetSelection,
     DagsterInstance,
+    DagsterRunStatus,
     Definitions,
     asset,
     asset_check,
@@ -99,6 +100,18 @@ def test_a_partitions_status_is_its_latest_current_execution() -> None:
     assert isinstance(failed, SerializableEntitySubset)
     assert set(failed.subset_value.get_partition_keys()) == {"b"}
     assert not state.in_progress_runs
+    assert kept.state(CHECK, episode_partitions, {}, 10) is state  # nothing changed since
+
+
+def test_a_planned_check_whose_run_ended_is_execution_failed() -> None:
+    kept = CheckPartitions()
+    kept.replace(None, [info("a", "PLANNED", None, 7)], {"a": 1})
+    running = kept.state(CHECK, episode_partitions, {}, 10)
+    assert set(running.in_progress_runs) == {"run-a"}
+    ended = kept.state(CHECK, episode_partitions, {"run-a": DagsterRunStatus.FAILURE}, 10)
+    failed = ended.subsets[AssetCheckExecutionResolvedStatus.EXECUTION_FAILED]
+    assert set(failed.subset_value.get_partition_keys()) == {"a"}
+    assert not ended.in_progress_runs
 
 
 def test_changes_name_the_partitions_events_touched() -> None:

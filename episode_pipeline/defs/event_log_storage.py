@@ -99,6 +99,8 @@ class CheckPartitions:
     status: dict[str, AssetCheckExecutionRecordStatus] = field(default_factory=dict)
     planned_run: dict[str, str] = field(default_factory=dict)
     partition_id: dict[str, int] = field(default_factory=dict)
+    version: int = 0  # bumped by every change: a state built at the same version still holds
+    _built: tuple[Any, AssetCheckState] | None = None
 
     def replace(
         self,
@@ -107,6 +109,7 @@ class CheckPartitions:
         partition_ids: Mapping[str, int],
     ) -> None:
         """Forget `partitions` (all when None), then record the latest executions read."""
+        self.version += 1
         if partitions is None:
             self.status.clear()
             self.planned_run.clear()
@@ -131,7 +134,8 @@ class CheckPartitions:
     def keep_existing(self, partition_ids: Mapping[str, int]) -> None:
         """Drop partitions that were deleted, or deleted and added again, since they were read."""
         gone = [p for p, row in self.partition_id.items() if partition_ids.get(p) != row]
-        self.replace(gone, (), partition_ids)
+        if gone:
+            self.replace(gone, (), partition_ids)
 
     def state(
         self,
@@ -141,7 +145,11 @@ class CheckPartitions:
         latest_storage_id: int,
     ) -> AssetCheckState:
         """Dagster's state of the check: a subset per status, planned partitions per run, and
-        those of runs that ended without a result moved to skipped or execution-failed."""
+        those of runs that ended without a result moved to skipped or execution-failed. Built
+        again only when the partitions or the planned runs' statuses changed."""
+        runs = sorted({(run, str(run_statuses.get(run))) for run in self.planned_run.values()})
+        if self._built is not None and self._built[0] == (self.version, runs):
+            return self._built[1]
         by_status: dict[AssetCheckExecutionResolvedStatus, list[str]] = defaultdict(list)
         for partition, status in self.status.items():
             by_status[_RESOLVED[status]].append(partition)
@@ -160,9 +168,11 @@ class CheckPartitions:
         subsets, in_progress = _process_run_statuses(
             key, partitions_def, subsets, in_progress, run_statuses
         )
-        return AssetCheckState(
+        built = AssetCheckState(
             latest_storage_id=latest_storage_id, subsets=subsets, in_progress_runs=in_progress
         )
+        self._built = ((self.version, runs), built)
+        return built
 
 
 def changes_of(rows: Iterable[tuple[str, str | None, str | None, str]]) -> Changes:
@@ -209,6 +219,7 @@ class EpisodeEventLogStorage(PostgresEventLogStorage):
         self._checks: dict[AssetCheckKey, CheckPartitions] = {}
         self._last_event_id = 0
         self._seen_event_ids: set[int] = set()
+        self._partitions: dict[str, tuple[Any, dict[str, int]]] = {}  # name → (mark, ids)
         self._refreshed_at = 0.0
         self._checks_lock = threading.Lock()
 
@@ -243,6 +254,7 @@ class EpisodeEventLogStorage(PostgresEventLogStorage):
     ) -> dict[AssetCheckKey, AssetCheckState]:
         if time.monotonic() - self._refreshed_at > FULL_REFRESH_SECONDS:
             self._checks.clear()
+            self._partitions.clear()
             self._refreshed_at = time.monotonic()
         if not self._checks:  # read the events before the executions: none is missed
             self._seen_event_ids.clear()
@@ -306,12 +318,24 @@ class EpisodeEventLogStorage(PostgresEventLogStorage):
         return changes_of((row[1], row[2], row[3], bodies.get(row[0], "")) for row in rows)
 
     def _partition_ids(self, names: set[str]) -> dict[str, dict[str, int]]:
+        """Each definition's partitions and their row ids, read again only when its newest id
+        or its count moved (ids only grow: any addition or deletion moves one of them)."""
         table = DynamicPartitionsTable.c
-        query = db.select(table.partitions_def_name, table.partition, table.id).where(
-            table.partitions_def_name.in_(sorted(names))
-        )
-        found: dict[str, dict[str, int]] = defaultdict(dict)
+        summary = db.select(table.partitions_def_name, db.func.max(table.id), db.func.count())
+        summary = summary.where(table.partitions_def_name.in_(sorted(names)))
         with self.index_connection() as conn:
-            for name, partition, row_id in conn.execute(query):
-                found[name][partition] = row_id
-        return found
+            marks = {name: (newest, count) for name, newest, count in conn.execute(
+                summary.group_by(table.partitions_def_name))}  # fmt: skip
+            stale = sorted(
+                n for n in names if self._partitions.get(n, (None, {}))[0] != marks.get(n)
+            )
+            if stale:
+                query = db.select(table.partitions_def_name, table.partition, table.id)
+                found: dict[str, dict[str, int]] = {name: {} for name in stale}
+                for name, partition, row_id in conn.execute(
+                    query.where(table.partitions_def_name.in_(stale))
+                ):
+                    found[name][partition] = row_id
+                for name in stale:
+                    self._partitions[name] = (marks.get(name), found[name])
+        return {name: self._partitions[name][1] for name in names}
