@@ -73,7 +73,7 @@ def info(partition: str, status: str, target: int | None, latest: int | None) ->
 
 
 def test_a_partitions_status_is_its_latest_current_execution() -> None:
-    kept = CheckPartitions()
+    kept = CheckPartitions(EPISODES_PARTITION_NAME)
     ids = {"a": 1, "b": 2, "c": 3, "d": 4}
     kept.replace(
         None,
@@ -104,7 +104,7 @@ def test_a_partitions_status_is_its_latest_current_execution() -> None:
 
 
 def test_a_planned_check_whose_run_ended_is_execution_failed() -> None:
-    kept = CheckPartitions()
+    kept = CheckPartitions(EPISODES_PARTITION_NAME)
     kept.replace(None, [info("a", "PLANNED", None, 7)], {"a": 1})
     running = kept.state(CHECK, episode_partitions, {}, 10)
     assert set(running.in_progress_runs) == {"run-a"}
@@ -261,6 +261,8 @@ def test_statuses_match_dagsters_through_every_change(
     }  # the first read (everything), then each later one reads what changed
 
     run(ours, crash)  # the check's step fails: its run ends without a result for it
+    only_one = [(AssetCheckKey(AssetKey("probe"), "always_passes"), episode_partitions)]
+    ours.event_log_storage.get_asset_check_state(only_one)  # the other check waits its turn
     assert agreed(instances)["fails_on_bad"] == {
         "succeeded": [good],
         "failed": [bad],

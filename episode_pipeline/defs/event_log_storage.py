@@ -96,6 +96,7 @@ class CheckPartitions:
     (`SUCCEEDED`/`FAILED` when it checked the asset's latest materialization, `PLANNED`), the run
     of a planned one, and the partition's row id when it was read."""
 
+    partitions_def: str  # the dynamic partitions definition's name
     status: dict[str, AssetCheckExecutionRecordStatus] = field(default_factory=dict)
     planned_run: dict[str, str] = field(default_factory=dict)
     partition_id: dict[str, int] = field(default_factory=dict)
@@ -263,19 +264,22 @@ class EpisodeEventLogStorage(PostgresEventLogStorage):
             changes = Changes()
         else:
             changes = self._changes_since(self._last_event_id)
-        partition_ids = self._partition_ids({d.name for _, d in keys if d.name})
-        for key, partitions_def in keys:
-            ids = partition_ids.get(partitions_def.name, {})
-            kept = self._checks.get(key)
-            if kept is None:
-                kept = self._checks[key] = CheckPartitions()
-                kept.replace(None, self.get_asset_check_partition_info([key]), ids)
-                continue
+        # every check kept takes the changes, not only those asked for now: the next query
+        # starts after them
+        names = {d.name for _, d in keys} | {kept.partitions_def for kept in self._checks.values()}
+        partition_ids = self._partition_ids({name for name in names if name})
+        for key, kept in self._checks.items():
+            ids = partition_ids.get(kept.partitions_def, {})
             changed = changes.of(key)
             if changed is None or changed:
                 read = None if changed is None else sorted(changed)
                 kept.replace(read, self.get_asset_check_partition_info([key], None, read), ids)
             kept.keep_existing(ids)
+        for key, partitions_def in keys:
+            if key not in self._checks:
+                kept = self._checks[key] = CheckPartitions(partitions_def.name)
+                ids = partition_ids.get(partitions_def.name, {})
+                kept.replace(None, self.get_asset_check_partition_info([key]), ids)
         planned = {run for key, _ in keys for run in self._checks[key].planned_run.values()}
         finished = (
             self._instance.get_runs(RunsFilter(run_ids=sorted(planned), statuses=FINISHED_STATUSES))
