@@ -18,6 +18,10 @@ instance names Dagster's own `PostgresEventLogStorage` instead of ours (`Episode
 which keeps the partitioned checks' statuses between queries) replays the same documents
 (`ui_*_dagster`), at the sizes up to `BASELINE_MAX_SIZE` (above it a page costs many minutes).
 `ui_*_vs_dagster@N` is ours against it at the same N.
+
+`FLEET_UI_PROFILE=FILE` profiles the pages at the last size in this process (cProfile, the same
+documents through Dagster's GraphQL schema on the fleet's instance, as the webserver answers
+them) and writes where each page's time goes to FILE (`results/fleet-ui/profile.txt`).
 """
 
 from __future__ import annotations
@@ -341,8 +345,67 @@ def versus_dagster(samples: list[Any]) -> list[Any]:
     return results
 
 
+PROFILE_ENV = "FLEET_UI_PROFILE"
+PROFILE_PAGES = ("asset_page", "partitions_view", "episode_page")
+PROFILE_LINES = 45
+
+
+def profile(fleet: Any, document: dict[str, Any], episode: str, size: int) -> str:
+    """Each page's documents executed in-process under cProfile, after one unprofiled pass:
+    its seconds by operation and its functions by cumulative time."""
+    import cProfile
+    import io
+    import pstats
+
+    from dagster._core.workspace.context import WorkspaceProcessContext
+    from dagster._core.workspace.load_target import WorkspaceFileTarget
+    from dagster_graphql.test.utils import execute_dagster_graphql
+
+    from episode_pipeline.local.dev import WORKSPACE_FILE
+
+    import dagster
+
+    site_packages = str(Path(dagster.__file__).parents[1]) + "/"
+    repository = str(Path(__file__).parents[1]) + "/"
+    fleet.instance.optimize_for_webserver(15_000, 3600, 20)  # the webserver's pooled connection
+    target = WorkspaceFileTarget([str(WORKSPACE_FILE)])
+    lines = [f"# fleet UI: where each page's time goes at N = {size:,} (cProfile, in-process)", ""]
+    with WorkspaceProcessContext(fleet.instance, target) as process_context:
+        for page in PROFILE_PAGES:
+            profiler = cProfile.Profile()
+            by_operation: dict[str, float] = {}
+            for profiled in (False, True):
+                for request in document["pages"][page]:
+                    body = json.loads(json.dumps(request).replace(document["episode"], episode))
+                    started = time.perf_counter()
+                    with process_context.create_request_context() as context:
+                        if profiled:
+                            profiler.enable()
+                        execute_dagster_graphql(context, body["query"], body.get("variables"))
+                        if profiled:
+                            profiler.disable()
+                    if not profiled:
+                        name = body.get("operationName") or "?"
+                        by_operation[name] = by_operation.get(name, 0.0) + (
+                            time.perf_counter() - started
+                        )
+            total = sum(by_operation.values())
+            slowest = sorted(by_operation.items(), key=lambda item: -item[1])[:6]
+            lines.append(f"## {page}: {total:.2f} s unprofiled (load {os.getloadavg()[0]:.1f})")
+            lines.append("   " + ", ".join(f"{name} {took:.2f} s" for name, took in slowest))
+            text = io.StringIO()
+            stats = pstats.Stats(profiler, stream=text)
+            stats.sort_stats("cumulative").print_stats(PROFILE_LINES)
+            for line in text.getvalue().splitlines():
+                if line.strip():  # paths from the package or the repository on
+                    lines.append(line.replace(site_packages, "").replace(repository, "").rstrip())
+            lines.append("")
+    return "\n".join(lines) + "\n"
+
+
 def measure(ctx: Any, fleet: Any, sample: Any) -> None:
     from benchmarks import fleet_state
+    from benchmarks.fleet import sizes as fleet_sizes
 
     server = getattr(fleet, "webserver", None)
     if server is None:
@@ -374,3 +437,7 @@ def measure(ctx: Any, fleet: Any, sample: Any) -> None:
         page: [r.get("operationName") for r in document["pages"][page]] for page in PAGES
     }
     sample.details["ui"] = details
+    profile_file = os.environ.get(PROFILE_ENV)
+    if profile_file and sample.size == max(fleet_sizes(ctx.config)):
+        with ctx.phase(f"profile the pages at {sample.size:,}"):
+            Path(profile_file).write_text(profile(fleet, document, episode, sample.size))
