@@ -357,13 +357,12 @@ def profile(fleet: Any, document: dict[str, Any], episode: str, size: int) -> st
     import io
     import pstats
 
+    import dagster
     from dagster._core.workspace.context import WorkspaceProcessContext
     from dagster._core.workspace.load_target import WorkspaceFileTarget
     from dagster_graphql.test.utils import execute_dagster_graphql
 
     from episode_pipeline.local.dev import WORKSPACE_FILE
-
-    import dagster
 
     site_packages = str(Path(dagster.__file__).parents[1]) + "/"
     repository = str(Path(__file__).parents[1]) + "/"
