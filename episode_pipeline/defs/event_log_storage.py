@@ -49,7 +49,7 @@ from dagster._serdes import ConfigurableClassData, deserialize_value
 from dagster_postgres.event_log.event_log import PostgresEventLogStorage
 from dagster_postgres.utils import get_token_provider_from_config, pg_url_from_config
 
-FULL_REFRESH_SECONDS = 600.0
+FULL_REFRESH_SECONDS = 3600.0
 # Events are read again this far below the last id seen: an event whose id was taken before a
 # later one's but committed after it is still found.
 RESCAN_EVENT_IDS = 2_000
