@@ -367,6 +367,7 @@ def profile(fleet: Any, document: dict[str, Any], episode: str, size: int) -> st
     site_packages = str(Path(dagster.__file__).parents[1]) + "/"
     repository = str(Path(__file__).parents[1]) + "/"
     fleet.instance.optimize_for_webserver(15_000, 3600, 20)  # the webserver's pooled connection
+    os.environ.update(fleet.info.env)  # the code server it starts reads the stack's variables
     target = WorkspaceFileTarget([str(WORKSPACE_FILE)])
     lines = [f"# fleet UI: where each page's time goes at N = {size:,} (cProfile, in-process)", ""]
     with WorkspaceProcessContext(fleet.instance, target) as process_context:
@@ -439,4 +440,8 @@ def measure(ctx: Any, fleet: Any, sample: Any) -> None:
     profile_file = os.environ.get(PROFILE_ENV)
     if profile_file and sample.size == max(fleet_sizes(ctx.config)):
         with ctx.phase(f"profile the pages at {sample.size:,}"):
-            Path(profile_file).write_text(profile(fleet, document, episode, sample.size))
+            try:
+                text = profile(fleet, document, episode, sample.size)
+            except Exception as failure:  # the figures above still count
+                text = f"profile failed: {type(failure).__name__}: {failure}\n"
+            Path(profile_file).write_text(text)
