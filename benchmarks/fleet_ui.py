@@ -351,12 +351,15 @@ PROFILE_LINES = 45
 
 
 def _package(path: str, site_packages: str, repository: str) -> str:
-    """Whose code a profiled function is: its top-level package, or `python` for the stdlib."""
+    """Whose code a profiled function is: its top-level package, the standard library, or a
+    built-in (cProfile files C calls under `~`)."""
     if path.startswith(site_packages):
         return path[len(site_packages) :].split("/", 1)[0]
     if path.startswith(repository):
         return path[len(repository) :].split("/", 1)[0]
-    return "python" if path.startswith(("/", "~")) else path
+    if path == "~":
+        return "built-ins (C calls: the database driver, isinstance, …)"
+    return "python (standard library)" if path.startswith("/") else path
 
 
 def profile(fleet: Any, document: dict[str, Any], episode: str, size: int) -> str:
