@@ -55,7 +55,7 @@ from benchmarks.common import BenchContext, Result, median, timed
 from episode_pipeline.config.settings import AwsSettings, QueueSettings
 from episode_pipeline.defs.jobs import EPISODE_JOB_NAME
 from episode_pipeline.defs.sensors import sqs as upload_sensors
-from episode_pipeline.local.dagster_home import instance_config, storage_url
+from episode_pipeline.local.dagster_home import instance_config
 from episode_pipeline.uploads.upload_queue import MAX_BATCH, UploadQueue
 
 NAME = "sensor"
@@ -81,8 +81,7 @@ def bench_instances(ctx: BenchContext) -> Iterator[tuple[DagsterInstance, Dagste
         conn.execute(f"CREATE DATABASE {database}")
     home = ctx.workdir / "sensor-dagster-home"
     home.mkdir(parents=True, exist_ok=True)
-    config = instance_config(password, port)
-    config["storage"] = {"postgres": {"postgres_url": storage_url(password, port, database)}}
+    config = instance_config(password, port, database=database)
     (home / "dagster.yaml").write_text(json.dumps(config))  # JSON is YAML
     try:
         with (

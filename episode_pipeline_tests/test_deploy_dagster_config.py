@@ -87,8 +87,17 @@ def test_instance_validation_rejects_a_misspelled_field(tmp_path: Path, instance
         dagster_instance_config(str(tmp_path))
 
 
+def test_the_three_storages_share_one_database_and_the_event_log_is_ours(instance_yaml) -> None:
+    from episode_pipeline.local.dagster_home import STORAGE_CLASSES
+
+    for block, (module, cls) in STORAGE_CLASSES.items():
+        assert (instance_yaml[block]["module"], instance_yaml[block]["class"]) == (module, cls)
+        assert instance_yaml[block]["config"] == instance_yaml["run_storage"]["config"]
+    assert "storage" not in instance_yaml  # Dagster refuses `storage` beside the three
+
+
 def test_storage_uses_psycopg2_and_an_rds_iam_token(production_env, instance_yaml) -> None:
-    result = process_config(pg_config(), instance_yaml["storage"]["postgres"])
+    result = process_config(pg_config(), instance_yaml["event_log_storage"]["config"])
     assert result.success, result.errors
     storage = result.value
     url = pg_url_from_config(storage)
@@ -111,7 +120,7 @@ def test_documented_password_variant_is_valid(
 ) -> None:
     """The README's password variant: no auth_provider, a password from DAGSTER_PG_PASSWORD."""
     monkeypatch.setenv("DAGSTER_PG_PASSWORD", "p@ss word")
-    postgres = dict(instance_yaml["storage"]["postgres"])
+    postgres = dict(instance_yaml["event_log_storage"]["config"])
     del postgres["auth_provider"]
     postgres["postgres_db"] = {
         **postgres["postgres_db"],

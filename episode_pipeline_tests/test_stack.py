@@ -24,7 +24,7 @@ from episode_pipeline.config.env import variables
 from episode_pipeline.config.settings import Settings
 from episode_pipeline.db.connection import connect
 from episode_pipeline.local import aws_setup
-from episode_pipeline.local.dagster_home import instance_config
+from episode_pipeline.local.dagster_home import STORAGE_CLASSES, instance_config
 from episode_pipeline.local.stack import (
     StackInfo,
     ensure_stack,
@@ -126,7 +126,7 @@ def test_dagster_instance_runs_on_the_embedded_postgres(stack: StackInfo) -> Non
     import dagster as dg
 
     config = instance_config("pw", 1)
-    assert "psycopg2" in config["storage"]["postgres"]["postgres_url"]
+    assert all("psycopg2" in config[block]["config"]["postgres_url"] for block in STORAGE_CLASSES)
 
     @dg.asset
     def stack_probe() -> int:

@@ -29,6 +29,24 @@ def storage_url(password: str, port: int, database: str = "dagster") -> str:
     return f"postgresql+psycopg2://postgres:{password}@127.0.0.1:{port}/{database}"
 
 
+# Dagster's three Postgres storages named one by one (not `storage: postgres`) so that the event
+# log is ours: Dagster's with the partitioned checks' statuses computed in one pass
+# (defs/event_log_storage.py); dagster.yaml names the same classes.
+STORAGE_CLASSES = {
+    "run_storage": ("dagster_postgres.run_storage", "PostgresRunStorage"),
+    "event_log_storage": ("episode_pipeline.defs.event_log_storage", "EpisodeEventLogStorage"),
+    "schedule_storage": ("dagster_postgres.schedule_storage", "PostgresScheduleStorage"),
+}
+
+
+def storage_config(postgres: dict[str, Any]) -> dict[str, Any]:
+    """The instance's storage blocks, all on one database (`postgres_url` or `postgres_db`)."""
+    return {
+        block: {"module": module, "class": cls, "config": postgres}
+        for block, (module, cls) in STORAGE_CLASSES.items()
+    }
+
+
 def instance_config(
     password: str,
     port: int,
@@ -38,7 +56,7 @@ def instance_config(
 ) -> dict[str, Any]:
     """dagster.yaml for the local instance (pure: the tests read it back)."""
     return {
-        "storage": {"postgres": {"postgres_url": storage_url(password, port, database)}},
+        **storage_config({"postgres_url": storage_url(password, port, database)}),
         "run_launcher": {
             "module": "episode_pipeline.local.run_launcher",
             "class": "LocalRunLauncher",
