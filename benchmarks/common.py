@@ -190,7 +190,7 @@ class Config:
     fleet_s3_objects: int = 1_000  # episodes with an archive in S3 (the walk's first pages)
     fleet_all_events: int = 0  # 1: clone every event of the template run, not only assets'
     fleet_daemon_uploads: int = 100  # uploads queued at once until their runs exist (300)
-    fleet_ui: int = 1  # 0: skip the UI's GraphQL queries (no webserver, no browser)
+    fleet_ui: int = 1  # 0: skip the UI's GraphQL queries (no webserver, no browser); 2: only them
     archive_padding_mb: int = 64  # incompressible mp4-named members added to the sample
     big_archive_mb: int = 2048  # the big archive whose extraction's peak RSS is checked (0: skip)
     padding_files: int = 4

@@ -69,6 +69,7 @@ DONE_RELEASE_SECONDS = 120
 CLI_TIMEOUT_SECONDS = 600
 MAX_DONE_TICKS = 2_000
 STATUS_PAGE = 20  # episodes `status` without an episode lists in the benchmark
+UI_ONLY = 2  # `fleet_ui=2`: the UI's figures alone at each size (results/fleet-ui/)
 
 
 # -- the stack and the state --------------------------------------------------------------------
@@ -502,12 +503,14 @@ def measure_size(ctx: BenchContext, fleet: Any, size: int, archive: Path) -> Sam
         else {"kind": "unpruned: every run kept", "runs": size}
     )
     with ctx.phase(f"measure at {size:,}"):
-        for repeat in range(ctx.config.repeats):
-            measure_uploads_tick(ctx, fleet, sample, repeat)
-        measure_heartbeat_and_done(ctx, fleet, sample)
-        measure_reconcile(ctx, fleet, sample)
-        measure_cli(ctx, fleet, sample, archive)
-        if ctx.config.fleet_daemon_uploads:
+        ui_only = ctx.config.fleet_ui == UI_ONLY
+        if not ui_only:
+            for repeat in range(ctx.config.repeats):
+                measure_uploads_tick(ctx, fleet, sample, repeat)
+            measure_heartbeat_and_done(ctx, fleet, sample)
+            measure_reconcile(ctx, fleet, sample)
+            measure_cli(ctx, fleet, sample, archive)
+        if ctx.config.fleet_daemon_uploads and not ui_only:
             from benchmarks import fleet_daemon
 
             fleet_daemon.measure(ctx, fleet, sample)
@@ -584,7 +587,7 @@ def figures(samples: list[Sample]) -> list[Result]:
             )
             _target(result, kind, median(ours), median(theirs))
             results.append(result)
-    return results
+    return [*results, *fleet_ui.versus_dagster(samples)]
 
 
 def _detail_of(sample: Sample, metric: str) -> dict[str, Any]:

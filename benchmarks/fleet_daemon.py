@@ -49,9 +49,7 @@ def deploy_daemon_config(dagster_home: str) -> str:
     config = yaml.safe_load(original)
     config.setdefault("concurrency", {}).setdefault("runs", {})["max_concurrent_runs"] = 0
     config["sensors"] = yaml.safe_load(PRODUCTION_YAML.read_text())["sensors"]
-    postgres = config.pop("storage", None)
-    if postgres:
-        config.update(storage_config(postgres["postgres"]))
+    config.update(storage_config(config["run_storage"]["config"], pooled=True))
     path.write_text(yaml.safe_dump(config, sort_keys=False))
     return original
 

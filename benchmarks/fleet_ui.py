@@ -12,12 +12,23 @@ seconds are the sum of its queries' (one Python process answers them), the slowe
 The first replay at a size is cold (the partition-status caches are rebuilt after the store
 grew); the figure is the median of `repeats` replays after it, the cold one is in the details.
 Then a backfill of `fleet_burst` episodes is launched as the UI's dialog launches it.
+
+The before-figures come from the same run: a second webserver on the same database whose
+instance names Dagster's own `PostgresEventLogStorage` instead of ours (`EpisodeEventLogStorage`,
+which keeps the partitioned checks' statuses between queries) replays the same documents
+(`ui_*_dagster`), at the sizes up to `BASELINE_MAX_SIZE` (above it a page costs many minutes).
+`ui_*_vs_dagster@N` is ours against it at the same N.
+
+`FLEET_UI_PROFILE=FILE` profiles the pages at the last size in this process (cProfile, the same
+documents through Dagster's GraphQL schema on the fleet's instance, as the webserver answers
+them) and writes where each page's time goes to FILE (`results/fleet-ui/profile.txt`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import os
 import subprocess
 import sys
 import time
@@ -35,6 +46,10 @@ FAR_SECONDS = 20.0  # a page this slow cold is replayed once warm (see `measure`
 MINUTES_SECONDS = 120.0  # and this slow, not again: its cold replay is its figure
 SETTLE_MS = 4_000  # a page's polling queries keep coming: record what it sends in this quiet
 PAGES = ("asset_page", "partitions_view", "episode_page", "backfill_dialog")
+# Dagster's own event-log storage: the before-figures, on the same database
+DAGSTER_EVENT_LOG = ("dagster_postgres.event_log", "PostgresEventLogStorage")
+BASELINE_MAX_SIZE = 10_000
+BASELINE = "_dagster"
 # metric → (unit, what the figure is, target kind): `fleet.figures` reads it
 FIGURES: dict[str, tuple[str, str, str]] = {
     "ui_asset_page": ("s", "the asset page's GraphQL (/assets/frames)", "ui"),
@@ -42,6 +57,10 @@ FIGURES: dict[str, tuple[str, str, str]] = {
     "ui_episode_page": ("s", "one episode's partition page's GraphQL", "ui"),
     "ui_backfill_dialog": ("s", "the backfill dialog's GraphQL (Materialize…)", "ui"),
     "ui_launch_backfill": ("s", "launching a backfill of the burst's episodes", "report"),
+    **{
+        f"ui_{page}{BASELINE}": ("s", f"{page} with Dagster's own event-log storage", "report")
+        for page in PAGES
+    },
 }
 LAUNCH_BACKFILL = """
 mutation LaunchPartitionBackfill($backfillParams: LaunchBackfillParams!) {
@@ -71,17 +90,33 @@ class Webserver:
         return time.perf_counter() - started, answer
 
 
-def start(ctx: Any, fleet: Any) -> Webserver:
+def baseline_home(ctx: Any, fleet: Any) -> Path:
+    """A DAGSTER_HOME on the fleet's database whose event log is Dagster's own storage."""
+    import yaml
+
+    config = yaml.safe_load((Path(fleet.info.env["DAGSTER_HOME"]) / "dagster.yaml").read_text())
+    module, cls = DAGSTER_EVENT_LOG
+    config["event_log_storage"] = {**config["event_log_storage"], "module": module, "class": cls}
+    home = ctx.workdir / "fleet-dagster-baseline"
+    home.mkdir(parents=True, exist_ok=True)
+    (home / "dagster.yaml").write_text(yaml.safe_dump(config))
+    return home
+
+
+def start(ctx: Any, fleet: Any, dagster_home: Path | None = None) -> Webserver:
     from episode_pipeline.local.dev import WORKSPACE_FILE, dev_environment
     from episode_pipeline_tests.dagster_ui import free_port
 
     port = free_port()
-    log = ctx.workdir / "fleet-webserver.log"
+    log = ctx.workdir / f"fleet-webserver{'-baseline' if dagster_home else ''}.log"
     executable = Path(sys.executable).parent / "dagster-webserver"
     command = [str(executable), "-w", str(WORKSPACE_FILE), "-h", "127.0.0.1", "-p", str(port)]
+    env = dev_environment(fleet.info.env)
+    if dagster_home is not None:
+        env["DAGSTER_HOME"] = str(dagster_home)
     with log.open("wb") as output:
         process = subprocess.Popen(
-            command, env=dev_environment(fleet.info.env), cwd=ctx.workdir,
+            command, env=env, cwd=ctx.workdir,
             start_new_session=True, stdin=subprocess.DEVNULL, stdout=output,
             stderr=subprocess.STDOUT,
         )  # fmt: skip
@@ -103,12 +138,13 @@ def start(ctx: Any, fleet: Any) -> Webserver:
 
 
 def close(fleet: Any) -> None:
-    server = getattr(fleet, "webserver", None)
-    if server is not None:
-        from episode_pipeline_tests.dagster_ui import stop
+    from episode_pipeline_tests.dagster_ui import stop
 
-        stop(server.process)
-        fleet.webserver = None
+    for name in ("webserver", "baseline_webserver"):
+        server = getattr(fleet, name, None)
+        if server is not None:
+            stop(server.process)
+            setattr(fleet, name, None)
 
 
 def page_urls(url: str, episode: str) -> dict[str, str]:
@@ -252,19 +288,11 @@ def cancel_backfills(instance: Any) -> None:
             instance.update_backfill(backfill.with_status(BulkActionStatus.CANCELED))
 
 
-def measure(ctx: Any, fleet: Any, sample: Any) -> None:
-    from benchmarks import fleet_state
-
-    server = getattr(fleet, "webserver", None)
-    if server is None:
-        with ctx.phase("set-up: webserver"):
-            server = fleet.webserver = start(ctx, fleet)
-    episode = fleet_state.partition_key(5)
-    if getattr(fleet, "ui_queries", None) is None:
-        with ctx.phase("set-up: capture the UI's queries in a browser"):
-            fleet.ui_queries = queries(ctx, fleet, server, episode)
-    document = fleet.ui_queries
-    details: dict[str, Any] = {}
+def measure_pages(
+    ctx: Any, server: Webserver, document: dict[str, Any], episode: str, sample: Any, suffix: str
+) -> dict[str, Any]:
+    """Each page replayed cold, then warm; `ui_<page><suffix>` gets the warm seconds."""
+    details: dict[str, Any] = {"load_average": [round(os.getloadavg()[0], 2)]}
     for page in PAGES:
         requests = document["pages"][page]
         cold = replay(server, requests, episode, document["episode"])
@@ -277,13 +305,160 @@ def measure(ctx: Any, fleet: Any, sample: Any) -> None:
         if not warm:
             warm = [cold]
         for run in warm:
-            sample.add(f"ui_{page}", run["seconds"])
+            sample.add(f"ui_{page}{suffix}", run["seconds"])
         details[page] = {
             "cold_seconds": round(cold["seconds"], 3),
             "warm_seconds": [round(r["seconds"], 3) for r in warm],
             **{k: v for k, v in warm[-1].items() if k != "seconds"},
             "cold_by_operation": cold["by_operation"],
         }
+    details["load_average"].append(round(os.getloadavg()[0], 2))
+    return details
+
+
+def versus_dagster(samples: list[Any]) -> list[Any]:
+    """Each page with our event-log storage against Dagster's own, at the same N."""
+    from benchmarks.common import Result, median
+    from benchmarks.fleet import UI_PAGE_SECONDS
+
+    results = []
+    for sample in samples:
+        for page in PAGES:
+            ours, theirs = (
+                sample.values.get(f"ui_{page}"),
+                sample.values.get(f"ui_{page}{BASELINE}"),
+            )
+            if not ours or not theirs:
+                continue
+            result = Result(
+                stage="fleet", metric=f"ui_{page}_vs_dagster@{sample.size:,}",
+                ours=round(median(ours), 3), baseline=round(median(theirs), 3), unit="s",
+                better="lower", repeats=min(len(ours), len(theirs)),
+                details={"what": f"{FIGURES[f'ui_{page}'][1]}, ours against Dagster's storage"},
+                baseline_name="the same page on Dagster's own PostgresEventLogStorage",
+                ours_samples=[round(v, 3) for v in ours],
+                baseline_samples=[round(v, 3) for v in theirs],
+            )  # fmt: skip
+            result.target = f"≤ {UI_PAGE_SECONDS:g} s"
+            result.met = median(ours) <= UI_PAGE_SECONDS
+            results.append(result)
+    return results
+
+
+PROFILE_ENV = "FLEET_UI_PROFILE"
+PROFILE_PAGES = ("asset_page", "partitions_view", "episode_page")
+PROFILE_LINES = 45
+
+
+def _package(path: str, site_packages: str, repository: str) -> str:
+    """Whose code a profiled function is: its top-level package, the standard library, or a
+    built-in (cProfile files C calls under `~`)."""
+    if path.startswith(site_packages):
+        return path[len(site_packages) :].split("/", 1)[0]
+    if path.startswith(repository):
+        return path[len(repository) :].split("/", 1)[0]
+    if path == "~":
+        return "built-ins (C calls: the database driver, isinstance, …)"
+    return "python (standard library)" if path.startswith("/") else path
+
+
+def profile(fleet: Any, document: dict[str, Any], episode: str, size: int) -> str:
+    """Each page's documents executed in-process: a first pass and a second (timed, by
+    operation), then a third under cProfile: its own time by package, and its functions by
+    cumulative time."""
+    import cProfile
+    import io
+    import pstats
+
+    import dagster
+    from dagster._core.workspace.context import WorkspaceProcessContext
+    from dagster._core.workspace.load_target import WorkspaceFileTarget
+    from dagster_graphql.test.utils import execute_dagster_graphql
+
+    from episode_pipeline.local.dev import WORKSPACE_FILE
+
+    site_packages = str(Path(dagster.__file__).parents[1]) + "/"
+    repository = str(Path(__file__).parents[1]) + "/"
+    fleet.instance.optimize_for_webserver(15_000, 3600, 20)  # the webserver's pooled connection
+    os.environ.update(fleet.info.env)  # the code server it starts reads the stack's variables
+    target = WorkspaceFileTarget([str(WORKSPACE_FILE)])
+    lines = [
+        f"# fleet UI: where each page's time goes at N = {size:,} (in-process, as the webserver",
+        "# answers it). First pass: the process's own instance starts with no check statuses",
+        "# kept (a full read, as after a webserver start). Second pass: warm. Third: cProfile.",
+        "",
+    ]
+    with WorkspaceProcessContext(fleet.instance, target) as process_context:
+
+        def run_page(page: str, profiler: Any = None) -> dict[str, float]:
+            by_operation: dict[str, float] = {}
+            for request in document["pages"][page]:
+                body = json.loads(json.dumps(request).replace(document["episode"], episode))
+                started = time.perf_counter()
+                with process_context.create_request_context() as context:
+                    if profiler is not None:
+                        profiler.enable()
+                    execute_dagster_graphql(context, body["query"], body.get("variables"))
+                    if profiler is not None:
+                        profiler.disable()
+                name = body.get("operationName") or "?"
+                by_operation[name] = by_operation.get(name, 0.0) + time.perf_counter() - started
+            return by_operation
+
+        for page in PROFILE_PAGES:
+            first, warm = run_page(page), run_page(page)
+            profiler = cProfile.Profile()
+            run_page(page, profiler)
+            slowest = sorted(warm.items(), key=lambda item: -item[1])[:6]
+            first_s, warm_s, load = sum(first.values()), sum(warm.values()), os.getloadavg()[0]
+            lines.append(
+                f"## {page}: first pass {first_s:.2f} s, warm {warm_s:.2f} s (load {load:.1f})"
+            )
+            lines.append("   warm: " + ", ".join(f"{name} {took:.2f} s" for name, took in slowest))
+            stats = pstats.Stats(profiler)
+            own: dict[str, float] = {}
+            for (path, _, _), (_, _, tottime, _, _) in stats.stats.items():  # type: ignore[attr-defined]
+                package = _package(path, site_packages, repository)
+                own[package] = own.get(package, 0.0) + tottime
+            total = sum(own.values()) or 1.0
+            shares = sorted(own.items(), key=lambda item: -item[1])[:8]
+            lines.append(
+                "   own time by package (profiled): "
+                + ", ".join(f"{name} {100 * took / total:.0f} %" for name, took in shares)
+            )
+            text = io.StringIO()
+            stats.stream = text  # type: ignore[attr-defined]
+            stats.sort_stats("cumulative").print_stats(PROFILE_LINES)
+            for line in text.getvalue().splitlines():
+                if line.strip():  # paths from the package or the repository on
+                    lines.append(line.replace(site_packages, "").replace(repository, "").rstrip())
+            lines.append("")
+    return "\n".join(lines) + "\n"
+
+
+def measure(ctx: Any, fleet: Any, sample: Any) -> None:
+    from benchmarks import fleet_state
+    from benchmarks.fleet import sizes as fleet_sizes
+
+    server = getattr(fleet, "webserver", None)
+    if server is None:
+        with ctx.phase("set-up: webserver"):
+            server = fleet.webserver = start(ctx, fleet)
+    episode = fleet_state.partition_key(5)
+    if getattr(fleet, "ui_queries", None) is None:
+        with ctx.phase("set-up: capture the UI's queries in a browser"):
+            fleet.ui_queries = queries(ctx, fleet, server, episode)
+    document = fleet.ui_queries
+    details = measure_pages(ctx, server, document, episode, sample, "")
+    if sample.size <= BASELINE_MAX_SIZE:
+        baseline = getattr(fleet, "baseline_webserver", None)
+        if baseline is None:
+            with ctx.phase("set-up: webserver on Dagster's event-log storage"):
+                baseline = fleet.baseline_webserver = start(ctx, fleet, baseline_home(ctx, fleet))
+        with ctx.phase(f"baseline: Dagster's event-log storage at {sample.size:,}"):
+            baseline_details = measure_pages(ctx, baseline, document, episode, sample, BASELINE)
+        details["dagster_storage_load_average"] = baseline_details.pop("load_average")
+        details.update({f"{page}{BASELINE}": found for page, found in baseline_details.items()})
     for _ in range(ctx.config.repeats):
         sample.add(
             "ui_launch_backfill",
@@ -295,3 +470,11 @@ def measure(ctx: Any, fleet: Any, sample: Any) -> None:
         page: [r.get("operationName") for r in document["pages"][page]] for page in PAGES
     }
     sample.details["ui"] = details
+    profile_file = os.environ.get(PROFILE_ENV)
+    if profile_file and sample.size == max(fleet_sizes(ctx.config)):
+        with ctx.phase(f"profile the pages at {sample.size:,}"):
+            try:
+                text = profile(fleet, document, episode, sample.size)
+            except Exception as failure:  # the figures above still count
+                text = f"profile failed: {type(failure).__name__}: {failure}\n"
+            Path(profile_file).write_text(text)

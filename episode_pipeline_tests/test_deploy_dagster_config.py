@@ -25,7 +25,6 @@ from dagster_postgres.auth import AwsWifTokenProvider
 from dagster_postgres.utils import get_token_provider_from_config, pg_url_from_config
 
 from episode_pipeline.defs.instance_storage import PooledPostgresRunStorage
-from episode_pipeline.local.dagster_home import POOLED_STORAGE_CLASSES, POOLED_STORAGE_MODULE
 from episode_pipeline_tests.support.deploy import PRODUCTION_ENV
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -88,17 +87,21 @@ def test_instance_validation_rejects_a_misspelled_field(tmp_path: Path, instance
         dagster_instance_config(str(tmp_path))
 
 
-def test_the_three_storages_are_the_pooled_ones_on_one_config(instance_yaml) -> None:
-    assert "storage" not in instance_yaml
-    for key, name in POOLED_STORAGE_CLASSES.items():
-        assert instance_yaml[key]["module"] == POOLED_STORAGE_MODULE
-        assert instance_yaml[key]["class"] == name
-        assert instance_yaml[key]["config"] == instance_yaml["run_storage"]["config"]
+def test_the_three_storages_share_one_database_and_the_event_log_is_ours(instance_yaml) -> None:
+    from episode_pipeline.defs.event_log_storage import EpisodeEventLogStorage
+    from episode_pipeline.defs.instance_storage import PooledEpisodeEventLogStorage
+    from episode_pipeline.local.dagster_home import POOLED_STORAGE_CLASSES
+
+    for block, (module, cls) in POOLED_STORAGE_CLASSES.items():
+        assert (instance_yaml[block]["module"], instance_yaml[block]["class"]) == (module, cls)
+        assert instance_yaml[block]["config"] == instance_yaml["run_storage"]["config"]
+    assert "storage" not in instance_yaml  # Dagster refuses `storage` beside the three
+    assert issubclass(PooledEpisodeEventLogStorage, EpisodeEventLogStorage)
 
 
 def test_storage_uses_psycopg2_and_an_rds_iam_token(production_env, instance_yaml) -> None:
     config_type = PooledPostgresRunStorage.config_type()
-    result = process_config(config_type, instance_yaml["run_storage"]["config"])
+    result = process_config(config_type, instance_yaml["event_log_storage"]["config"])
     assert result.success, result.errors
     storage = result.value
     url = pg_url_from_config(storage)
@@ -121,7 +124,7 @@ def test_documented_password_variant_is_valid(
 ) -> None:
     """The README's password variant: no auth_provider, a password from DAGSTER_PG_PASSWORD."""
     monkeypatch.setenv("DAGSTER_PG_PASSWORD", "p@ss word")
-    postgres = dict(instance_yaml["run_storage"]["config"])
+    postgres = dict(instance_yaml["event_log_storage"]["config"])
     del postgres["auth_provider"]
     postgres["postgres_db"] = {
         **postgres["postgres_db"],

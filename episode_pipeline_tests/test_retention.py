@@ -61,13 +61,13 @@ from episode_pipeline.defs.runs import PARTITION_TAG, UPLOAD_TAG, episode_tags, 
 from episode_pipeline.defs.sensors import sqs
 from episode_pipeline.episodes.keys import EpisodeRef
 from episode_pipeline.local import aws_setup
-from episode_pipeline.local.dagster_home import instance_config
 from episode_pipeline.local.dev import WORKSPACE_FILE
 from episode_pipeline.local.stack import StackInfo
 from episode_pipeline.local.upload import upload_episode
 from episode_pipeline.reprocess import Selection, reprocess, selection_sql
 from episode_pipeline.samples.writer import SampleSpec, write_sample
 from episode_pipeline.uploads.upload_queue import UploadQueue
+from episode_pipeline_tests.support.instances import private_instance_config
 
 POLICY = RetentionSettings()  # 3 days; 19 for a failed episode; upload records 21
 NOW = time.time()
@@ -119,16 +119,8 @@ def instance(
     stack: StackInfo, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[DagsterInstance]:
     """A Dagster instance of its own in the session's PostgreSQL: pruning sees only our runs."""
-    password, port = stack.env["DB_PASSWORD"], int(stack.env["DB_PORT"])
-    database = f"retention_{uuid.uuid4().hex[:8]}"
-    with psycopg.connect(
-        host="127.0.0.1", port=port, user="postgres", password=password, autocommit=True
-    ) as conn:
-        conn.execute(f'CREATE DATABASE "{database}"')
     home = tmp_path_factory.mktemp("retention-dagster")
-    (home / "dagster.yaml").write_text(
-        yaml.safe_dump(instance_config(password, port, database=database))
-    )
+    (home / "dagster.yaml").write_text(yaml.safe_dump(private_instance_config(stack, "retention")))
     with DagsterInstance.from_config(str(home)) as private:
         yield private
 

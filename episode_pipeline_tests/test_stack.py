@@ -24,7 +24,7 @@ from episode_pipeline.config.env import variables
 from episode_pipeline.config.settings import Settings
 from episode_pipeline.db.connection import connect
 from episode_pipeline.local import aws_setup
-from episode_pipeline.local.dagster_home import instance_config, storage_config
+from episode_pipeline.local.dagster_home import STORAGE_CLASSES, instance_config, storage_config
 from episode_pipeline.local.stack import (
     StackInfo,
     ensure_stack,
@@ -132,7 +132,7 @@ def test_dagster_instance_runs_on_the_embedded_postgres(stack: StackInfo) -> Non
     import dagster as dg
 
     config = instance_config("pw", 1)
-    assert "psycopg2" in config["storage"]["postgres"]["postgres_url"]
+    assert all("psycopg2" in config[block]["config"]["postgres_url"] for block in STORAGE_CLASSES)
 
     @dg.asset
     def stack_probe() -> int:
@@ -157,8 +157,7 @@ def test_production_s_pooled_storages_run_on_the_embedded_postgres(
 
     assert stack.dagster_home is not None
     local = yaml.safe_load((Path(stack.dagster_home) / "dagster.yaml").read_text())
-    config = {**local, **storage_config(local.pop("storage")["postgres"])}
-    config.pop("storage", None)
+    config = {**local, **storage_config(local["run_storage"]["config"], pooled=True)}
     (tmp_path / "dagster.yaml").write_text(yaml.safe_dump(config))
 
     @dg.asset

@@ -17,13 +17,15 @@ from typing import Any
 
 from dagster import Field, IntSource
 from dagster._serdes import ConfigurableClassData
-from dagster_postgres import PostgresEventLogStorage, PostgresRunStorage, PostgresScheduleStorage
+from dagster_postgres import PostgresRunStorage, PostgresScheduleStorage
 from dagster_postgres.utils import (
     create_pg_engine,
     get_token_provider_from_config,
     pg_config,
     pg_url_from_config,
 )
+
+from episode_pipeline.defs.event_log_storage import EpisodeEventLogStorage
 
 # Per storage and process: the daemon's busiest moment is 4 submit workers, 4 sensor threads and
 # 4 dequeue workers at once; a run worker or a code server uses one or two.
@@ -87,8 +89,8 @@ class PooledPostgresRunStorage(_Pooled, PostgresRunStorage):
     """dagster-postgres's run storage, pooled."""
 
 
-class PooledPostgresEventLogStorage(_Pooled, PostgresEventLogStorage):
-    """dagster-postgres's event-log storage, pooled."""
+class PooledEpisodeEventLogStorage(_Pooled, EpisodeEventLogStorage):
+    """Our event-log storage (defs/event_log_storage.py), pooled."""
 
 
 class PooledPostgresScheduleStorage(_Pooled, PostgresScheduleStorage):

@@ -1,0 +1,345 @@
+"""Dagster's Postgres event-log storage, keeping the partitioned checks' statuses between queries.
+
+The UI asks for every partitioned check's status over all its partitions (`partitionStatuses`,
+through `AssetCheckState`) on each asset graph query, three times on the asset page. Dagster
+1.13's OSS storage keeps no checkpoint of that state (`get_checkpointed_asset_check_state`
+returns an empty one), so every query rebuilds it from all of the check's executions, in
+O(N²) of the episodes: it adds one partition at a time to an immutable subset (a copy of the
+whole set each time) and asks the database whether each partition exists, a query per partition.
+
+This storage keeps each check's latest execution per partition in memory and, per query, reads
+only what changed since the previous one: the check and materialization events after the last
+event id it saw (an index range of `event_logs`), then Dagster's own per-partition query for just
+those partitions. It drops what no longer holds: partitions that were deleted (retention) or
+deleted and added again (their row id changed), and it rebuilds everything from scratch every
+`FULL_REFRESH_SECONDS`, which bounds any staleness (a run deleted by hand, an event committed
+out of id order beyond `RESCAN_EVENT_IDS`). The statuses it returns are Dagster's: the same
+rows, the same rules (`AssetCheckPartitionInfo.is_current`, `_process_run_statuses` for checks of
+runs that ended without a result). Unpartitioned and non-dynamic checks keep Dagster's own path.
+
+It relies on Dagster's private `AssetCheckState` and helpers
+(docs/platform-notes.md#partitioned-check-statuses); `test_event_log_storage.py` fails if the
+statuses the UI's GraphQL returns stop matching Dagster's own. dagster.yaml and the local
+instance (`local/dagster_home.py`) name it as the `event_log_storage`.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import sqlalchemy as db
+from dagster import AssetKey, DagsterEventType, DynamicPartitionsDefinition, PartitionsDefinition
+from dagster._core.asset_graph_view.serializable_entity_subset import SerializableEntitySubset
+from dagster._core.definitions.asset_key import AssetCheckKey
+from dagster._core.events.log import EventLogEntry
+from dagster._core.storage.asset_check_execution_record import (
+    AssetCheckExecutionRecordStatus,
+    AssetCheckExecutionResolvedStatus,
+    AssetCheckPartitionInfo,
+)
+from dagster._core.storage.asset_check_state import AssetCheckState, _process_run_statuses
+from dagster._core.storage.dagster_run import FINISHED_STATUSES, RunsFilter
+from dagster._core.storage.event_log.schema import DynamicPartitionsTable, SqlEventLogStorageTable
+from dagster._serdes import ConfigurableClassData, deserialize_value
+from dagster_postgres.event_log.event_log import PostgresEventLogStorage
+from dagster_postgres.utils import get_token_provider_from_config, pg_url_from_config
+
+FULL_REFRESH_SECONDS = 3600.0
+# Events are read again this far below the last id seen: an event whose id was taken before a
+# later one's but committed after it is still found.
+RESCAN_EVENT_IDS = 2_000
+# More new check events than this (a burst of runs ended, or the first query in a while): every
+# check is read again whole, one query each, rather than each event's body parsed.
+READ_WHOLE_ABOVE_EVENTS = 5_000
+
+CheckWithPartitions = tuple[AssetCheckKey, PartitionsDefinition | None]
+PLANNED = AssetCheckExecutionRecordStatus.PLANNED
+_RESOLVED = {
+    AssetCheckExecutionRecordStatus.SUCCEEDED: AssetCheckExecutionResolvedStatus.SUCCEEDED,
+    AssetCheckExecutionRecordStatus.FAILED: AssetCheckExecutionResolvedStatus.FAILED,
+    PLANNED: AssetCheckExecutionResolvedStatus.IN_PROGRESS,
+}
+_CHECK_EVENTS = (
+    DagsterEventType.ASSET_CHECK_EVALUATION.value,
+    DagsterEventType.ASSET_CHECK_EVALUATION_PLANNED.value,
+)
+_MATERIALIZATION = DagsterEventType.ASSET_MATERIALIZATION.value
+
+
+# -- the pure part: what is kept, and how a change updates it -------------------------------------
+
+
+@dataclass
+class Changes:
+    """What the events after the last id seen touched."""
+
+    checks: dict[AssetCheckKey, set[str]] = field(default_factory=lambda: defaultdict(set))
+    assets: dict[AssetKey, set[str]] = field(default_factory=lambda: defaultdict(set))
+    reload_assets: set[AssetKey] = field(default_factory=set)  # a change of unknown partitions
+    reload_all: bool = False
+
+    def of(self, key: AssetCheckKey) -> set[str] | None:
+        """The check's changed partitions; None when all of them must be read again."""
+        if self.reload_all or key.asset_key in self.reload_assets:
+            return None
+        return self.checks.get(key, set()) | self.assets.get(key.asset_key, set())
+
+
+@dataclass
+class CheckPartitions:
+    """One check's latest execution per partition, as far as its status goes: the status
+    (`SUCCEEDED`/`FAILED` when it checked the asset's latest materialization, `PLANNED`), the run
+    of a planned one, and the partition's row id when it was read."""
+
+    partitions_def: str  # the dynamic partitions definition's name
+    status: dict[str, AssetCheckExecutionRecordStatus] = field(default_factory=dict)
+    planned_run: dict[str, str] = field(default_factory=dict)
+    partition_id: dict[str, int] = field(default_factory=dict)
+    version: int = 0  # bumped by every change: a state built at the same version still holds
+    _built: tuple[Any, AssetCheckState] | None = None
+
+    def replace(
+        self,
+        partitions: Iterable[str] | None,
+        infos: Iterable[AssetCheckPartitionInfo],
+        partition_ids: Mapping[str, int],
+    ) -> None:
+        """Forget `partitions` (all when None), then record the latest executions read."""
+        self.version += 1
+        if partitions is None:
+            self.status.clear()
+            self.planned_run.clear()
+            self.partition_id.clear()
+        else:
+            for partition in partitions:
+                self.status.pop(partition, None)
+                self.planned_run.pop(partition, None)
+                self.partition_id.pop(partition, None)
+        for info in infos:
+            partition = info.partition_key
+            if partition is None or partition not in partition_ids:
+                continue
+            status = info.latest_execution_status
+            if status == PLANNED:
+                self.planned_run[partition] = info.latest_planned_run_id
+            elif status not in _RESOLVED or not info.is_current:
+                continue  # the asset was materialized again after the check ran: no status
+            self.status[partition] = status
+            self.partition_id[partition] = partition_ids[partition]
+
+    def keep_existing(self, partition_ids: Mapping[str, int]) -> None:
+        """Drop partitions that were deleted, or deleted and added again, since they were read."""
+        gone = [p for p, row in self.partition_id.items() if partition_ids.get(p) != row]
+        if gone:
+            self.replace(gone, (), partition_ids)
+
+    def state(
+        self,
+        key: AssetCheckKey,
+        partitions_def: PartitionsDefinition,
+        run_statuses: Mapping[str, Any],
+        latest_storage_id: int,
+    ) -> AssetCheckState:
+        """Dagster's state of the check: a subset per status, planned partitions per run, and
+        those of runs that ended without a result moved to skipped or execution-failed. Built
+        again only when the partitions or the planned runs' statuses changed."""
+        runs = sorted({(run, str(run_statuses.get(run))) for run in self.planned_run.values()})
+        if self._built is not None and self._built[0] == (self.version, runs):
+            return self._built[1]
+        by_status: dict[AssetCheckExecutionResolvedStatus, list[str]] = defaultdict(list)
+        for partition, status in self.status.items():
+            by_status[_RESOLVED[status]].append(partition)
+        by_run: dict[str, list[str]] = defaultdict(list)
+        for partition, run_id in self.planned_run.items():
+            by_run[run_id].append(partition)
+
+        def subset(partitions: list[str]) -> SerializableEntitySubset[AssetCheckKey]:
+            value = partitions_def.subset_with_partition_keys(partitions)
+            return SerializableEntitySubset(key=key, value=value)
+
+        subsets = {
+            status: subset(by_status[status]) for status in AssetCheckExecutionResolvedStatus
+        }
+        in_progress = {run_id: subset(partitions) for run_id, partitions in by_run.items()}
+        subsets, in_progress = _process_run_statuses(
+            key, partitions_def, subsets, in_progress, run_statuses
+        )
+        built = AssetCheckState(
+            latest_storage_id=latest_storage_id, subsets=subsets, in_progress_runs=in_progress
+        )
+        self._built = ((self.version, runs), built)
+        return built
+
+
+def changes_of(rows: Iterable[tuple[str, str | None, str | None, str]]) -> Changes:
+    """The partitions that events touched, from `(event type, asset key, partition, event)`
+    rows: a materialization names its asset and partition in its columns, a check's event
+    (planned or evaluated) in its body."""
+    changes = Changes()
+    for event_type, asset_key, partition, body in rows:
+        if event_type == _MATERIALIZATION:
+            if asset_key is None:
+                continue
+            key = AssetKey.from_db_string(asset_key)
+            if key is None:
+                continue
+            if partition is None:
+                changes.reload_assets.add(key)  # an unpartitioned materialization: every partition
+            else:
+                changes.assets[key].add(partition)
+            continue
+        entry = deserialize_value(body, EventLogEntry)
+        data = entry.dagster_event.event_specific_data if entry.dagster_event else None
+        check_key = getattr(data, "asset_check_key", None)
+        if check_key is None:
+            continue
+        single = getattr(data, "partition", None)
+        subset = getattr(data, "partitions_subset", None)
+        if single is not None:
+            changes.checks[check_key].add(single)
+        elif subset is not None:
+            changes.checks[check_key].update(subset.get_partition_keys())
+        else:
+            changes.reload_assets.add(check_key.asset_key)
+    return changes
+
+
+# -- the storage ----------------------------------------------------------------------------------
+
+
+class EpisodeEventLogStorage(PostgresEventLogStorage):
+    """`PostgresEventLogStorage` (same config) that keeps dynamic partitioned checks' statuses."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._checks: dict[AssetCheckKey, CheckPartitions] = {}
+        self._last_event_id = 0
+        self._seen_event_ids: set[int] = set()
+        self._partitions: dict[str, tuple[Any, dict[str, int]]] = {}  # name → (mark, ids)
+        self._refreshed_at = 0.0
+        self._checks_lock = threading.Lock()
+
+    @classmethod
+    def from_config_value(
+        cls, inst_data: ConfigurableClassData | None, config_value: Mapping[str, Any]
+    ) -> EpisodeEventLogStorage:
+        return cls(
+            inst_data=inst_data,
+            postgres_url=pg_url_from_config(config_value),
+            should_autocreate_tables=config_value.get("should_autocreate_tables", True),
+            token_provider=get_token_provider_from_config(config_value),
+        )
+
+    def get_asset_check_state(
+        self, keys: Sequence[CheckWithPartitions]
+    ) -> Mapping[AssetCheckKey, AssetCheckState]:
+        dynamic = [
+            (key, partitions_def)
+            for key, partitions_def in keys
+            if isinstance(partitions_def, DynamicPartitionsDefinition) and partitions_def.name
+        ]
+        others = [item for item in keys if item not in dynamic]
+        states = dict(super().get_asset_check_state(others)) if others else {}
+        if dynamic:
+            with self._checks_lock:
+                states.update(self._dynamic_check_states(dynamic))
+        return states
+
+    def _dynamic_check_states(
+        self, keys: Sequence[tuple[AssetCheckKey, DynamicPartitionsDefinition]]
+    ) -> dict[AssetCheckKey, AssetCheckState]:
+        if time.monotonic() - self._refreshed_at > FULL_REFRESH_SECONDS:
+            self._checks.clear()
+            self._partitions.clear()
+            self._refreshed_at = time.monotonic()
+        if not self._checks:  # read the events before the executions: none is missed
+            self._seen_event_ids.clear()
+            self._last_event_id = self._max_event_id()
+            self._changes_since(self._last_event_id)  # those the executions will show
+            changes = Changes()
+        else:
+            changes = self._changes_since(self._last_event_id)
+        # every check kept takes the changes, not only those asked for now: the next query
+        # starts after them
+        names = {d.name for _, d in keys} | {kept.partitions_def for kept in self._checks.values()}
+        partition_ids = self._partition_ids({name for name in names if name})
+        for key, kept in self._checks.items():
+            ids = partition_ids.get(kept.partitions_def, {})
+            changed = changes.of(key)
+            if changed is None or changed:
+                read = None if changed is None else sorted(changed)
+                kept.replace(read, self.get_asset_check_partition_info([key], None, read), ids)
+            kept.keep_existing(ids)
+        for key, partitions_def in keys:
+            if key not in self._checks:
+                kept = self._checks[key] = CheckPartitions(partitions_def.name)
+                ids = partition_ids.get(partitions_def.name, {})
+                kept.replace(None, self.get_asset_check_partition_info([key]), ids)
+        planned = {run for key, _ in keys for run in self._checks[key].planned_run.values()}
+        finished = (
+            self._instance.get_runs(RunsFilter(run_ids=sorted(planned), statuses=FINISHED_STATUSES))
+            if planned
+            else []
+        )
+        run_statuses = {run.run_id: run.status for run in finished}
+        return {
+            key: self._checks[key].state(key, partitions_def, run_statuses, self._last_event_id)
+            for key, partitions_def in keys
+        }
+
+    def _max_event_id(self) -> int:
+        query = db.select(db.func.max(SqlEventLogStorageTable.c.id))
+        with self.index_connection() as conn:
+            return conn.execute(query).scalar() or 0
+
+    def _changes_since(self, last_event_id: int) -> Changes:
+        """The partitions touched by events not seen yet, from `RESCAN_EVENT_IDS` below the
+        last id seen on (whose bodies are read only for check events not seen before)."""
+        table = SqlEventLogStorageTable.c
+        window = last_event_id - RESCAN_EVENT_IDS
+        query = db.select(table.id, table.dagster_event_type, table.asset_key, table.partition)
+        query = query.where(
+            table.dagster_event_type.in_([*_CHECK_EVENTS, _MATERIALIZATION]), table.id > window
+        )
+        with self.index_connection() as conn:
+            rows = [row for row in conn.execute(query) if row[0] not in self._seen_event_ids]
+            bodies: dict[int, str] = {}
+            check_ids = [row[0] for row in rows if row[1] != _MATERIALIZATION]
+            whole = len(check_ids) > READ_WHOLE_ABOVE_EVENTS
+            if check_ids and not whole:
+                bodies_query = db.select(table.id, table.event).where(table.id.in_(check_ids))
+                bodies = dict(conn.execute(bodies_query).all())
+        self._seen_event_ids = {i for i in self._seen_event_ids if i > window}
+        self._seen_event_ids.update(row[0] for row in rows)
+        self._last_event_id = max([last_event_id, *(row[0] for row in rows)])
+        if whole:
+            return Changes(reload_all=True)
+        return changes_of((row[1], row[2], row[3], bodies.get(row[0], "")) for row in rows)
+
+    def _partition_ids(self, names: set[str]) -> dict[str, dict[str, int]]:
+        """Each definition's partitions and their row ids, read again only when its newest id
+        or its count moved (ids only grow: any addition or deletion moves one of them)."""
+        table = DynamicPartitionsTable.c
+        summary = db.select(table.partitions_def_name, db.func.max(table.id), db.func.count())
+        summary = summary.where(table.partitions_def_name.in_(sorted(names)))
+        with self.index_connection() as conn:
+            marks = {name: (newest, count) for name, newest, count in conn.execute(
+                summary.group_by(table.partitions_def_name))}  # fmt: skip
+            stale = sorted(
+                n for n in names if self._partitions.get(n, (None, {}))[0] != marks.get(n)
+            )
+            if stale:
+                query = db.select(table.partitions_def_name, table.partition, table.id)
+                found: dict[str, dict[str, int]] = {name: {} for name in stale}
+                for name, partition, row_id in conn.execute(
+                    query.where(table.partitions_def_name.in_(stale))
+                ):
+                    found[name][partition] = row_id
+                for name in stale:
+                    self._partitions[name] = (marks.get(name), found[name])
+        return {name: self._partitions[name][1] for name in names}

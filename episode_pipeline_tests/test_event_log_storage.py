@@ -1,0 +1,288 @@
+"""The partitioned checks' statuses the UI reads, through our event-log storage and Dagster's.
+
+`EpisodeEventLogStorage` (defs/event_log_storage.py) keeps each check's latest execution per
+partition between queries and reads only what changed. The statuses it gives must stay the ones
+Dagster's own storage computes from scratch: the same GraphQL (`partitionStatuses`, as the UI's
+asset graph query asks it) is answered by both instances on one database after each change — a
+passed and a failed episode, a check that crashed, an asset materialized again without its
+checks, an episode pruned by retention's own statements, its partition added back. A change in
+Dagster's rules (or in the private API the storage uses) makes the two differ, or the expected
+statuses fail.
+
+Real runs (`materialize`, in-process) of a small partitioned asset with two checks write the
+events; the UI's GraphQL runs in-process against a workspace of those definitions.
+"""
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from dagster import (
+    AssetCheckExecutionContext,
+    AssetCheckKey,
+    AssetCheckResult,
+    AssetCheckSeverity,
+    AssetExecutionContext,
+    AssetKey,
+    AssetSelection,
+    DagsterInstance,
+    DagsterRunStatus,
+    Definitions,
+    asset,
+    asset_check,
+    materialize,
+)
+from dagster._core.asset_graph_view.serializable_entity_subset import SerializableEntitySubset
+from dagster._core.storage.asset_check_execution_record import (
+    AssetCheckExecutionRecordStatus,
+    AssetCheckExecutionResolvedStatus,
+    AssetCheckPartitionInfo,
+)
+from dagster._core.test_utils import in_process_test_workspace
+from dagster._core.types.loadable_target_origin import LoadableTargetOrigin
+from dagster_graphql.test.utils import execute_dagster_graphql
+
+from episode_pipeline.defs import event_log_storage
+from episode_pipeline.defs.event_log_storage import (
+    CheckPartitions,
+    EpisodeEventLogStorage,
+    changes_of,
+)
+from episode_pipeline.defs.partitions import EPISODES_PARTITION_NAME, episode_partitions
+from episode_pipeline.defs.retention import delete_episodes
+from episode_pipeline.local.stack import StackInfo
+from episode_pipeline_tests.support.instances import private_instance_config
+
+# -- the pure part --------------------------------------------------------------------------------
+
+CHECK = AssetCheckKey(AssetKey("probe"), "rows_match")
+
+
+def info(partition: str, status: str, target: int | None, latest: int | None) -> Any:
+    return AssetCheckPartitionInfo(
+        check_key=CHECK,
+        partition_key=partition,
+        latest_execution_status=AssetCheckExecutionRecordStatus(status),
+        latest_target_materialization_storage_id=target,
+        latest_planned_run_id=f"run-{partition}",
+        latest_check_event_storage_id=10,
+        latest_materialization_storage_id=latest,
+    )
+
+
+def test_a_partitions_status_is_its_latest_current_execution() -> None:
+    kept = CheckPartitions(EPISODES_PARTITION_NAME)
+    ids = {"a": 1, "b": 2, "c": 3, "d": 4}
+    kept.replace(
+        None,
+        [
+            info("a", "SUCCEEDED", 5, 5),
+            info("b", "FAILED", 6, 6),
+            info("c", "SUCCEEDED", 5, 9),  # the asset was materialized again since
+            info("d", "PLANNED", None, 7),
+            info("gone", "SUCCEEDED", 5, 5),  # no such partition
+        ],
+        ids,
+    )
+    assert kept.status == {
+        "a": AssetCheckExecutionRecordStatus.SUCCEEDED,
+        "b": AssetCheckExecutionRecordStatus.FAILED,
+        "d": AssetCheckExecutionRecordStatus.PLANNED,
+    }
+    assert kept.planned_run == {"d": "run-d"}
+    kept.replace(["a"], [], ids)  # re-read and found nothing: forgotten
+    kept.keep_existing({"b": 2, "d": 40})  # d deleted and added again: a new row id
+    assert kept.status == {"b": AssetCheckExecutionRecordStatus.FAILED}
+    state = kept.state(CHECK, episode_partitions, {}, 10)
+    failed = state.subsets[AssetCheckExecutionResolvedStatus.FAILED]
+    assert isinstance(failed, SerializableEntitySubset)
+    assert set(failed.subset_value.get_partition_keys()) == {"b"}
+    assert not state.in_progress_runs
+    assert kept.state(CHECK, episode_partitions, {}, 10) is state  # nothing changed since
+
+
+def test_a_planned_check_whose_run_ended_is_execution_failed() -> None:
+    kept = CheckPartitions(EPISODES_PARTITION_NAME)
+    kept.replace(None, [info("a", "PLANNED", None, 7)], {"a": 1})
+    running = kept.state(CHECK, episode_partitions, {}, 10)
+    assert set(running.in_progress_runs) == {"run-a"}
+    ended = kept.state(CHECK, episode_partitions, {"run-a": DagsterRunStatus.FAILURE}, 10)
+    failed = ended.subsets[AssetCheckExecutionResolvedStatus.EXECUTION_FAILED]
+    assert set(failed.subset_value.get_partition_keys()) == {"a"}
+    assert not ended.in_progress_runs
+
+
+def test_changes_name_the_partitions_events_touched() -> None:
+    changes = changes_of(
+        [
+            ("ASSET_MATERIALIZATION", '["probe"]', "org/ep-1", ""),
+            ("ASSET_MATERIALIZATION", '["other"]', None, ""),  # unpartitioned: all of "other"
+        ]
+    )
+    assert changes.of(CHECK) == {"org/ep-1"}
+    assert changes.of(AssetCheckKey(AssetKey("other"), "x")) is None
+    changes.reload_all = True
+    assert changes.of(CHECK) is None
+
+
+# -- on the real storage, through the UI's GraphQL ------------------------------------------------
+
+
+@asset(partitions_def=episode_partitions)
+def probe(context: AssetExecutionContext) -> None:
+    context.log.info(f"probe {context.partition_key}")
+
+
+@asset_check(asset=probe, partitions_def=episode_partitions)
+def always_passes(context: AssetCheckExecutionContext) -> AssetCheckResult:
+    return AssetCheckResult(passed=True)
+
+
+@asset_check(asset=probe, partitions_def=episode_partitions)
+def fails_on_bad(context: AssetCheckExecutionContext) -> AssetCheckResult:
+    """Fails for an episode named `…bad…`, crashes for one named `…crash…`."""
+    if "crash" in context.partition_key:
+        raise RuntimeError("the check itself broke")
+    passed = "bad" not in context.partition_key
+    return AssetCheckResult(passed=passed, severity=AssetCheckSeverity.ERROR)
+
+
+check_defs = Definitions(assets=[probe], asset_checks=[always_passes, fails_on_bad])
+
+STATUSES = """
+query CheckStatuses($assetKeys: [AssetKeyInput!]!) {
+  assetNodes(assetKeys: $assetKeys) {
+    assetChecksOrError {
+      ... on AssetChecks {
+        checks {
+          name
+          partitionStatuses {
+            __typename
+            ... on AssetCheckDefaultPartitionStatuses {
+              succeededPartitions
+              failedPartitions
+              inProgressPartitions
+              skippedPartitions
+              executionFailedPartitions
+            }
+          }
+        }
+      }
+    }
+  }
+}
+"""
+FIELDS = {
+    "succeededPartitions": "succeeded",
+    "failedPartitions": "failed",
+    "inProgressPartitions": "in progress",
+    "skippedPartitions": "skipped",
+    "executionFailedPartitions": "execution failed",
+}
+
+
+@pytest.fixture(scope="module")
+def instances(
+    stack: StackInfo, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[DagsterInstance, DagsterInstance]]:
+    """Ours and Dagster's own event-log storage on one private database."""
+    config = private_instance_config(stack, "check_states")
+    homes = []
+    for name, storage in (
+        ("ours", None),
+        ("dagsters", ("dagster_postgres.event_log", "PostgresEventLogStorage")),
+    ):
+        home = tmp_path_factory.mktemp(f"check-states-{name}")
+        if storage:
+            config = {**config, "event_log_storage": {**config["event_log_storage"]}}
+            config["event_log_storage"]["module"], config["event_log_storage"]["class"] = storage
+        (home / "dagster.yaml").write_text(yaml.safe_dump(config))
+        homes.append(home)
+    with (
+        DagsterInstance.from_config(str(homes[0])) as ours,
+        DagsterInstance.from_config(str(homes[1])) as dagsters,
+    ):
+        assert type(ours.event_log_storage) is EpisodeEventLogStorage
+        assert type(dagsters.event_log_storage).__name__ == "PostgresEventLogStorage"
+        yield ours, dagsters
+
+
+def statuses(instance: DagsterInstance) -> dict[str, dict[str, list[str]]]:
+    """check → status → episodes, as the UI's asset graph query returns them."""
+    origin = LoadableTargetOrigin(python_file=str(Path(__file__)), attribute="check_defs")
+    with in_process_test_workspace(instance, origin) as context, context:  # as a request is
+        result = execute_dagster_graphql(context, STATUSES, {"assetKeys": [{"path": ["probe"]}]})
+    (node,) = result.data["assetNodes"]
+    found = {}
+    for check in node["assetChecksOrError"]["checks"]:
+        by_status = check["partitionStatuses"]
+        assert by_status["__typename"] == "AssetCheckDefaultPartitionStatuses"
+        found[check["name"]] = {
+            FIELDS[name]: sorted(keys)
+            for name, keys in by_status.items()
+            if name in FIELDS and keys
+        }
+    return found
+
+
+def agreed(instances: tuple[DagsterInstance, DagsterInstance]) -> dict[str, dict[str, list[str]]]:
+    ours, dagsters = instances
+    found = statuses(ours)
+    assert found == statuses(dagsters)
+    return found
+
+
+def run(instance: DagsterInstance, episode: str, checks: bool = True) -> None:
+    selection = AssetSelection.assets(probe)
+    materialize(
+        [probe, always_passes, fails_on_bad],
+        instance=instance,
+        partition_key=episode,
+        selection=selection if checks else selection.without_checks(),
+        raise_on_error=False,
+    )
+
+
+def test_statuses_match_dagsters_through_every_change(
+    instances, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ours, _ = instances
+    good, bad, crash = "org/ep-good", "org/ep-bad", "org/ep-crash"
+    ours.add_dynamic_partitions(EPISODES_PARTITION_NAME, [good, bad, crash])
+    assert agreed(instances) == {"always_passes": {}, "fails_on_bad": {}}
+
+    run(ours, good)
+    run(ours, bad)
+    assert agreed(instances) == {
+        "always_passes": {"succeeded": [bad, good]},
+        "fails_on_bad": {"succeeded": [good], "failed": [bad]},
+    }  # the first read (everything), then each later one reads what changed
+
+    run(ours, crash)  # the check's step fails: its run ends without a result for it
+    only_one = [(AssetCheckKey(AssetKey("probe"), "always_passes"), episode_partitions)]
+    ours.event_log_storage.get_asset_check_state(only_one)  # the other check waits its turn
+    assert agreed(instances)["fails_on_bad"] == {
+        "succeeded": [good],
+        "failed": [bad],
+        "execution failed": [crash],
+    }
+
+    run(ours, good, checks=False)  # a new materialization: the old results no longer hold
+    assert agreed(instances)["always_passes"] == {"succeeded": [bad, crash]}
+    run(ours, good)
+    with monkeypatch.context() as burst:  # as after many new events: every check read whole
+        burst.setattr(event_log_storage, "READ_WHOLE_ABOVE_EVENTS", 0)
+        assert agreed(instances)["always_passes"] == {"succeeded": [bad, crash, good]}
+
+    with ours.run_storage.connect() as conn:  # type: ignore[attr-defined]
+        delete_episodes(conn, [bad])  # retention's own statements
+    pruned = agreed(instances)
+    assert bad not in str(pruned)
+    assert pruned["fails_on_bad"] == {"succeeded": [good], "execution failed": [crash]}
+
+    ours.add_dynamic_partitions(EPISODES_PARTITION_NAME, [bad])  # reprocess brings it back
+    assert bad not in str(agreed(instances))
+    run(ours, bad)
+    assert agreed(instances)["fails_on_bad"]["failed"] == [bad]
