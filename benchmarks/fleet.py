@@ -538,6 +538,8 @@ FIGURES: dict[str, tuple[str, str, str]] = {
                     "per_upload"),
     "daemon_runs_exist": ("s", "queued uploads until their runs exist, through the daemon",
                           "per_upload"),
+    "daemon_done_release": ("s", "their successes until every message is deleted, through the "
+                            "daemon", "done"),
     "process_start": ("s", "`episode-pipeline process`: exec until the run's first event",
                       "per_upload"),
     "reconcile_tick_text": ("s", "one waiting_uploads tick", "report"),
@@ -592,7 +594,8 @@ def _detail_of(sample: Sample, metric: str) -> dict[str, Any]:
     for prefix, key in (("uploads_tick", "uploads_tick"), ("heartbeat", "heartbeat"),
                         ("done", "done"), ("reconcile_tick_uuid", "reconcile_uuid"),
                         ("reconcile", "reconcile_text"), ("store", "store"),
-                        ("ui_", "ui"), ("daemon", "daemon")):  # fmt: skip
+                        ("ui_", "ui"), ("daemon_done", "daemon_done"),
+                        ("daemon", "daemon")):  # fmt: skip
         if metric.startswith(prefix) and key in sample.details:
             value = sample.details[key]
             if isinstance(value, list):

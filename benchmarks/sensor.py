@@ -70,8 +70,9 @@ SENSOR_TIME_LIMIT_SECONDS = 60  # Dagster's default gRPC deadline for one sensor
 def bench_instances(ctx: BenchContext) -> Iterator[tuple[DagsterInstance, DagsterInstance]]:
     """Two Dagster instances on a new database of the stack's PostgreSQL (dropped afterwards).
 
-    The first is the sensors' own, as the daemon has it (a new connection per statement); the
-    second, pooled, does the benchmark's bookkeeping (thousands of runs) without timing noise.
+    The first is the sensors' own, as the local daemon has it (a new connection per statement);
+    the second, with the webserver's pool, does the benchmark's bookkeeping (thousands of runs)
+    without timing noise.
     """
     env = ctx.stack().env
     password, port = env["DB_PASSWORD"], int(env["DB_PORT"])

@@ -19,12 +19,12 @@ import yaml
 from dagster import DagsterRun
 from dagster._config import process_config
 from dagster._core.instance.config import dagster_instance_config
-from dagster._core.storage.config import pg_config
 from dagster._core.workspace.config_schema import ensure_workspace_config
 from dagster._serdes import ConfigurableClassData
 from dagster_postgres.auth import AwsWifTokenProvider
 from dagster_postgres.utils import get_token_provider_from_config, pg_url_from_config
 
+from episode_pipeline.defs.instance_storage import PooledPostgresRunStorage
 from episode_pipeline_tests.support.deploy import PRODUCTION_ENV
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -88,16 +88,20 @@ def test_instance_validation_rejects_a_misspelled_field(tmp_path: Path, instance
 
 
 def test_the_three_storages_share_one_database_and_the_event_log_is_ours(instance_yaml) -> None:
-    from episode_pipeline.local.dagster_home import STORAGE_CLASSES
+    from episode_pipeline.defs.event_log_storage import EpisodeEventLogStorage
+    from episode_pipeline.defs.instance_storage import PooledEpisodeEventLogStorage
+    from episode_pipeline.local.dagster_home import POOLED_STORAGE_CLASSES
 
-    for block, (module, cls) in STORAGE_CLASSES.items():
+    for block, (module, cls) in POOLED_STORAGE_CLASSES.items():
         assert (instance_yaml[block]["module"], instance_yaml[block]["class"]) == (module, cls)
         assert instance_yaml[block]["config"] == instance_yaml["run_storage"]["config"]
     assert "storage" not in instance_yaml  # Dagster refuses `storage` beside the three
+    assert issubclass(PooledEpisodeEventLogStorage, EpisodeEventLogStorage)
 
 
 def test_storage_uses_psycopg2_and_an_rds_iam_token(production_env, instance_yaml) -> None:
-    result = process_config(pg_config(), instance_yaml["event_log_storage"]["config"])
+    config_type = PooledPostgresRunStorage.config_type()
+    result = process_config(config_type, instance_yaml["event_log_storage"]["config"])
     assert result.success, result.errors
     storage = result.value
     url = pg_url_from_config(storage)
@@ -126,7 +130,7 @@ def test_documented_password_variant_is_valid(
         **postgres["postgres_db"],
         "password": {"env": "DAGSTER_PG_PASSWORD"},
     }
-    result = process_config(pg_config(), postgres)
+    result = process_config(PooledPostgresRunStorage.config_type(), postgres)
     assert result.success, result.errors
     assert get_token_provider_from_config(result.value) is None
     assert pg_url_from_config(result.value).startswith(

@@ -24,7 +24,7 @@ from episode_pipeline.config.env import variables
 from episode_pipeline.config.settings import Settings
 from episode_pipeline.db.connection import connect
 from episode_pipeline.local import aws_setup
-from episode_pipeline.local.dagster_home import STORAGE_CLASSES, instance_config
+from episode_pipeline.local.dagster_home import STORAGE_CLASSES, instance_config, storage_config
 from episode_pipeline.local.stack import (
     StackInfo,
     ensure_stack,
@@ -121,6 +121,12 @@ def test_start_again_returns_the_running_stack(stack: StackInfo) -> None:
     assert again.env == stack.env
 
 
+def test_the_stack_s_moto_receives_in_time_linear_in_the_queue_depth(stack: StackInfo) -> None:
+    """The stack runs moto through `local.moto_main` (its SQS receive made linear)."""
+    assert stack.moto_pid is not None
+    assert "episode_pipeline.local.moto_main" in psutil.Process(stack.moto_pid).cmdline()
+
+
 def test_dagster_instance_runs_on_the_embedded_postgres(stack: StackInfo) -> None:
     """A real run writes events through dagster-postgres (the psycopg2 NOTIFY path)."""
     import dagster as dg
@@ -140,6 +146,29 @@ def test_dagster_instance_runs_on_the_embedded_postgres(stack: StackInfo) -> Non
         assert instance.get_runs_count() == before + 1
         assert type(instance.run_coordinator).__name__ == "EpisodeRunCoordinator"
         assert instance.run_coordinator.dequeue_interval_seconds == 1  # not the default 5
+
+
+def test_production_s_pooled_storages_run_on_the_embedded_postgres(
+    stack: StackInfo, tmp_path: Path
+) -> None:
+    """The three storages production names (defs/instance_storage.py) keep their connections."""
+    import dagster as dg
+    import yaml
+
+    assert stack.dagster_home is not None
+    local = yaml.safe_load((Path(stack.dagster_home) / "dagster.yaml").read_text())
+    config = {**local, **storage_config(local["run_storage"]["config"], pooled=True)}
+    (tmp_path / "dagster.yaml").write_text(yaml.safe_dump(config))
+
+    @dg.asset
+    def pooled_probe() -> int:
+        return 1
+
+    with dg.DagsterInstance.from_config(str(tmp_path)) as instance:
+        assert dg.materialize([pooled_probe], instance=instance).success
+        storages = (instance.run_storage, instance.event_log_storage, instance.schedule_storage)
+        assert {type(s._engine.pool).__name__ for s in storages} == {"QueuePool"}  # type: ignore[attr-defined]
+        assert instance.event_log_storage._engine.pool.checkedin() >= 1  # type: ignore[attr-defined]
 
 
 # --- a private stack: start in another process, restart, stop ------------------------------

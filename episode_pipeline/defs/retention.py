@@ -28,6 +28,7 @@ from typing import Any
 import sqlalchemy as sa
 from dagster import DagsterEventType, DagsterInstance, DagsterRunStatus
 from dagster._core.execution.backfill import BulkActionsFilter, BulkActionStatus
+from dagster_postgres import PostgresRunStorage
 
 from episode_pipeline.config.settings import RetentionSettings
 from episode_pipeline.defs.partitions import EPISODES_PARTITION_NAME
@@ -198,7 +199,7 @@ def _in_flight() -> list[str]:
 def _connect(instance: DagsterInstance) -> Any:
     """A connection to the database holding both the run and the event-log storage."""
     storage = instance.run_storage
-    if type(storage).__name__ != "PostgresRunStorage":
+    if not isinstance(storage, PostgresRunStorage):  # ours is pooled (defs/instance_storage.py)
         raise RuntimeError(
             f"retention needs Dagster's PostgreSQL storage (dagster-postgres), not "
             f"{type(storage).__name__}: the pruning statements are PostgreSQL's"

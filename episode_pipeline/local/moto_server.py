@@ -58,13 +58,22 @@ def running_pid(home: Path) -> int | None:
 
 
 def start_moto(home: Path, port: int) -> int:
-    """Spawn `python -m moto.server` on 127.0.0.1:port; returns at once (see `wait_ready`)."""
+    """Spawn moto's server (`local.moto_main`: its SQS receive linear in the queue's depth) on
+    127.0.0.1:port; returns at once (see `wait_ready`)."""
     log = (home / LOG_FILE).open("wb")  # one start per log: it logs every request
     env = {**os.environ, "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing"}
     env.pop("AWS_ENDPOINT_URL", None)  # moto must not proxy to itself or a previous stack
     with log:
         process = subprocess.Popen(
-            [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+            [
+                sys.executable,
+                "-m",
+                "episode_pipeline.local.moto_main",
+                "-H",
+                "127.0.0.1",
+                "-p",
+                str(port),
+            ],
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=subprocess.STDOUT,
