@@ -380,7 +380,9 @@ def test_dg_launch_reprocesses_one_episode(tmp_path, stack, db_conn, s3_client):
     dg = Path(sys.executable).parent / "dg"
     command = [str(dg), "launch", "-m", "episode_pipeline.definitions", "--job", "process_episode"]
     command += ["--partition", ref.partition_key]
-    done = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True)
+    done = subprocess.run(
+        command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     assert state_of(db_conn, s3_client, stack.bucket, ref) == before
     # Tagged as the sensor's runs are (docs/operations.md#reprocess-an-episode).

@@ -267,13 +267,19 @@ def waiting_uploads(
 
 
 def recent_episode_refs(
-    conn: psycopg.Connection, org_id: str | None = None, limit: int = 50
+    conn: psycopg.Connection,
+    org_id: str | None = None,
+    limit: int = 50,
+    status: str | None = None,
 ) -> list[EpisodeRef]:
-    """The `limit` most recently changed episodes (of one org, or all), newest first: one
-    bounded query (the `updated_at` index), never the whole table."""
-    org_filter, params = ("WHERE org_id = %s", (org_id,)) if org_id else ("", ())
+    """The `limit` most recently changed episodes (of one org or all, of one status or any),
+    newest first: one bounded query (`episodes_newest_first_idx`, or the status index), never
+    the whole table."""
+    filters = {column: value for column, value in (("status", status), ("org_id", org_id)) if value}
+    where = [f"{column} = %s" for column in filters]
+    params = list(filters.values())
     rows = conn.execute(
-        f"SELECT org_id, id FROM episodes {org_filter} "
+        f"SELECT org_id, id FROM episodes {'WHERE ' + ' AND '.join(where) if where else ''} "
         "ORDER BY updated_at DESC NULLS LAST, id DESC LIMIT %s",
         (*params, limit),
     ).fetchall()
@@ -283,15 +289,8 @@ def recent_episode_refs(
 def failed_episode_refs(
     conn: psycopg.Connection, org_id: str | None = None, limit: int = 50
 ) -> list[EpisodeRef]:
-    """The `limit` most recently changed episodes with status `failed` (of one org, or all):
-    read through the status index, never the whole table."""
-    org_filter, params = ("AND org_id = %s", (FAILED, org_id)) if org_id else ("", (FAILED,))
-    rows = conn.execute(
-        f"SELECT org_id, id FROM episodes WHERE status = %s {org_filter} "
-        "ORDER BY updated_at DESC NULLS LAST, id LIMIT %s",
-        (*params, limit),
-    ).fetchall()
-    return [EpisodeRef(org_id, episode_id) for org_id, episode_id in rows]
+    """The `limit` most recently changed episodes with status `failed`."""
+    return recent_episode_refs(conn, org_id, limit, status=FAILED)
 
 
 # -- reconciliation (defs/sensors/reconcile.py) --------------------------------------------------

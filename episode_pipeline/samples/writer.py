@@ -133,7 +133,11 @@ class SampleSpec:
 def available_encoders() -> frozenset[str]:
     """Encoder names the bundled FFmpeg offers (checked once, the build varies by platform)."""
     out = subprocess.run(
-        [ffmpeg_exe(), "-hide_banner", "-encoders"], capture_output=True, text=True, check=True
+        [ffmpeg_exe(), "-hide_banner", "-encoders"],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
     ).stdout
     names = set()
     for line in out.splitlines():
