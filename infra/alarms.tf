@@ -272,9 +272,9 @@ locals {
 
   # One line per value of a dimension, found by SEARCH: a new cause or sensor appears by itself.
   search = { for metric, by in {
-    EpisodesFailed     = ["Cause", "Sum"]
-    SensorTickFailures = ["Sensor", "Sum"]
-    TickSeconds        = ["Sensor", "Maximum"]
+    "EpisodesFailed"     = ["Cause", "Sum"]
+    "SensorTickFailures" = ["Sensor", "Sum"]
+    "TickSeconds"        = ["Sensor", "Maximum"]
     } : metric => "SEARCH('{${local.metric_namespace},Deployment,${by[0]}} Deployment=\"${local.prefix}\" MetricName=\"${metric}\"', '${by[1]}', ${local.dashboard_period})"
   }
 
