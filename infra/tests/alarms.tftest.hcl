@@ -42,7 +42,7 @@ variables {
   db_password_secret_arn = "arn:aws:secretsmanager:us-west-2:123456789012:secret:toborverse-db-AbCdEf"
 }
 
-run "each_alarm_watches_its_metric_with_the_default_thresholds" {
+run "each_alarm_watches_its_metric_and_the_dashboard_shows_them" {
   # The queue's oldest message, from AWS/SQS.
   assert {
     condition = (aws_cloudwatch_metric_alarm.upload_age.alarm_name == "episode-pipeline-upload-queue-oldest-message-age"
@@ -198,9 +198,8 @@ run "each_alarm_watches_its_metric_with_the_default_thresholds" {
     condition     = alltrue([for group in aws_cloudwatch_log_group.ecs : group.log_group_class == "STANDARD"])
     error_message = "The tasks' log groups are of the Standard class."
   }
-}
 
-run "the_dashboard_shows_the_alarms_and_the_vital_signs" {
+  # The dashboard (in this run: one apply serves both).
   assert {
     condition     = aws_cloudwatch_dashboard.main.dashboard_name == "episode-pipeline"
     error_message = "The dashboard is named <prefix>."
@@ -274,6 +273,8 @@ run "the_dashboard_shows_the_alarms_and_the_vital_signs" {
 
 # The thresholds are the variables'.
 run "thresholds_follow_their_variables" {
+  command = plan
+
   variables {
     alarm_upload_age_seconds            = 7200
     alarm_no_processing_hours           = 4
@@ -305,6 +306,8 @@ run "thresholds_follow_their_variables" {
 }
 
 run "the_alarms_notify_an_existing_alerts_topic" {
+  command = plan
+
   variables {
     alerts_topic_arn = "arn:aws:sns:us-west-2:123456789012:toborverse-alerts"
     alert_emails     = []
