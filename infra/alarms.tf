@@ -10,8 +10,9 @@
 # EMF logs that can reach CloudWatch Logs will now be parsed"). The queue's metrics are AWS/SQS's.
 #
 # Missing data is chosen per alarm: an EMF metric has no data point in a period where nothing
-# happened, and metric math treats a missing value as 0 (arithmetic and comparisons) and drops
-# a point that divides by zero (docs: "Using metric math").
+# happened. Metric math (docs: "Using metric math") reads a missing value as 0 where the other
+# series of an operation has a point, drops a point that divides by zero, and FILL(m, 0) gives
+# every period a value.
 
 locals {
   metric_namespace = "EpisodePipeline"
@@ -79,7 +80,9 @@ resource "aws_cloudwatch_metric_alarm" "no_processing" {
   metric_query {
     id          = "stalled"
     label       = "uploads arrived, none processed (1 = true)"
-    expression  = "uploads > 0 AND processed == 0" # a missing EpisodesProcessed compares as 0
+    # FILL: an hour without EpisodesProcessed counts 0. Without it `processed == 0` would have no
+    # point in that hour, and AND would read the missing point as false.
+    expression  = "uploads > 0 AND FILL(processed, 0) == 0"
     return_data = true
   }
 

@@ -65,10 +65,10 @@ run "each_alarm_watches_its_metric_and_the_dashboard_shows_them" {
       query.expression, query.return_data, [for m in query.metric : [m.namespace, m.metric_name, m.dimensions, m.stat, m.period]]
       ] }) == jsonencode({
       processed = [null, false, [["EpisodePipeline", "EpisodesProcessed", { Deployment = "episode-pipeline" }, "Sum", 3600]]]
-      stalled   = ["uploads > 0 AND processed == 0", true, []]
+      stalled   = ["uploads > 0 AND FILL(processed, 0) == 0", true, []]
       uploads   = [null, false, [["AWS/SQS", "NumberOfMessagesSent", { QueueName = "episode-pipeline-uploads" }, "Sum", 3600]]]
     })
-    error_message = "An hour breaches when uploads were sent to the queue and EpisodesProcessed has none (a missing point compares as 0)."
+    error_message = "An hour breaches when uploads were sent to the queue and EpisodesProcessed has none (FILL: no point is 0)."
   }
 
   assert {
