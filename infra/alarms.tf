@@ -77,11 +77,11 @@ resource "aws_cloudwatch_metric_alarm" "no_processing" {
   # An hour with neither uploads nor processed episodes has no data point: nothing to process.
   treat_missing_data = "notBreaching"
 
+  # FILL: an hour without EpisodesProcessed counts 0. Without it `processed == 0` would have no
+  # point in that hour, and AND would read the missing point as false.
   metric_query {
     id          = "stalled"
     label       = "uploads arrived, none processed (1 = true)"
-    # FILL: an hour without EpisodesProcessed counts 0. Without it `processed == 0` would have no
-    # point in that hour, and AND would read the missing point as false.
     expression  = "uploads > 0 AND FILL(processed, 0) == 0"
     return_data = true
   }
