@@ -4,8 +4,8 @@ Each asset declares its `code_version` next to the modules it stands for, and th
 fold in the settings that change its output (`partitions.with_setting_in_code_version`: the
 ladder, the presets). The episode asset records these versions with the episode
 (`episode_outputs`, in the transaction that marks it processed) and `campaign plan|start` selects
-the episodes recorded under other ones: both read them from an asset graph through
-`code_versions`.
+the episodes recorded under other ones (from `build_definitions(settings)`'s graph): both read
+them through `code_versions`.
 """
 
 from __future__ import annotations
@@ -14,7 +14,6 @@ from typing import Any
 
 from dagster import AssetKey
 
-from episode_pipeline.config.settings import Settings
 from episode_pipeline.defs.jobs import EPISODE_ASSETS
 
 
@@ -25,10 +24,3 @@ def code_versions(asset_graph: Any) -> dict[str, str]:
         node = asset_graph.get(AssetKey(name))
         versions[name] = str(node.code_version)
     return versions
-
-
-def current_code_versions(settings: Settings) -> dict[str, str]:
-    """The versions the code location deploys under these settings."""
-    from episode_pipeline.definitions import build_definitions
-
-    return code_versions(build_definitions(settings).resolve_asset_graph())

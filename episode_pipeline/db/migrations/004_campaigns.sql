@@ -48,6 +48,7 @@ CREATE TABLE IF NOT EXISTS campaign_episodes (
     batch_key    text,
     run_id       text,
     partition_added boolean NOT NULL DEFAULT false,  -- the campaign added it: it prunes it
+    previous_figures jsonb,                 -- episode_outputs.figures when claimed: the canary's
     updated_at   timestamptz NOT NULL DEFAULT now(),
     PRIMARY KEY (campaign_id, org_id, episode_id)
 );
