@@ -34,8 +34,8 @@ def selection_of(args: argparse.Namespace, target: str) -> Selection:
     selection = Selection(
         tuple(args.episodes), args.org, args.status, args.since, target if args.stale else None
     )
-    if selection.episodes and (args.org or args.status or args.since or args.stale):
-        raise ValueError("name episodes or give filters, not both")
+    if selection.episodes and (args.org or args.status or args.since):
+        raise ValueError("name episodes (with --stale or not) or give filters, not both")
     return selection
 
 
@@ -44,7 +44,14 @@ def episodes_query(conn: Any, selection: Selection) -> tuple[str, tuple[Any, ...
     if selection.episodes:
         values = ", ".join(["(%s, %s)"] * len(selection.episodes))
         params = tuple(v for ref in selection.episodes for v in (ref.org_id, ref.episode_id))
-        return f"SELECT * FROM (VALUES {values}) AS named (org_id, episode_id)", params
+        query = f"SELECT * FROM (VALUES {values}) AS named (org_id, episode_id)"
+        if selection.stale_for:  # the named ones not recorded under the target
+            query += (
+                " WHERE NOT EXISTS (SELECT 1 FROM episode_outputs o WHERE o.org_id ="
+                " named.org_id AND o.episode_id = named.episode_id AND o.code_version = %s)"
+            )
+            params += (selection.stale_for,)
+        return query, params
     from episode_pipeline.db.schema_check import read_schema
 
     schema = read_schema(conn)
@@ -229,25 +236,7 @@ def cmd_campaign(args: argparse.Namespace) -> int:
             if args.action == "plan":
                 print(json.dumps(planned, indent=2) if args.json else format_plan(planned))
                 return 0
-            if not planned["episodes"]:
-                raise ValueError(f"no episode matches {selection.describe()}: nothing to start")
-            from episode_pipeline.db import campaigns as db
-
-            config = CampaignConfig.from_json(planned["config"])
-            name = args.name or f"reprocess {selection.describe()}"
-            campaign_id = campaign_id_for(args.name or "campaign")
-            count = db.create_campaign(
-                conn,
-                campaign_id,
-                name,
-                {"describe": selection.describe(), **_selection_json(args)},
-                planned["target_code_version"],
-                config.to_json(),
-                GovernorState.start(config.governor).to_json(),
-                query,
-                params,
-            )
-            db.log_decision(conn, campaign_id, "state", f"started over {count} episode(s)")
+            campaign_id, count = start(conn, planned, query, params, selection, args)
             conn.commit()
             print(
                 f"campaign {campaign_id}: {count} episode(s); the `campaign_driver` sensor runs it"
@@ -288,6 +277,37 @@ def cmd_campaign(args: argparse.Namespace) -> int:
                 f"canceled {cancel_backfills(args.campaign, campaign.next_wave)} wave backfill(s)"
             )
     return 0
+
+
+def start(
+    conn: Any,
+    planned: dict[str, Any],
+    query: str,
+    params: tuple[Any, ...],
+    selection: Selection,
+    args: argparse.Namespace,
+) -> tuple[str, int]:
+    """Write the campaign and its ledger (the caller commits); (its id, its episodes)."""
+    from episode_pipeline.db import campaigns as db
+
+    if not planned["episodes"]:
+        raise ValueError(f"no episode matches {selection.describe()}: nothing to start")
+    config = CampaignConfig.from_json(planned["config"])
+    name = args.name or f"reprocess {selection.describe()}"
+    campaign_id = campaign_id_for(args.name or "campaign")
+    count = db.create_campaign(
+        conn,
+        campaign_id,
+        name,
+        {"describe": selection.describe(), **_selection_json(args)},
+        planned["target_code_version"],
+        config.to_json(),
+        GovernorState.start(config.governor).to_json(),
+        query,
+        params,
+    )
+    db.log_decision(conn, campaign_id, "state", f"started over {count} episode(s)")
+    return campaign_id, count
 
 
 def _selection_json(args: argparse.Namespace) -> dict[str, Any]:

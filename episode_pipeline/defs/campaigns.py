@@ -36,6 +36,7 @@ from episode_pipeline.campaign.governor import (
 from episode_pipeline.campaign.waves import next_wave_size
 from episode_pipeline.db import campaigns as db
 from episode_pipeline.defs.backfills import record_backfill
+from episode_pipeline.defs.jobs import EPISODE_JOB_NAME
 from episode_pipeline.defs.partitions import EPISODES_PARTITION_NAME
 from episode_pipeline.defs.resources.database import PostgresResource
 from episode_pipeline.defs.retention import _connect, delete_episodes
@@ -191,22 +192,25 @@ def drive_campaign(
             instance, campaign_id, {row.wave for row in requested if row.wave is not None}
         )
         observations = []
-        waves_needing_backfill = set()
         for row in requested:
             assert row.wave is not None
             episode_runs = runs.get((row.ref.partition_key, row.wave), [])
-            if not episode_runs:
-                waves_needing_backfill.add(row.wave)
+            batch_runs = runs.get((row.batch_key or "", row.wave), [])
+            if not episode_runs and not batch_runs:
                 repair[row.wave].append(row)
                 continue
-            run = _settled_run(episode_runs)
+            # K > 1 and no run of the episode yet: its batch run has not reached it (wait), or
+            # ended before it (a failure of the episode's).
+            run = _settled_run(episode_runs or batch_runs)
             if run is None:
                 continue
-            if run.status == DagsterRunStatus.SUCCESS:
+            if run.status == DagsterRunStatus.SUCCESS and episode_runs:
                 outcome = ledger.Outcome(succeeded=True)
                 observations.append(Observation(succeeded=True))
             else:
                 error = run_error(instance, run)
+                if not episode_runs:
+                    error = f"its batch run {run.run_id} ended before it ran: {error}"
                 error_class = classify_error(error)
                 outcome = ledger.Outcome(False, error, error_class)
                 observations.append(Observation(False, error_class, retry_after_seconds(error)))
@@ -219,12 +223,13 @@ def drive_campaign(
             report.decisions.append(decision.message)
         db.update_campaign(conn, campaign_id, governor=governor.to_json())
 
+    per_run = config.waves.episodes_per_run
     # (2) A wave whose rows have no run: its backfill missing (a crash after the claim) is
     # recorded now; one whose backfill has ended without their run releases them.
     for wave, rows in sorted(repair.items()):
         backfill = instance.get_backfill(wave_backfill_id(campaign_id, wave))
         if backfill is None:
-            launch_wave(instance, postgres, campaign.name, campaign_id, wave, rows)
+            launch_wave(instance, postgres, campaign.name, campaign_id, wave, rows, per_run)
             report.repaired_waves.append(wave)
             continue
         ended = backfill.status not in (BulkActionStatus.REQUESTED,)
@@ -233,7 +238,7 @@ def drive_campaign(
             for row in rows
             if ended or row.updated_at < now - timedelta(seconds=config.stale_claim_seconds)
         ]
-        if (stale and campaign.state != ledger.RUNNING) or (stale and ended):
+        if stale:
             with postgres.transaction() as conn:
                 report.released += db.release(conn, campaign_id, [row.ref for row in stale])
                 db.log_decision(
@@ -287,6 +292,8 @@ def drive_campaign(
             return report
         wave = campaign.next_wave
         claimed = db.claim_wave(conn, campaign_id, wave, size, config.waves.episodes_per_run, now)
+        if config.waves.episodes_per_run > 1:
+            create_batches(conn, claimed)
         db.update_campaign(conn, campaign_id, next_wave=wave + 1)
         db.log_decision(
             conn,
@@ -301,7 +308,9 @@ def drive_campaign(
         )
     report.claimed, report.wave = len(claimed), wave
     reach(AFTER_CLAIM, about=f"{campaign_id}.w{wave}")
-    launch_wave(instance, postgres, campaign.name, campaign_id, wave, claimed)
+    launch_wave(
+        instance, postgres, campaign.name, campaign_id, wave, claimed, config.waves.episodes_per_run
+    )
     return report
 
 
@@ -312,6 +321,7 @@ def launch_wave(
     campaign_id: str,
     wave: int,
     rows: list[db.LedgerRow],
+    episodes_per_run: int,
 ) -> str:
     """Add the wave's missing partitions (remembered as the campaign's, to prune), then record
     its backfill under the wave's id."""
@@ -322,18 +332,44 @@ def launch_wave(
         with postgres.transaction() as conn:
             db.mark_partitions_added(conn, campaign_id, missing)
         instance.add_dynamic_partitions(EPISODES_PARTITION_NAME, [r.partition_key for r in missing])
+    # K = 1: the episode job over the episodes; K > 1: the batch job over the wave's batches.
+    batch_keys = list(dict.fromkeys(row.batch_key for row in rows if row.batch_key))
+    partition_keys, job_name = keys, EPISODE_JOB_NAME
+    if episodes_per_run > 1:
+        from episode_pipeline.defs.batches import BATCH_JOB_NAME
+        from episode_pipeline.defs.partitions import BATCHES_PARTITION_NAME
+
+        known_batches = instance.get_existing_dynamic_partitions(BATCHES_PARTITION_NAME, batch_keys)
+        new_batches = [key for key in batch_keys if key not in known_batches]
+        if new_batches:
+            instance.add_dynamic_partitions(BATCHES_PARTITION_NAME, new_batches)
+        partition_keys, job_name = batch_keys, BATCH_JOB_NAME
     backfill_id = wave_backfill_id(campaign_id, wave)
     if instance.get_backfill(backfill_id) is None:
         record_backfill(
             instance,
-            keys,
+            partition_keys,
             title=wave_title(name, wave),
-            description=f"campaign {campaign_id}: {len(keys)} episode(s), {len(missing)} "
-            "partition(s) added (episode-pipeline campaign status)",
+            description=f"campaign {campaign_id}: {len(keys)} episode(s) in "
+            f"{len(partition_keys)} run(s), {len(missing)} partition(s) added "
+            "(episode-pipeline campaign status)",
             tags=campaign_tags(campaign_id, wave),
             backfill_id=backfill_id,
+            job_name=job_name,
         )
     return backfill_id
+
+
+def create_batches(conn: Any, rows: list[db.LedgerRow]) -> None:
+    """The wave's batches (`episode_batches`), in the transaction that claims the wave."""
+    from episode_pipeline.db.batches import create_batch
+
+    by_batch: dict[str, list[Any]] = defaultdict(list)
+    for row in rows:
+        assert row.batch_key is not None
+        by_batch[row.batch_key].append(row.ref)
+    for key, refs in by_batch.items():
+        create_batch(conn, key, refs)
 
 
 def prune_settled(instance: DagsterInstance, postgres: PostgresResource, campaign_id: str) -> int:
