@@ -79,7 +79,7 @@ def test_a_campaign_killed_mid_wave_brings_every_episode_to_the_new_code_version
 ) -> None:
     stage = crash_stage
     tag = uuid.uuid4().hex[:6]
-    refs = [EpisodeRef(f"camp-{tag}-{i % ORGS}", f"ep-{i}") for i in range(EPISODES)]
+    refs = [EpisodeRef(f"camp-{tag}-{i % ORGS}", f"camp-{tag}-ep-{i}") for i in range(EPISODES)]
 
     # The fleet as the old code left it.
     first = daemon(stage, "campaign-old-code", "ultrafast")

@@ -35,7 +35,7 @@ def test_the_stale_selection_and_a_claim_that_cannot_pick_twice(
     db_conn: psycopg.Connection, settings: Settings
 ) -> None:
     org = f"org-{uuid.uuid4().hex[:6]}"
-    refs = [EpisodeRef(org, f"ep-{i}") for i in range(6)]
+    refs = [EpisodeRef(org, f"{org}-ep-{i}") for i in range(6)]
     for ref in refs:
         db_conn.execute(
             "INSERT INTO episodes (id, org_id, status) VALUES (%s, %s, 'processed')",
