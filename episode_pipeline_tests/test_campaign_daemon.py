@@ -74,6 +74,7 @@ def statuses(stage: CrashStage, refs: list[EpisodeRef]) -> list[str]:
 
 
 @pytest.mark.slow(seconds=300)
+@pytest.mark.timeout(2 * PROCESS_SECONDS + 300)
 def test_a_campaign_killed_mid_wave_brings_every_episode_to_the_new_code_version_once(
     crash_stage: CrashStage, archive: Path
 ) -> None:
