@@ -6,7 +6,9 @@ preset is part of `hls_renditions`' code version). The daemon that runs the camp
 `campaign.after_claim` of wave 1 (the first after the canary): the ledger has committed the wave,
 its backfill is not recorded. It is SIGKILLed there and a clean daemon finishes the campaign.
 Every episode must end processed once by the new version: one successful campaign run each, its
-record's code version the campaign's, its frames written once.
+record's code version the campaign's, its frames written once. A second campaign then takes the
+same episodes to `veryfast` at K = 5: batch runs of the batch job, each episode still its own
+run.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import uuid
 from pathlib import Path
 
 import pytest
-from dagster import DagsterInstance, DagsterRunStatus, RunsFilter
+from dagster import DagsterInstance, DagsterRun, DagsterRunStatus, RunsFilter
 
 from episode_pipeline.cli import build_parser
 from episode_pipeline.commands import campaign as commands
@@ -47,6 +49,10 @@ def preset_settings(settings: Settings, preset: str) -> Settings:
     )
 
 
+def new_settings_of(planned: dict) -> Settings:
+    return planned["settings"]
+
+
 def preset_env(preset: str) -> dict[str, str]:
     return {
         "TRANSCODE_PRESET": preset,
@@ -68,13 +74,80 @@ def archive(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
+def start_campaign(
+    stage: CrashStage, settings: Settings, refs: list[EpisodeRef], name: str, *options: str
+) -> tuple[str, dict]:
+    argv = ["campaign", "start", "--stale", "--name", name, "--concurrency", "2", *options]
+    for ref in refs:
+        argv += ["--episode", ref.partition_key]
+    args = build_parser().parse_args(argv)
+    with connect(stage.settings.database) as conn:
+        planned = commands.plan(conn, settings, args)
+        query, params, selection = planned.pop("_query")
+        assert planned["episodes"] == len(refs)  # all stale under the new version
+        campaign_id, count = commands.start(conn, planned, query, params, selection, args)
+        conn.commit()
+    assert count == len(refs)
+    planned["args"] = args
+    return campaign_id, planned
+
+
+def wait_for_the_end(stage: CrashStage, campaign_id: str, running: Daemon) -> None:
+    def ended() -> bool:
+        with connect(stage.settings.database) as conn:
+            campaign = db.get_campaign(conn, campaign_id)
+            return campaign is not None and campaign.state in ("done", "stopped")
+
+    def describe() -> str:
+        with connect(stage.settings.database) as conn:
+            text = commands.format_status(commands.status(conn, campaign_id))
+        return f"{text}\n{running.tail()}"
+
+    wait_until(ended, PROCESS_SECONDS, describe)
+
+
+def assert_processed_once_by(
+    stage: CrashStage, campaign_id: str, refs: list[EpisodeRef], planned: dict
+) -> dict[str, list[DagsterRun]]:
+    """Done; every episode succeeded at its first attempt, its record the campaign's version
+    and its run the ledger's, its frames written once; one successful campaign run each."""
+    with connect(stage.settings.database) as conn:
+        result = commands.status(conn, campaign_id)
+        assert result["state"] == "done", commands.format_status(result)
+        assert result["counts"]["succeeded"] == len(refs)
+        assert result["report"]["canary"] == "passed"
+        rows = {
+            row.ref: row
+            for wave in range(result["waves_started"])
+            for row in db.wave_rows(conn, campaign_id, wave)
+        }
+        assert set(rows) == set(refs)
+        assert {row.attempts for row in rows.values()} == {1}
+        for ref in refs:
+            record = output_record(conn, ref)
+            assert record["code_version"] == planned["target_code_version"]
+            assert record["run_id"] == rows[ref].run_id
+            assert frame_rows(conn, ref) == FPS  # written once
+        assert commands.plan(conn, new_settings_of(planned), planned["args"])["episodes"] == 0
+    with DagsterInstance.from_config(str(stage.dagster_home)) as instance:
+        runs = instance.get_runs(RunsFilter(tags={CAMPAIGN_TAG: campaign_id}))
+        by_episode: dict[str, list[DagsterRun]] = {}
+        for run in runs:
+            by_episode.setdefault(run.tags[PARTITION_TAG], []).append(run)
+        episodes = {key: found for key, found in by_episode.items() if "/" in key}
+        assert sorted(episodes) == sorted(ref.partition_key for ref in refs)
+        statuses_ = {key: [run.status for run in found] for key, found in episodes.items()}
+        assert all(s == [DagsterRunStatus.SUCCESS] for s in statuses_.values()), statuses_
+        return by_episode
+
+
 def statuses(stage: CrashStage, refs: list[EpisodeRef]) -> list[str]:
     with connect(stage.settings.database) as conn:
         return [episode_row(conn, ref)["status"] for ref in refs]
 
 
-@pytest.mark.slow(seconds=300)
-@pytest.mark.timeout(2 * PROCESS_SECONDS + 300)
+@pytest.mark.slow(seconds=420)
+@pytest.mark.timeout(4 * PROCESS_SECONDS)
 def test_a_campaign_killed_mid_wave_brings_every_episode_to_the_new_code_version_once(
     crash_stage: CrashStage, archive: Path
 ) -> None:
@@ -99,20 +172,13 @@ def test_a_campaign_killed_mid_wave_brings_every_episode_to_the_new_code_version
     assert len(old_versions) == 1
 
     new_settings = preset_settings(stage.settings, "superfast")
-    argv = ["campaign", "start", "--stale", "--name", f"test {tag}", "--concurrency", "2"]
-    argv += ["--wave-size", "8", "--canary-episodes", "2"]
-    for ref in refs:
-        argv += ["--episode", ref.partition_key]
-    args = build_parser().parse_args(argv)
-    with connect(stage.settings.database) as conn:
-        planned = commands.plan(conn, new_settings, args)
-        query, params, selection = planned.pop("_query")
-        assert planned["episodes"] == EPISODES  # all stale under the new version
-        assert planned["target_code_version"] not in old_versions
-        campaign_id, count = commands.start(conn, planned, query, params, selection, args)
-        conn.commit()
-    assert count == EPISODES
+    campaign_id, planned = start_campaign(
+        stage, new_settings, refs, f"test {tag}", "--wave-size", "8", "--canary-episodes", "2"
+    )
+    assert planned["target_code_version"] not in old_versions
+    planned["settings"] = new_settings
 
+    # K = 1, and a SIGKILL of the daemon once wave 1 is claimed, before its backfill exists.
     armed = daemon(
         stage, "campaign-armed", "superfast", armed=AFTER_CLAIM, about=f"{campaign_id}.w1"
     )
@@ -124,57 +190,29 @@ def test_a_campaign_killed_mid_wave_brings_every_episode_to_the_new_code_version
             armed.stop()
     with DagsterInstance.from_config(str(stage.dagster_home)) as instance:
         assert instance.get_backfill(wave_backfill_id(campaign_id, 1)) is None  # killed before it
-
     clean = daemon(stage, "campaign-restarted", "superfast")
     try:
-
-        def done() -> bool:
-            with connect(stage.settings.database) as conn:
-                campaign = db.get_campaign(conn, campaign_id)
-                return campaign is not None and campaign.state in ("done", "stopped")
-
-        def describe() -> str:
-            with connect(stage.settings.database) as conn:
-                return (
-                    f"{commands.format_status(commands.status(conn, campaign_id))}\n{clean.tail()}"
-                )
-
-        wait_until(done, PROCESS_SECONDS, describe)
+        wait_for_the_end(stage, campaign_id, clean)
     finally:
         clean.stop()
-
-    with connect(stage.settings.database) as conn:
-        result = commands.status(conn, campaign_id)
-        assert result["state"] == "done", commands.format_status(result)
-        assert result["counts"]["succeeded"] == EPISODES
-        assert result["report"]["canary"] == "passed"
-        rows = {
-            row.ref: row
-            for wave in range(result["waves_started"])
-            for row in db.wave_rows(conn, campaign_id, wave)
-        }
-        assert set(rows) == set(refs)
-        attempts = conn.execute(
-            "SELECT max(attempts), min(attempts) FROM campaign_episodes WHERE campaign_id = %s",
-            (campaign_id,),
-        ).fetchone()
-        assert tuple(attempts) == (1, 1)
-        for ref in refs:
-            record = output_record(conn, ref)
-            assert record["code_version"] == planned["target_code_version"]
-            assert record["run_id"] == rows[ref].run_id
-            assert frame_rows(conn, ref) == FPS  # written once
-        # Nothing is stale any more: a second plan selects none.
-        again = commands.plan(conn, new_settings, args)
-        assert again["episodes"] == 0
+    assert_processed_once_by(stage, campaign_id, refs, planned)
     with DagsterInstance.from_config(str(stage.dagster_home)) as instance:
-        runs = instance.get_runs(RunsFilter(tags={CAMPAIGN_TAG: campaign_id}))
-        by_episode: dict[str, list[str]] = {}
-        for run in runs:
-            by_episode.setdefault(run.tags[PARTITION_TAG], []).append(run.status.value)
-        assert sorted(by_episode) == sorted(ref.partition_key for ref in refs)
-        assert all(s == [DagsterRunStatus.SUCCESS.value] for s in by_episode.values()), by_episode
-        assert {b.title for b in instance.get_backfills() if b.backfill_id.startswith("c")} >= {
-            f"test {tag} · wave 0 (canary)",
-            f"test {tag} · wave 1",
-        }
+        titles = {backfill.title for backfill in instance.get_backfills()}
+    assert {f"test {tag} · wave 0 (canary)", f"test {tag} · wave 1"} <= titles
+
+    # K = 5: the same episodes to the next version, five to a batch run (one task each).
+    k5_settings = preset_settings(stage.settings, "veryfast")
+    campaign_id, planned = start_campaign(
+        stage, k5_settings, refs, f"test {tag} k5", "--episodes-per-run", "5", "--wave-size", "10"
+    )
+    planned["settings"] = k5_settings
+    batched = daemon(stage, "campaign-k5", "veryfast")
+    try:
+        wait_for_the_end(stage, campaign_id, batched)
+    finally:
+        batched.stop()
+    by_partition = assert_processed_once_by(stage, campaign_id, refs, planned)
+    batch_runs = {key: runs for key, runs in by_partition.items() if "/" not in key}
+    assert all(key.startswith(f"{campaign_id}.w") for key in batch_runs)
+    # Batch runs of up to five episodes (the canary's of one): far fewer tasks than episodes.
+    assert len(batch_runs) < EPISODES / 2, sorted(batch_runs)
