@@ -256,3 +256,35 @@ def test_the_config_round_trips_and_the_digest_ignores_order() -> None:
     assert config.waves.wave_size == 20 and config.waves.max_live_partitions >= 20
     assert code_version_digest({"a": "1", "b": "2"}) == code_version_digest({"b": "2", "a": "1"})
     assert code_version_digest({"a": "1"}) != code_version_digest({"a": "2"})
+
+
+def test_the_campaign_command_reads_its_selection_and_pacing() -> None:
+    from episode_pipeline.cli import build_parser
+    from episode_pipeline.commands.campaign import campaign_id_for, selection_of
+
+    args = build_parser().parse_args(
+        [
+            "campaign",
+            "plan",
+            "--stale",
+            "--org",
+            "acme",
+            "--wave-size",
+            "200",
+            "--expect",
+            "renditions",
+        ]
+    )
+    selection = selection_of(args, "abc123")
+    assert (selection.org, selection.stale_for, args.wave_size, args.expect) == (
+        "acme",
+        "abc123",
+        200,
+        ["renditions"],
+    )
+    status = build_parser().parse_args(["campaign", "status", "ladder-1a2b3c", "--json"])
+    assert (status.action, status.campaign, status.json) == ("status", "ladder-1a2b3c", True)
+    named = build_parser().parse_args(["campaign", "plan", "--episode", "acme/ep-1", "--org", "x"])
+    with pytest.raises(ValueError, match="not both"):
+        selection_of(named, "abc123")
+    assert campaign_id_for("Ladder 1080p!").startswith("ladder-1080p-")
