@@ -25,6 +25,7 @@ from types import ModuleType
 from typing import Any
 
 from benchmarks import (
+    batch,
     end_to_end,
     extraction,
     fleet,
@@ -46,6 +47,7 @@ STAGES: dict[str, ModuleType] = {
     extraction.NAME: extraction,
     hls.NAME: hls,
     end_to_end.NAME: end_to_end,
+    batch.NAME: batch,
     fleet.NAME: fleet,
 }
 DEFAULT_OUT = REPO_ROOT / "benchmarks" / "results"
