@@ -1,8 +1,11 @@
-"""A batch run on the real stack: three episodes in one run, the middle one a bad archive.
+"""Batch runs on the real stack.
 
-The two good episodes end `processed`, each by its own run of `process_episode` with its own
-checks; the bad one ends `failed` by its own failed run, with its cause; the batch run succeeds
-and its metadata lists all three. A private bucket keeps the uploads off the stack's queue.
+- Three episodes in one batch run, the middle one a bad archive: the two good episodes end
+  `processed`, each by its own run of `process_episode` with its own checks; the bad one ends
+  `failed` by its own failed run, with its cause; the batch run succeeds and its metadata lists
+  all three. Retention's statements then prune the batch's run and partition. A private bucket
+  keeps the uploads off the stack's queue.
+- The run queue sizes a batch run's task by the largest archive of its episodes.
 """
 
 from __future__ import annotations
@@ -12,7 +15,9 @@ import uuid
 from pathlib import Path
 
 import pytest
-from dagster import DagsterEventType, DagsterInstance, DagsterRunStatus, RunsFilter
+from dagster import DagsterEventType, DagsterInstance, DagsterRun, DagsterRunStatus, RunsFilter
+from dagster._core.run_coordinator import SubmitRunContext
+from dagster._core.test_utils import create_run_for_test, instance_for_test
 
 from episode_pipeline.config.settings import Settings
 from episode_pipeline.db.batches import create_batch
@@ -21,19 +26,31 @@ from episode_pipeline.db.episodes import ensure_episode_row, episode_row
 from episode_pipeline.definitions import build_definitions
 from episode_pipeline.defs.batches import BATCH_JOB_NAME
 from episode_pipeline.defs.partitions import BATCHES_PARTITION_NAME
-from episode_pipeline.defs.runs import BATCH_RUN_TAG, BATCH_TAG, PARTITION_TAG
+from episode_pipeline.defs.retention import _connect, delete_episodes
+from episode_pipeline.defs.runs import (
+    BATCH_RUN_TAG,
+    BATCH_TAG,
+    ECS_CPU_TAG,
+    ECS_MEMORY_TAG,
+    PARTITION_TAG,
+    TRANSCODER_TAG,
+)
 from episode_pipeline.episodes.batches import batch_key
+from episode_pipeline.local.stack_env import load_settings
 from episode_pipeline.samples.writer import SampleSpec, write_sample
 from episode_pipeline.storage.bucket import Bucket
+from episode_pipeline.transcode import placement
 from episode_pipeline_tests.support import new_ref
 from episode_pipeline_tests.support.graph import check_evaluation
+from episode_pipeline_tests.support.runs import JOB_ORIGIN
 
 pytestmark = pytest.mark.integration
 
 CAMPAIGN_TAG = "episode_pipeline/campaign"
+COORDINATOR = {"module": "episode_pipeline.defs.run_coordinator", "class": "EpisodeRunCoordinator"}
 
 
-@pytest.mark.slow(seconds=40)
+@pytest.mark.slow(seconds=45)
 def test_a_batch_runs_each_episode_as_its_own_run_and_a_bad_one_fails_alone(
     stack, settings: Settings, tmp_path: Path
 ) -> None:
@@ -96,3 +113,49 @@ def test_a_batch_runs_each_episode_as_its_own_run_and_a_bad_one_fails_alone(
                 "processed",
             )
             assert check_evaluation(ref, "frames", "frames_match_parquet_rows").passed
+
+    # Settled, the batch goes as an episode does: its run, then its partition.
+    with _connect(instance) as conn:
+        deleted = delete_episodes(conn, [key])
+    assert (deleted["runs"], deleted["partitions"]) == (1, 1)
+    assert instance.get_run_by_id(batch_run_id) is None
+    assert not instance.has_dynamic_partition(BATCHES_PARTITION_NAME, key)
+
+
+def test_the_queue_sizes_a_batch_task_by_its_largest_archive(stack, s3_client, monkeypatch) -> None:
+    """As the daemon's run queue does, from the stack's S3 and `episode_batches`. The bytes a
+    vCPU transcodes are scaled down so three small objects stand for large archives."""
+    for name, value in {
+        **stack.env,
+        "TRANSCODE_TASK_ABOVE_BYTES": "100",  # would send any one of them to a task of its own
+        "TRANSCODE_TASK_DEFINITION": "pipe-transcode",
+        "ECS_CLUSTER": "pipe",
+        "ECS_SUBNETS": "subnet-1",
+    }.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setattr(placement, "ARCHIVE_BYTES_PER_VCPU", 1000)
+    refs = [new_ref(), new_ref(), new_ref()]
+    for ref, size in zip(refs, (500, 2500, 1500), strict=True):
+        s3_client.put_object(Bucket=stack.bucket, Key=f"{ref.prefix}take.tar.zst", Body=b"0" * size)
+    key = batch_key(f"t{uuid.uuid4().hex[:6]}", 0, 0)
+    with connect(load_settings().database) as conn:
+        create_batch(conn, key, refs)
+        conn.commit()
+
+    with instance_for_test(overrides={"run_coordinator": COORDINATOR}) as instance:
+        run = create_run_for_test(
+            instance,
+            job_name=BATCH_JOB_NAME,
+            tags={PARTITION_TAG: key},
+            status=DagsterRunStatus.NOT_STARTED,
+            remote_job_origin=JOB_ORIGIN._replace(job_name=BATCH_JOB_NAME),
+        )
+        instance.run_coordinator.submit_run(SubmitRunContext(run, None))
+        queued: DagsterRun = instance.get_run_by_id(run.run_id)  # type: ignore[assignment]
+
+    # 2,500 bytes at 1,000 a vCPU: 3, the next Fargate size 4 (not 1 for the first, 8 for all).
+    assert (queued.tags[TRANSCODER_TAG], queued.tags[ECS_CPU_TAG], queued.tags[ECS_MEMORY_TAG]) == (
+        "subprocess",
+        "4096",
+        "8192",
+    )
