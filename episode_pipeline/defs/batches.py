@@ -25,6 +25,7 @@ Uploads never come here: their runs are `process_episode` itself, one episode a 
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
+import psycopg
 from dagster import (
     DagsterEventType,
     DagsterInstance,
@@ -42,7 +43,7 @@ from dagster import (
 )
 
 from episode_pipeline.db.batches import batch_episodes
-from episode_pipeline.defs.failures import fail_episode_of_run, user_error
+from episode_pipeline.defs.failures import fail_episode_of_run, user_error_text
 from episode_pipeline.defs.metadata import table
 from episode_pipeline.defs.partitions import EPISODES_PARTITION_NAME, batch_partitions
 from episode_pipeline.defs.resources.database import PostgresResource
@@ -109,9 +110,9 @@ def run_cause(result: ExecuteInProcessResult) -> str | None:
         if event.event_type == DagsterEventType.STEP_FAILURE and event.step_failure_data:
             error = event.step_failure_data.error
             if error is not None:
-                inner = user_error(error)
-                first = (inner.message.strip().splitlines() or [""])[0]
-                return f"{event.step_key}: {inner.cls_name}: {first}"
+                error_type, message = user_error_text(error)
+                first = (message.splitlines() or [""])[0]
+                return f"{event.step_key}: {error_type}: {first}"
     for event in result.all_events:
         if event.event_type == DagsterEventType.RUN_FAILURE:
             return event.message or "the run failed"
@@ -129,7 +130,8 @@ def succeeded_in_batch(instance: DagsterInstance, batch_key: str) -> dict[str, s
 def add_episode_partitions(instance: DagsterInstance, refs: Iterable[EpisodeRef]) -> None:
     """The episodes' partitions, added once for the batch (a pruned episode's comes back)."""
     keys = [ref.partition_key for ref in refs]
-    missing = [key for key in keys if key not in known_partitions(instance, keys)]
+    known = known_partitions(instance, keys)
+    missing = [key for key in keys if key not in known]
     if missing:
         instance.add_dynamic_partitions(EPISODES_PARTITION_NAME, missing)
 
@@ -142,13 +144,21 @@ def run_episode(
     tags: Mapping[str, str],
     postgres: PostgresResource,
 ) -> EpisodeOutcome:
-    """One child run of the episode job in this process; its failure is its episode's alone."""
-    result = episode_job.execute_in_process(
-        partition_key=ref.partition_key,
-        instance=context.instance,
-        raise_on_error=False,
-        tags={**tags, **in_process_tags(), **episode_tags(ref.partition_key)},
-    )
+    """One child run of the episode job in this process; its failure is its episode's alone.
+    Even an error of Dagster's around the run (no run made, nothing marked) is this episode's
+    outcome, not the batch's."""
+    try:
+        result = episode_job.execute_in_process(
+            partition_key=ref.partition_key,
+            instance=context.instance,
+            raise_on_error=False,
+            tags={**tags, **in_process_tags(), **episode_tags(ref.partition_key)},
+        )
+    except Exception as error:
+        context.log.exception(f"{ref}: its run could not be executed")
+        return EpisodeOutcome(
+            position, ref.partition_key, FAILED, None, f"run: {type(error).__name__}: {error}"
+        )
     run = result.dagster_run
     if result.success:
         return EpisodeOutcome(position, ref.partition_key, SUCCEEDED, run.run_id)
@@ -189,8 +199,14 @@ def run_batch(
         parse_batch_key(batch_key)
     except InvalidBatchKey as error:
         raise Failure(str(error)) from None
-    with postgres.connect() as conn:
-        refs = batch_episodes(conn, batch_key)
+    try:
+        with postgres.connect() as conn:
+            refs = batch_episodes(conn, batch_key)
+    except psycopg.errors.UndefinedTable as error:
+        raise Failure(
+            f"batch {batch_key}: the database has no episode_batches table ({error}); it is "
+            "migration 005_episode_batches.sql"
+        ) from None
     if not refs:
         raise Failure(f"batch {batch_key}: the episode_batches table lists no episode for it")
     instance = context.instance

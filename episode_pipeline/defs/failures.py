@@ -56,6 +56,18 @@ def user_error(error: SerializableErrorInfo) -> SerializableErrorInfo:
     return error
 
 
+def user_error_text(error: SerializableErrorInfo) -> tuple[str, str]:
+    """The user's exception as (type, message), without the `package.module.Class: ` Dagster
+    puts before the message."""
+    inner = user_error(error)
+    error_type = inner.cls_name or "Error"
+    message = inner.message.strip()
+    head, sep, rest = message.partition(": ")
+    if sep and head.rsplit(".", 1)[-1] == error_type:
+        message = rest
+    return error_type, message
+
+
 def run_started_at(instance: DagsterInstance, run: DagsterRun) -> datetime:
     """When the run started (or was created, if it never started): the cut-off for `failed`."""
     record = instance.get_run_record_by_id(run.run_id)

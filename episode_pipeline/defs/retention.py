@@ -5,7 +5,8 @@ storage only need the episodes still moving. `prune` deletes, in batched stateme
 Dagster holds about an episode that has settled — no run in flight, no newer upload waiting, its
 latest run ended longer ago than the window (`RetentionSettings`) — its runs, their tags, event
 logs and check results, its archive observations and its dynamic partition. The partition comes
-back when the episode is uploaded again or reprocessed (`episode-pipeline reprocess`).
+back when the episode is uploaded again or reprocessed (`episode-pipeline reprocess`). A
+campaign's batch run is pruned by the same rule on its batch partition (`episode_batches`).
 
 Exactly once survives it: before an upload's successful run is deleted, a one-row record of it
 (`upload_done_records`) is kept in Dagster's key-value table for `upload_record_days`, longer than
