@@ -3,7 +3,8 @@
 - Three episodes in one batch run, the middle one a bad archive: the two good episodes end
   `processed`, each by its own run of `process_episode` with its own checks; the bad one ends
   `failed` by its own failed run, with its cause; the batch run succeeds and its metadata lists
-  all three. Retention's statements then prune the batch's run and partition. A private bucket
+  all three. A child a dead attempt left STARTED is failed first. Retention's statements then
+  prune the batch's run and partition. A private bucket
   keeps the uploads off the stack's queue.
 - The run queue sizes a batch run's task by the largest archive of its episodes.
 """
@@ -76,6 +77,13 @@ def test_a_batch_runs_each_episode_as_its_own_run_and_a_bad_one_fails_alone(
         conn.commit()
     instance = DagsterInstance.get()
     instance.add_dynamic_partitions(BATCHES_PARTITION_NAME, [key])
+    # What a dead attempt of the batch run leaves: a child of it still STARTED.
+    abandoned = create_run_for_test(
+        instance,
+        job_name="process_episode",
+        tags={BATCH_TAG: key, PARTITION_TAG: good_b.partition_key},
+        status=DagsterRunStatus.STARTED,
+    )
 
     result = (
         build_definitions(private)
@@ -89,8 +97,11 @@ def test_a_batch_runs_each_episode_as_its_own_run_and_a_bad_one_fails_alone(
     metadata = output.step_output_data.metadata
     assert (metadata["succeeded"].value, metadata["failed"].value) == (2, 1)
     rows = {row.data["episode"]: row.data for row in metadata["outcomes"].value.records}
+    assert instance.get_run_by_id(abandoned.run_id).status == DagsterRunStatus.FAILURE  # type: ignore[union-attr]
     runs = {
-        run.tags[PARTITION_TAG]: run for run in instance.get_runs(RunsFilter(tags={BATCH_TAG: key}))
+        run.tags[PARTITION_TAG]: run
+        for run in instance.get_runs(RunsFilter(tags={BATCH_TAG: key}))
+        if run.run_id != abandoned.run_id
     }
     assert set(rows) == set(runs) == {ref.partition_key for ref in archives}
     for ref in archives:

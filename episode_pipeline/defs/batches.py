@@ -14,10 +14,11 @@ keeps its own run, outputs, checks, status and failure, and the UI one result pe
 - A failed child marks its episode `failed` (the failure policy, `defs.failures`) and the op goes
   on; the op fails only when it cannot run at all (no such batch). Its output metadata lists
   every episode's outcome, run and cause.
-- Run again (a retry of the batch), an episode whose child run already succeeded in this batch
-  is skipped: one success per episode and batch.
-- If the task dies mid-batch, the child left STARTED is failed by the `orphaned_runs` sensor
-  once the batch run has ended (run monitoring fails the batch run).
+- Run again (a retry of the batch, or run monitoring resuming it after its task died), an
+  episode whose child run already succeeded in this batch is skipped: one success per episode
+  and batch; a child a dead attempt left STARTED is failed first, and its episode run again.
+- If the task dies mid-batch and the batch run ends, the child left STARTED is failed by the
+  `orphaned_runs` sensor (run monitoring fails the batch run).
 
 Uploads never come here: their runs are `process_episode` itself, one episode a run.
 """
@@ -127,6 +128,21 @@ def succeeded_in_batch(instance: DagsterInstance, batch_key: str) -> dict[str, s
     return {run.tags[PARTITION_TAG]: run.run_id for run in runs if PARTITION_TAG in run.tags}
 
 
+def fail_abandoned_children(
+    context: OpExecutionContext, batch_key: str, postgres: PostgresResource
+) -> list[str]:
+    """Fail the batch's children still STARTED: the op runs one at a time, so before its first
+    one starts, any such run is a dead attempt's (run monitoring resumed the batch run in a new
+    task, under the same run id). Their episodes become `failed` and are run again below."""
+    abandoned = context.instance.get_runs(
+        RunsFilter(tags={BATCH_TAG: batch_key}, statuses=[DagsterRunStatus.STARTED])
+    )
+    for run in abandoned:
+        context.instance.report_run_failed(run, "an earlier attempt of its batch run died")
+        fail_episode_of_run(context.instance, run, postgres)
+    return [run.run_id for run in abandoned]
+
+
 def add_episode_partitions(instance: DagsterInstance, refs: Iterable[EpisodeRef]) -> None:
     """The episodes' partitions, added once for the batch (a pruned episode's comes back)."""
     keys = [ref.partition_key for ref in refs]
@@ -210,6 +226,9 @@ def run_batch(
     if not refs:
         raise Failure(f"batch {batch_key}: the episode_batches table lists no episode for it")
     instance = context.instance
+    abandoned = fail_abandoned_children(context, batch_key, postgres)
+    if abandoned:
+        context.log.warning(f"failed {len(abandoned)} run(s) left by a dead attempt: {abandoned}")
     add_episode_partitions(instance, refs)
     done = succeeded_in_batch(instance, batch_key)
     tags = batch_child_tags(batch_key, context.run_id, context.run.tags)
