@@ -18,11 +18,12 @@ from episode_pipeline.defs.assets.episode import episode
 from episode_pipeline.defs.assets.episode_metadata import episode_metadata
 from episode_pipeline.defs.assets.frames import frames
 from episode_pipeline.defs.assets.hls_renditions import hls_renditions
+from episode_pipeline.defs.batches import batch_job
 from episode_pipeline.defs.checks import EPISODE_CHECKS
 from episode_pipeline.defs.checks.sync import video_frames_in_sync
 from episode_pipeline.defs.io_managers.postgres_tables import PostgresPolarsIOManager
 from episode_pipeline.defs.io_managers.s3_outputs import S3IOManager
-from episode_pipeline.defs.jobs import episode_job
+from episode_pipeline.defs.jobs import EPISODE_JOB_NAME, episode_job
 from episode_pipeline.defs.partitions import with_setting_in_code_version
 from episode_pipeline.defs.resources.archive_limits import ArchiveLimitsResource
 from episode_pipeline.defs.resources.database import PostgresResource
@@ -62,7 +63,7 @@ def hls_settings(settings: Settings) -> str:
 
 
 def build_definitions(settings: Settings) -> Definitions:
-    return Definitions(
+    defs = Definitions(
         assets=[
             raw_archive,
             extracted_files,
@@ -75,7 +76,8 @@ def build_definitions(settings: Settings) -> Definitions:
             *EPISODE_CHECKS,
             video_frames_in_sync(blocking=settings.sync_check_blocking),
         ],
-        jobs=[episode_job],
+        # A campaign's batch runs its episodes as runs of these definitions' own episode job.
+        jobs=[episode_job, batch_job(lambda: defs.resolve_job_def(EPISODE_JOB_NAME))],
         sensors=[
             *upload_queue_sensors(settings.queue, settings.transcode),
             episode_failed_on_run_failure,
@@ -89,6 +91,7 @@ def build_definitions(settings: Settings) -> Definitions:
         # step and keeps a run's temporary files in one place.
         executor=in_process_executor,
     )
+    return defs
 
 
 @definitions
