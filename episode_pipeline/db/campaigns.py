@@ -19,6 +19,7 @@ from episode_pipeline.campaign.ledger import (
     SUCCEEDED,
     Transition,
 )
+from episode_pipeline.episodes.batches import batch_key
 from episode_pipeline.episodes.keys import EpisodeRef
 
 
@@ -202,11 +203,6 @@ def claim_wave(
         LedgerRow(EpisodeRef(org, ep), REQUESTED, 0, wave, key, None, False, now)
         for org, ep, key in claimed
     ]
-
-
-def batch_key(campaign_id: str, wave: int, index: int) -> str:
-    """CAMPAIGN.md's format: valid as a Dagster partition key."""
-    return f"{campaign_id}.w{wave}.b{index}"
 
 
 def requested_rows(conn: psycopg.Connection, campaign_id: str) -> list[LedgerRow]:
