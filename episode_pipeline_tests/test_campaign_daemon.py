@@ -85,7 +85,10 @@ def start_campaign(
         planned = commands.plan(conn, settings, args)
         query, params, selection = planned.pop("_query")
         assert planned["episodes"] == len(refs)  # all stale under the new version
-        campaign_id, count = commands.start(conn, planned, query, params, selection, args)
+        with DagsterInstance.from_config(str(stage.dagster_home)) as instance:
+            campaign_id, count = commands.start(
+                conn, instance, planned, query, params, selection, args
+            )
         conn.commit()
     assert count == len(refs)
     planned["args"] = args

@@ -111,14 +111,15 @@ def test_one_campaign_through_the_drivers_ticks(
     planned = commands.plan(db_conn, settings, args)
     query, params, selection = planned.pop("_query")
     assert planned["episodes"] == 4 and planned["estimate"]["measured_from"] >= 4
-    campaign_id, _ = commands.start(db_conn, planned, query, params, selection, args)
+    campaign_id, _ = commands.start(db_conn, instance, planned, query, params, selection, args)
     target = planned["target_code_version"]
     versions = planned["code_versions"]
     now = datetime.now(UTC)
     rng = random.Random(5)
 
     # Tick 1: the canary wave, one episode, as one backfill titled and tagged for the campaign.
-    drive(instance, postgres, now, rng)
+    # Campaigns of other Dagster instances on this database (other tests') are not driven here.
+    assert [report.campaign for report in drive(instance, postgres, now, rng)] == [campaign_id]
     backfill = instance.get_backfill(wave_backfill_id(campaign_id, 0))
     assert backfill is not None and backfill.title == "drv · wave 0 (canary)"
     assert backfill.partition_names == [refs[0].partition_key]

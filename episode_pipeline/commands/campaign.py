@@ -236,8 +236,11 @@ def cmd_campaign(args: argparse.Namespace) -> int:
             if args.action == "plan":
                 print(json.dumps(planned, indent=2) if args.json else format_plan(planned))
                 return 0
-            campaign_id, count = start(conn, planned, query, params, selection, args)
-            conn.commit()
+            from dagster import DagsterInstance
+
+            with DagsterInstance.get() as instance:
+                campaign_id, count = start(conn, instance, planned, query, params, selection, args)
+                conn.commit()
             print(
                 f"campaign {campaign_id}: {count} episode(s); the `campaign_driver` sensor runs it"
             )
@@ -281,14 +284,17 @@ def cmd_campaign(args: argparse.Namespace) -> int:
 
 def start(
     conn: Any,
+    instance: Any,
     planned: dict[str, Any],
     query: str,
     params: tuple[Any, ...],
     selection: Selection,
     args: argparse.Namespace,
 ) -> tuple[str, int]:
-    """Write the campaign and its ledger (the caller commits); (its id, its episodes)."""
+    """Write the campaign and its ledger (the caller commits) and register it with this Dagster
+    instance, whose driver runs it; (its id, its episodes)."""
     from episode_pipeline.db import campaigns as db
+    from episode_pipeline.defs.campaigns import register_campaign
 
     if not planned["episodes"]:
         raise ValueError(f"no episode matches {selection.describe()}: nothing to start")
@@ -307,6 +313,7 @@ def start(
         params,
     )
     db.log_decision(conn, campaign_id, "state", f"started over {count} episode(s)")
+    register_campaign(instance, campaign_id)
     return campaign_id, count
 
 

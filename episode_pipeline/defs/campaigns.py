@@ -53,6 +53,25 @@ FINISHED = (DagsterRunStatus.SUCCESS, DagsterRunStatus.FAILURE, DagsterRunStatus
 CANARY_WAVE = 0
 
 
+# A campaign belongs to the Dagster deployment that started it: its id is kept in that instance's
+# key-value table, and a driver drives only its own (another deployment — staging, or a test's
+# private instance — on the same application database leaves it alone).
+REGISTRY_PREFIX = "episode_pipeline/campaign/"
+
+
+def register_campaign(instance: DagsterInstance, campaign_id: str) -> None:
+    instance.run_storage.set_cursor_values({REGISTRY_PREFIX + campaign_id: "1"})
+
+
+def registered(instance: DagsterInstance, campaign_ids: Iterable[str]) -> set[str]:
+    keys = {REGISTRY_PREFIX + campaign_id for campaign_id in campaign_ids}
+    if not keys:
+        return set()
+    return {
+        key.removeprefix(REGISTRY_PREFIX) for key in instance.run_storage.get_cursor_values(keys)
+    }
+
+
 def wave_backfill_id(campaign_id: str, wave: int) -> str:
     """The wave's backfill id, the same on every tick: a repeated tick finds it."""
     return "c" + hashlib.sha256(f"{campaign_id}.w{wave}".encode()).hexdigest()[:11]
@@ -167,8 +186,9 @@ def drive(
         active = db.campaigns_in(
             conn, (ledger.RUNNING, ledger.PAUSED, ledger.STOPPED, ledger.CANCELED)
         )
+    ours = registered(instance, [campaign.id for campaign in active])
     reports = []
-    for campaign in active:
+    for campaign in (c for c in active if c.id in ours):
         reports.append(drive_campaign(instance, postgres, campaign.id, now, rng))
     return [report for report in reports if report is not None]
 
@@ -228,11 +248,12 @@ def drive_campaign(
     # recorded now; one whose backfill has ended without their run releases them.
     for wave, rows in sorted(repair.items()):
         backfill = instance.get_backfill(wave_backfill_id(campaign_id, wave))
-        if backfill is None:
+        if backfill is None and campaign.state == ledger.RUNNING:
             launch_wave(instance, postgres, campaign.name, campaign_id, wave, rows, per_run)
             report.repaired_waves.append(wave)
             continue
-        ended = backfill.status not in (BulkActionStatus.REQUESTED,)
+        # Paused, stopped or canceled before the wave's backfill was recorded: back to pending.
+        ended = backfill is None or backfill.status != BulkActionStatus.REQUESTED
         stale = [
             row
             for row in rows
@@ -246,7 +267,7 @@ def drive_campaign(
                     campaign_id,
                     "ledger",
                     f"released {len(stale)} claim(s) of wave {wave}: no run came "
-                    f"(backfill {backfill.backfill_id} {backfill.status.value})",
+                    f"(backfill {backfill.status.value if backfill else 'never recorded'})",
                 )
 
     report.pruned = prune_settled(instance, postgres, campaign_id)
