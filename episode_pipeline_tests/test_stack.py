@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 import threading
@@ -26,6 +27,7 @@ from episode_pipeline.db.connection import connect
 from episode_pipeline.local import aws_setup
 from episode_pipeline.local.dagster_home import STORAGE_CLASSES, instance_config, storage_config
 from episode_pipeline.local.stack import (
+    PortTakenError,
     StackInfo,
     ensure_stack,
     stack_status,
@@ -386,3 +388,79 @@ def test_queue_timing_is_a_stack_setting_applied_to_a_running_stack(own_home: Pa
     assert timing(own_home)[:2] == ("20", "2")
     _stack_up(own_home, **aws_setup.QueueTiming().env())
     assert timing(own_home)[:2] == ("900", "3")
+
+
+# --- a dead server comes back where its clients look for it --------------------------------
+
+
+def _kill_postmaster(info: StackInfo) -> None:
+    """SIGKILL the postmaster, as a crash would; its backends exit on noticing (waited for)."""
+    assert info.postgres_pid is not None
+    postmaster = psutil.Process(info.postgres_pid)
+    family = [postmaster, *postmaster.children(recursive=True)]
+    postmaster.kill()
+    _, alive = psutil.wait_procs(family, timeout=30)
+    assert alive == []
+
+
+def _time_waits(port: int | None) -> list[Any]:
+    return [
+        c
+        for c in psutil.net_connections(kind="tcp")
+        if c.laddr and c.laddr.port == port and c.status == psutil.CONN_TIME_WAIT
+    ]
+
+
+def test_a_dead_postgres_comes_back_on_its_recorded_port(own_home: Path) -> None:
+    """Its clients (dev's daemon, code servers) keep the port they were given: `stack up`
+    starts PostgreSQL there again, although the dead server's connections sit in TIME_WAIT."""
+    info = start_stack(own_home)
+    dagster_yaml = Path(info.dagster_home or "") / "dagster.yaml"
+    written = dagster_yaml.read_text()
+    database = Settings.from_env(info.env, local=True).database
+    client = connect(database)  # a client of the server that dies
+    client.execute("SELECT 1")
+    _kill_postmaster(info)
+    client.close()  # the server's side closed first: it is the one left in TIME_WAIT
+    assert _time_waits(info.postgres_port), "the case under test: a port in TIME_WAIT"
+
+    restarted = start_stack(own_home)
+
+    assert restarted.postgres_port == info.postgres_port
+    assert restarted.postgres_pid != info.postgres_pid
+    assert restarted.moto_pid == info.moto_pid  # moto was alive: left alone
+    assert dagster_yaml.read_text() == written
+    with connect(database) as conn:  # the old settings reach the new server
+        assert conn.execute("SELECT 1").fetchone() == (1,)
+
+
+def test_a_dead_moto_comes_back_on_its_recorded_port(own_home: Path) -> None:
+    info = start_stack(own_home)
+    assert info.moto_pid is not None
+    psutil.Process(info.moto_pid).kill()
+    psutil.Process(info.moto_pid).wait(30)
+
+    restarted = start_stack(own_home)
+
+    assert (restarted.moto_port, restarted.s3_endpoint) == (info.moto_port, info.s3_endpoint)
+    assert restarted.moto_pid != info.moto_pid
+    s3 = aws_setup.client("s3", info.s3_endpoint or "")  # where its clients look
+    assert s3.head_bucket(Bucket=info.bucket)["ResponseMetadata"]["HTTPStatusCode"] == 200
+
+
+def test_another_process_on_the_recorded_port_is_a_named_error(own_home: Path) -> None:
+    info = start_stack(own_home)
+    _kill_postmaster(info)
+    squatter = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    squatter.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        squatter.bind(("127.0.0.1", info.postgres_port or 0))
+        squatter.listen()
+        with pytest.raises(PortTakenError) as raised:
+            start_stack(own_home)
+        message = str(raised.value)
+        assert f"PostgreSQL's port {info.postgres_port}" in message
+        assert f"pid {os.getpid()}" in message  # who holds it
+    finally:
+        squatter.close()
+    assert start_stack(own_home).postgres_port == info.postgres_port  # and once it is gone

@@ -68,7 +68,7 @@ def instance_config(
 ) -> dict[str, Any]:
     """dagster.yaml for the local instance (pure: the tests read it back)."""
     return {
-        **storage_config({"postgres_url": storage_url(password, port, database)}),
+        **storage_config({"postgres_url": storage_url(password, port, database)}, pooled=True),
         "run_launcher": {
             "module": "episode_pipeline.local.run_launcher",
             "class": "LocalRunLauncher",
