@@ -25,7 +25,7 @@ from episode_pipeline.config.env import variables
 from episode_pipeline.config.settings import Settings
 from episode_pipeline.db.connection import connect
 from episode_pipeline.local import aws_setup
-from episode_pipeline.local.dagster_home import STORAGE_CLASSES, instance_config, storage_config
+from episode_pipeline.local.dagster_home import POOLED_STORAGE_CLASSES, instance_config
 from episode_pipeline.local.stack import (
     PortTakenError,
     StackInfo,
@@ -42,6 +42,8 @@ from episode_pipeline.local.stack_env import (
 )
 
 pytestmark = pytest.mark.integration
+
+REPO = Path(__file__).parents[1]
 
 # What the stack publishes (declared on the settings), and where Dagster's instance is.
 CONTRACT_ENV = {v.name for v in variables(Settings) if v.declaration.stack} | {"DAGSTER_HOME"}
@@ -134,7 +136,9 @@ def test_dagster_instance_runs_on_the_embedded_postgres(stack: StackInfo) -> Non
     import dagster as dg
 
     config = instance_config("pw", 1)
-    assert all("psycopg2" in config[block]["config"]["postgres_url"] for block in STORAGE_CLASSES)
+    assert all(
+        "psycopg2" in config[block]["config"]["postgres_url"] for block in POOLED_STORAGE_CLASSES
+    )
 
     @dg.asset
     def stack_probe() -> int:
@@ -150,27 +154,39 @@ def test_dagster_instance_runs_on_the_embedded_postgres(stack: StackInfo) -> Non
         assert instance.run_coordinator.dequeue_interval_seconds == 1  # not the default 5
 
 
-def test_production_s_pooled_storages_run_on_the_embedded_postgres(
-    stack: StackInfo, tmp_path: Path
-) -> None:
-    """The three storages production names (defs/instance_storage.py) keep their connections."""
+def test_the_local_instance_runs_production_s_pooled_storages(stack: StackInfo) -> None:
+    """The local dagster.yaml names production's storages (defs/instance_storage.py); they keep
+    their connections, and a forked child starts with none of its parent's."""
     import dagster as dg
     import yaml
 
     assert stack.dagster_home is not None
     local = yaml.safe_load((Path(stack.dagster_home) / "dagster.yaml").read_text())
-    config = {**local, **storage_config(local["run_storage"]["config"], pooled=True)}
-    (tmp_path / "dagster.yaml").write_text(yaml.safe_dump(config))
+    production = yaml.safe_load((REPO / "dagster.yaml").read_text())
+    for block in POOLED_STORAGE_CLASSES:
+        assert (local[block]["module"], local[block]["class"]) == (
+            production[block]["module"],
+            production[block]["class"],
+        )
 
     @dg.asset
     def pooled_probe() -> int:
         return 1
 
-    with dg.DagsterInstance.from_config(str(tmp_path)) as instance:
+    with dg.DagsterInstance.from_config(stack.dagster_home) as instance:
         assert dg.materialize([pooled_probe], instance=instance).success
         storages = (instance.run_storage, instance.event_log_storage, instance.schedule_storage)
-        assert {type(s._engine.pool).__name__ for s in storages} == {"QueuePool"}  # type: ignore[attr-defined]
-        assert instance.event_log_storage._engine.pool.checkedin() >= 1  # type: ignore[attr-defined]
+        engines = [s._engine for s in storages]  # type: ignore[attr-defined]
+        assert {type(e.pool).__name__ for e in engines} == {"QueuePool"}
+        assert engines[1].pool.checkedin() >= 1
+        child = os.fork()
+        if child == 0:  # the child: no inherited connection; its own work opens new ones
+            code = 0 if all(e.pool.checkedin() == 0 for e in engines) else 3
+            code = code or (0 if instance.get_runs_count() >= 1 else 4)
+            os._exit(code)
+        _, status = os.waitpid(child, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+        assert instance.get_runs_count() >= 1  # the parent's pooled connections still work
 
 
 # --- a private stack: start in another process, restart, stop ------------------------------
