@@ -156,7 +156,8 @@ def test_dagster_instance_runs_on_the_embedded_postgres(stack: StackInfo) -> Non
 
 def test_the_local_instance_runs_production_s_pooled_storages(stack: StackInfo) -> None:
     """The local dagster.yaml names production's storages (defs/instance_storage.py); they keep
-    their connections, and a forked child starts with none of its parent's."""
+    their connections, a forked child starts with none of its parent's, and the webserver's
+    pool replaces theirs without leaving it open."""
     import dagster as dg
     import yaml
 
@@ -187,6 +188,9 @@ def test_the_local_instance_runs_production_s_pooled_storages(stack: StackInfo) 
         _, status = os.waitpid(child, 0)
         assert os.waitstatus_to_exitcode(status) == 0
         assert instance.get_runs_count() >= 1  # the parent's pooled connections still work
+        instance.optimize_for_webserver(15_000, 3600, 20)  # as the webserver and `process` do
+        assert [e.pool.checkedin() for e in engines] == [0, 0, 0]  # ours closed, not leaked
+        assert instance.get_runs_count() >= 1
 
 
 # --- a private stack: start in another process, restart, stop ------------------------------

@@ -7,8 +7,8 @@ connecting: a PostgreSQL connection costs ~30 ms here against ~0.7 ms a statemen
 each one is a TLS handshake and an IAM token too. These subclasses are the same storages with a
 `QueuePool` (`pool_size` kept open per storage and process, `max_overflow` more at a peak,
 checked before use and replaced after `pool_recycle_seconds`); docs/scale.md has the figures. The
-webserver still swaps in its own pool (`optimize_for_webserver`); `dispose` closes the pool, so an
-instance made for one sensor tick leaves no connection behind.
+webserver still swaps in its own pool (`optimize_for_webserver`, ours closed first); `dispose`
+closes the pool, so an instance made for one sensor tick leaves no connection behind.
 """
 
 from __future__ import annotations
@@ -96,6 +96,12 @@ class _Pooled:
             pool_recycle=config.get("pool_recycle_seconds", POOL_RECYCLE_SECONDS),
             pool_pre_ping=True,
         )
+        _ENGINES.add(self._engine)
+
+    def optimize_for_webserver(self, *args: Any, **kwargs: Any) -> None:
+        """Dagster's webserver pool replaces ours; ours is closed first, not left to the GC."""
+        self._engine.dispose()
+        super().optimize_for_webserver(*args, **kwargs)  # type: ignore[misc]
         _ENGINES.add(self._engine)
 
     def dispose(self) -> None:
