@@ -56,6 +56,7 @@ from episode_pipeline.local import aws_setup
 from episode_pipeline.local.stack_env import HOME_ENV
 from episode_pipeline.local.upload import upload_episode
 from episode_pipeline.samples.writer import SampleSpec, pack_archive, write_dataset, write_sample
+from episode_pipeline.storage.bucket import Bucket
 from episode_pipeline.transcode.job import task_size
 from episode_pipeline.uploads.upload_queue import UploadQueue
 from episode_pipeline.video import ffmpeg_exe
@@ -861,7 +862,8 @@ def test_an_upload_costs_one_ecs_task_by_default(tmp_path, stack, settings, ecs_
 
     with DagsterInstance.get() as instance:  # the stack's: the run worker process shares it
         context = SimpleNamespace(instance=instance, log=logging.getLogger("episode_uploads"))
-        result = sqs.evaluate_uploads(context, queue, transcode)  # type: ignore[arg-type]
+        storage = Bucket(own.bucket, own.aws)
+        result = sqs.evaluate_uploads(context, queue, storage, transcode)  # type: ignore[arg-type]
         (request,) = result.run_requests
         assert request.tags[TRANSCODER_TAG] == "subprocess"
         assert (request.tags[ECS_CPU_TAG], request.tags[ECS_MEMORY_TAG]) == ("1024", "2048")
