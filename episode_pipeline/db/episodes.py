@@ -339,7 +339,8 @@ def invalid_episode_rows(
 ) -> list[InvalidEpisodeRow]:
     """The `limit` most recently changed rows the pipeline cannot key, with the reason: what
     the application must fix (docs/operations.md#rows-the-pipeline-cannot-key). Few or none
-    such rows exist, so the filter reads the table (well under a second at a million rows)."""
+    such rows exist, so the filter may read the whole table: an operator's command, never a
+    sensor's."""
     schema = read_schema(conn)
     if not schema.has("episodes", "org_id"):
         return []
