@@ -138,6 +138,16 @@ class QueueResource:
         return self.queue
 
 
+class BucketResource:
+    """The data-bucket resource the uploads sensor HEADs new uploads through."""
+
+    def __init__(self, bucket: Any) -> None:
+        self.bucket = bucket
+
+    def get_client(self) -> Any:
+        return self.bucket
+
+
 class CountingQueue(sensor.ShardedQueue):
     """The sharded queue, counting successful deletes (the done sensor's work)."""
 
@@ -173,13 +183,16 @@ def measure_uploads_tick(ctx: BenchContext, fleet: Any, sample: Sample, repeat: 
 
     count = ctx.config.fleet_new_uploads
     shim = SimpleNamespace(stack=lambda: fleet.info)
-    with sensor.sharded_queue(shim, count) as queues:  # type: ignore[arg-type]
-        keys = sensor.enqueue_sharded(queues, f"n{sample.size}-r{repeat}", count)
+    with (
+        sensor.sharded_queue(shim, count) as queues,  # type: ignore[arg-type]
+        sensor.bench_bucket(shim) as bucket,  # type: ignore[arg-type]
+    ):
+        keys = sensor.enqueue_sharded(queues, f"n{sample.size}-r{repeat}", count, bucket)
         queue = sensor.ShardedQueue(queues, count)
         uploads = fleet.definitions.get_sensor_def(upload_sensors.UPLOADS_SENSOR_NAME)
         context = sensor_context(
             fleet.instance, sensor_name=uploads.name,
-            resources={"upload_queue": QueueResource(queue)},
+            resources={"upload_queue": QueueResource(queue), "s3": BucketResource(bucket)},
             repository_def=fleet.definitions.get_repository_def(),
         )  # fmt: skip
         with Probe() as probe:

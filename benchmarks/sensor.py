@@ -1,7 +1,9 @@
 """Stage `sensor`: the upload sensor at fleet scale, and the heartbeat over thousands of runs.
 
 Uploads: `sensor_uploads` (1,000) S3 events are queued at once in moto (spread over queues of
-50, see `ShardedQueue`: moto, unlike SQS, slows with a queue's size); the uploads sensor's
+50, see `ShardedQueue`: moto, unlike SQS, slows with a queue's size), each for an object of a
+new bucket (the sensor HEADs every new upload's object: its size sizes the run); the uploads
+sensor's
 evaluation function (``evaluate_uploads``, exactly what the daemon calls) is ticked until the
 queue is drained. Between ticks the benchmark adds the requested partitions, as the daemon
 does with a tick's result (not timed as the sensor's work; reported). Dagster starts a tick
@@ -56,6 +58,7 @@ from episode_pipeline.config.settings import AwsSettings, QueueSettings
 from episode_pipeline.defs.jobs import EPISODE_JOB_NAME
 from episode_pipeline.defs.sensors import sqs as upload_sensors
 from episode_pipeline.local.dagster_home import instance_config
+from episode_pipeline.storage.bucket import Bucket
 from episode_pipeline.uploads.upload_queue import MAX_BATCH, UploadQueue
 
 NAME = "sensor"
@@ -105,26 +108,49 @@ def s3_event(bucket: str, key: str, etag: str) -> str:
         "eventName": "ObjectCreated:Put",
         "s3": {
             "bucket": {"name": bucket},
-            "object": {"key": key, "size": 1024, "eTag": etag},
+            "object": {"key": key, "size": OBJECT_BYTES, "eTag": etag},
         },
     }
     return json.dumps({"Records": [record]})
 
 
-def enqueue_uploads(queue: UploadQueue, prefix: str, count: int) -> list[str]:
-    """`count` upload events for distinct episodes; returns their partition keys."""
+OBJECT_BYTES = 1024  # each upload's object: what its event says too
+
+
+@contextmanager
+def bench_bucket(ctx: BenchContext) -> Iterator[Bucket]:
+    """A new bucket for the uploads' objects, emptied and deleted afterwards."""
+    bucket = Bucket(f"bench-uploads-{uuid.uuid4().hex[:8]}", AwsSettings.from_env(ctx.stack().env))
+    bucket.client.create_bucket(
+        Bucket=bucket.name, CreateBucketConfiguration={"LocationConstraint": bucket.aws.region}
+    )
+    try:
+        yield bucket
+    finally:
+        bucket.delete_prefix("orgs/")
+        bucket.client.delete_bucket(Bucket=bucket.name)
+
+
+def enqueue_uploads(
+    queue: UploadQueue, prefix: str, count: int, bucket: Bucket | None = None
+) -> list[str]:
+    """`count` upload events for distinct episodes, each object written to `bucket` first
+    (without one the events name objects that do not exist: enough for the heartbeat);
+    returns their partition keys."""
     keys = [f"fleet/{prefix}-{index:05d}" for index in range(count)]
+
+    def event(key: str) -> str:
+        s3_key = f"orgs/{key.replace('/', '/episodes/')}/take.tar.zst"
+        if bucket is None:
+            return s3_event("bench-bucket", s3_key, uuid.uuid4().hex)
+        put = bucket.client.put_object(Bucket=bucket.name, Key=s3_key, Body=b"\0" * OBJECT_BYTES)
+        return s3_event(bucket.name, s3_key, str(put["ETag"]).strip('"'))
+
     for start in range(0, count, MAX_BATCH):
         entries = [
-            {
-                "Id": str(offset),
-                "MessageBody": s3_event(
-                    "bench-bucket", f"orgs/{key.replace('/', '/episodes/')}/take.tar.zst",
-                    uuid.uuid4().hex,
-                ),
-            }
+            {"Id": str(offset), "MessageBody": event(key)}
             for offset, key in enumerate(keys[start : start + MAX_BATCH])
-        ]  # fmt: skip
+        ]
         response = queue.client.send_message_batch(QueueUrl=queue.queue_url, Entries=entries)
         if response.get("Failed"):
             raise RuntimeError(f"{NAME}: send_message_batch failed: {response['Failed'][:1]}")
@@ -229,10 +255,15 @@ def shard_sizes(queues: int, messages: int) -> list[int]:
     return [min(SHARD_SIZE, messages - index * SHARD_SIZE) for index in range(queues)]
 
 
-def enqueue_sharded(queues: list[UploadQueue], prefix: str, count: int) -> list[str]:
-    """`count` upload events spread over `queues` (`shard_sizes`); their partition keys."""
+def enqueue_sharded(
+    queues: list[UploadQueue], prefix: str, count: int, bucket: Bucket | None = None
+) -> list[str]:
+    """`count` upload events spread over `queues` (`shard_sizes`), their objects in `bucket`;
+    their partition keys."""
     shares = list(enumerate(shard_sizes(len(queues), count)))
-    keys = in_parallel(lambda s: enqueue_uploads(queues[s[0]], f"{prefix}-q{s[0]}", s[1]), shares)
+    keys = in_parallel(
+        lambda s: enqueue_uploads(queues[s[0]], f"{prefix}-q{s[0]}", s[1], bucket), shares
+    )
     return [key for shard in keys for key in shard]
 
 
@@ -334,6 +365,7 @@ class Drain:
 def drain_with_sensor(
     instances: tuple[DagsterInstance, DagsterInstance],
     queue: ShardedQueue,
+    bucket: Bucket,
     expected: int,
     max_ticks: int,
 ) -> Drain:
@@ -344,7 +376,7 @@ def drain_with_sensor(
     )
     for _ in range(max_ticks):
         started = time.perf_counter()
-        result = upload_sensors.evaluate_uploads(context, queue)  # type: ignore[arg-type]
+        result = upload_sensors.evaluate_uploads(context, queue, bucket)  # type: ignore[arg-type]
         drain.tick_seconds.append(time.perf_counter() - started)
         requests = result.run_requests if isinstance(result, SensorResult) else []
         drain.tick_requests.append(len(requests or []))
@@ -388,11 +420,15 @@ def measure_uploads(
     drains: list[Drain] = []
     missing = duplicates = 0
     for repeat in range(config.repeats):
-        with sharded_queue(ctx, count) as queues, ctx.phase("uploads (set-up and timed)"):
-            keys = enqueue_sharded(queues, f"r{repeat}", count)
+        with (
+            sharded_queue(ctx, count) as queues,
+            bench_bucket(ctx) as bucket,
+            ctx.phase("uploads (set-up and timed)"),
+        ):
+            keys = enqueue_sharded(queues, f"r{repeat}", count, bucket)
             bare_seconds = drain_bare(ShardedQueue(queues, count), count)
             drain = drain_with_sensor(
-                instances, ShardedQueue(queues, count), count, max_ticks=count + 5
+                instances, ShardedQueue(queues, count), bucket, count, max_ticks=count + 5
             )
         requested = [k.split("@", 1)[0] for k in drain.run_keys]
         missing += len(set(keys) - set(requested))

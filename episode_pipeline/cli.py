@@ -28,9 +28,20 @@ def _print_json(value: object) -> None:
     print(json.dumps(value, indent=2, default=str))
 
 
+def shell_exports(env: dict[str, str]) -> str:
+    """`export NAME=value` lines a shell can `eval`: how a hand-typed `dg launch` or `dagster
+    dev` gets the local stack's settings (the code location reads only its environment)."""
+    import shlex
+
+    return "\n".join(f"export {name}={shlex.quote(value)}" for name, value in sorted(env.items()))
+
+
 def cmd_stack(args: argparse.Namespace) -> int:
     from episode_pipeline.local import stack
 
+    if args.action == "env":
+        print(shell_exports(stack.ensure_stack().env))
+        return 0
     if args.action == "up":
         info = stack.start_stack()
     elif args.action == "down":
@@ -66,11 +77,11 @@ def cmd_upload(args: argparse.Namespace) -> int:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
+    from episode_pipeline.commands.common import local_stack_unless_production
     from episode_pipeline.defs.checks.sync import CHECK_NAME as SYNC_CHECK
-    from episode_pipeline.local.stack import ensure_stack
     from episode_pipeline.runner import run_checks
 
-    ensure_stack()
+    local_stack_unless_production()
     results = run_checks(args.episode, set(args.only) if args.only else None)
     for name, passed in sorted(results.items()):
         print(f"{'passed' if passed else 'FAILED'}  {name}")
@@ -229,9 +240,11 @@ def build_parser() -> argparse.ArgumentParser:
     stack = commands.add_parser("stack", help="start, stop or show the embedded local stack")
     stack.add_argument(
         "action",
-        choices=["up", "down", "status"],
+        choices=["up", "down", "status", "env"],
         help="up: start in the background (idempotent); down: stop every process of the "
-        "stack's home; status: show it",
+        "stack's home; status: show it; env: start it if down and print its variables as "
+        '`export` lines, for `eval "$(episode-pipeline stack env)"` before `dg launch` or '
+        "`dagster dev`",
     )
     stack.add_argument("--json", action="store_true", help="machine-readable output")
     stack.add_argument(

@@ -1,8 +1,10 @@
 """The episode_pipeline code location: one `Definitions`, built by a function from `Settings`.
 
 Importing this module does nothing: Dagster calls `defs()` when it loads the code location, and
-that reads the settings once (production's environment, or the embedded local stack's state
-file). The runner, the report and the tests call `build_definitions(settings)` with their own.
+that reads the settings once from the environment (production's; on a laptop the one
+`episode-pipeline dev` exported from the local stack). It never imports `episode_pipeline.local`
+(an import contract in pyproject.toml). The runner, the report and the tests call
+`build_definitions(settings)` with their own.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from typing import Any
 from dagster import Definitions, definitions, in_process_executor
 
 from episode_pipeline.config.daemon_throughput import apply_run_status_sensor_limits
-from episode_pipeline.config.settings import Settings
+from episode_pipeline.config.settings import Settings, settings_from_environment
 from episode_pipeline.defs.assets.archive import extracted_files, raw_archive
 from episode_pipeline.defs.assets.episode import episode
 from episode_pipeline.defs.assets.episode_metadata import episode_metadata
@@ -35,7 +37,6 @@ from episode_pipeline.defs.sensors.reconcile import orphaned_runs, reconciliatio
 from episode_pipeline.defs.sensors.retention import retention_sensor
 from episode_pipeline.defs.sensors.run_failure import episode_failed_on_run_failure
 from episode_pipeline.defs.sensors.sqs import upload_queue_sensors
-from episode_pipeline.local.stack_env import load_settings
 
 
 def build_resources(settings: Settings) -> dict[str, Any]:
@@ -98,4 +99,4 @@ def build_definitions(settings: Settings) -> Definitions:
 def defs() -> Definitions:
     # The code server evaluates the run-status sensors: their per-tick limits are set here.
     apply_run_status_sensor_limits()
-    return build_definitions(load_settings())
+    return build_definitions(settings_from_environment())

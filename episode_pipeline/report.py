@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass, field
 from typing import Any
 
 from dagster import AssetCheckKey, DagsterInstance
 
-from episode_pipeline.config.settings import Settings
+from episode_pipeline.config.settings import Settings, settings_from_environment
 from episode_pipeline.db import episodes as episode_db
 from episode_pipeline.db.connection import connect
 from episode_pipeline.definitions import build_definitions
@@ -17,8 +18,7 @@ from episode_pipeline.defs.event_log import latest_check_results
 from episode_pipeline.defs.io_managers.s3_outputs import object_key
 from episode_pipeline.diagnosis import descriptions_of_checks, diagnose, format_diagnosis
 from episode_pipeline.episodes.extracted_files import VIDEO
-from episode_pipeline.episodes.keys import EpisodeRef
-from episode_pipeline.local.stack_env import apply_local_stack_env, load_settings
+from episode_pipeline.episodes.keys import EpisodeRef, UnkeyableRow
 from episode_pipeline.storage.bucket import Bucket
 from episode_pipeline.video.hls import PLAYLIST_NAME
 
@@ -48,23 +48,46 @@ def _extracted_videos(bucket: Bucket, ref: EpisodeRef) -> list[dict[str, Any]]:
     return [f for f in files if f.get("kind") == VIDEO]
 
 
+@dataclass
+class Listing:
+    """One page of a listing, and the rows of that page the pipeline cannot key (skipped: the
+    command names how many, `status --invalid` lists them)."""
+
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    skipped: list[UnkeyableRow] = field(default_factory=list)
+
+
 def episode_reports(
     ref: EpisodeRef | None = None,
     settings: Settings | None = None,
     org_id: str | None = None,
     limit: int = 50,
 ) -> list[dict[str, Any]]:
+    """The report of `ref`, or of the `limit` most recently changed episodes (of `org_id`)."""
+    return episode_listing(ref, settings, org_id, limit).rows
+
+
+def episode_listing(
+    ref: EpisodeRef | None = None,
+    settings: Settings | None = None,
+    org_id: str | None = None,
+    limit: int = 50,
+) -> Listing:
     """The report of `ref`, or of the `limit` most recently changed episodes (of `org_id`):
     each costs a few keyed queries and S3 requests, so the listing is bounded, not the fleet."""
-    apply_local_stack_env()  # DAGSTER_HOME of the local instance, when nothing is exported
-    settings = settings or load_settings()
+    settings = settings or settings_from_environment()
     descriptions = _check_descriptions(settings)
     check_keys = list(descriptions)
     instance = DagsterInstance.get()
     bucket = Bucket(settings.bucket, settings.aws)
-    reports = []
+    listing = Listing()
+    reports = listing.rows
     with connect(settings.database) as conn:
-        refs = [ref] if ref else episode_db.recent_episode_refs(conn, org_id, limit)
+        if ref is None:
+            page = episode_db.recent_episode_refs(conn, org_id, limit)
+            refs, listing.skipped = page.refs, page.invalid
+        else:
+            refs = [ref]
         for current in refs:
             row = episode_db.episode_row(conn, current)
             if row is None:
@@ -91,7 +114,7 @@ def episode_reports(
                     ).as_dict(),
                 }
             )
-    return reports
+    return listing
 
 
 def _check_descriptions(settings: Settings) -> dict[AssetCheckKey, str]:
@@ -101,20 +124,20 @@ def _check_descriptions(settings: Settings) -> dict[AssetCheckKey, str]:
 
 def failed_episodes(
     org_id: str | None = None, limit: int = 50, settings: Settings | None = None
-) -> list[dict[str, Any]]:
+) -> Listing:
     """The most recently failed episodes, each with its latest run and one-line cause.
 
     Per episode: the row (by the status index), the newest run by its partition tag, that run's
     failure events and the latest check results; flat in the number of episodes of the fleet.
     """
-    apply_local_stack_env()
-    settings = settings or load_settings()
+    settings = settings or settings_from_environment()
     descriptions = _check_descriptions(settings)
     instance = DagsterInstance.get()
     with connect(settings.database) as conn:
-        refs = episode_db.failed_episode_refs(conn, org_id, limit)
-    rows = []
-    for ref in refs:
+        page = episode_db.failed_episode_refs(conn, org_id, limit)
+    listing = Listing(skipped=page.invalid)
+    rows = listing.rows
+    for ref in page.refs:
         diagnosis = diagnose(instance, ref, descriptions, settings.ui_url)
         rows.append(
             {
@@ -127,7 +150,37 @@ def failed_episodes(
                 "run_url": diagnosis.run_url,
             }
         )
-    return rows
+    return listing
+
+
+def invalid_episodes(
+    org_id: str | None = None, limit: int = 50, settings: Settings | None = None
+) -> list[dict[str, Any]]:
+    """The most recently changed rows of `episodes` the pipeline cannot key, with the reason."""
+    settings = settings or settings_from_environment()
+    with connect(settings.database) as conn:
+        return [row.as_dict() for row in episode_db.invalid_episode_rows(conn, org_id, limit)]
+
+
+def format_invalid(rows: list[dict[str, Any]]) -> str:
+    """Ids shown as Python literals, so '' and spaces are visible."""
+    if not rows:
+        return "no rows the pipeline cannot key"
+    return "\n".join(
+        f"id {row['id']!r}  org_id {row['org_id']!r}  status {row['status'] or '-'}: "
+        f"{row['reason']}"
+        for row in rows
+    )
+
+
+def skipped_note(skipped: list[UnkeyableRow]) -> str | None:
+    """The line a listing prints (on stderr) when it skipped rows of its page."""
+    if not skipped:
+        return None
+    return (
+        f"skipped {len(skipped)} row(s) of this page the pipeline cannot key "
+        "(their ids break docs/contract.md#episode-ids): episode-pipeline status --invalid"
+    )
 
 
 def format_failed(rows: list[dict[str, Any]]) -> str:

@@ -10,12 +10,18 @@ queue's limits) and the UI's Backfills page shows it.
 from __future__ import annotations
 
 import argparse
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from episode_pipeline.episodes.keys import EpisodeRef, InvalidEpisodeKey, parse_partition_key
+from episode_pipeline.episodes.keys import (
+    EpisodeRef,
+    InvalidEpisodeKey,
+    UnkeyableRow,
+    parse_partition_key,
+)
 
 REPROCESS_TAG = "episode_pipeline/reprocess"
 STATUSES = ("uploaded", "processing", "processed", "failed")
@@ -77,17 +83,20 @@ def selection_sql(selection: Selection, has_updated_at: bool) -> tuple[str, tupl
     )
 
 
-def select_episodes(conn: Any, selection: Selection) -> list[EpisodeRef]:
-    """The selected episodes; named ones as given (the application may not list them)."""
+def select_episodes(conn: Any, selection: Selection) -> tuple[list[EpisodeRef], list[UnkeyableRow]]:
+    """The selected episodes, and the matching rows the pipeline cannot key (skipped); named
+    ones as given (the application may not list them)."""
     if selection.episodes:
-        return list(dict.fromkeys(selection.episodes))
+        return list(dict.fromkeys(selection.episodes)), []
+    from episode_pipeline.db.episodes import keyed_rows
     from episode_pipeline.db.schema_check import read_schema
 
     schema = read_schema(conn)
     if not schema.has("episodes", "org_id"):
         raise ValueError("the episodes table has no org_id column: name the episodes as ORG/EP")
     query, params = selection_sql(selection, schema.has("episodes", "updated_at"))
-    return [EpisodeRef(org_id, episode_id) for org_id, episode_id in conn.execute(query, params)]
+    selected = keyed_rows(conn.execute(query, params))
+    return selected.refs, selected.invalid
 
 
 def launch_backfill(
@@ -116,21 +125,25 @@ def launch_backfill(
 
 def reprocess(selection: Selection, instance: Any = None, settings: Any = None) -> dict[str, Any]:
     """The one entry point: select, bring partitions back, launch the backfill."""
+    from episode_pipeline.config.settings import settings_from_environment
     from episode_pipeline.db.connection import connect
-    from episode_pipeline.local.stack_env import load_settings
 
-    settings = settings or load_settings()
+    settings = settings or settings_from_environment()
     if selection.episodes:
-        refs = select_episodes(None, selection)
+        refs, skipped = select_episodes(None, selection)
     else:
         with connect(settings.database) as conn:
-            refs = select_episodes(conn, selection)
+            refs, skipped = select_episodes(conn, selection)
     if instance is None:
         from dagster import DagsterInstance
 
         instance = DagsterInstance.get()
     backfill_id = launch_backfill(instance, refs, f"reprocess: {selection.describe()}")
-    return {"backfill_id": backfill_id, "episodes": len(refs)}
+    return {
+        "backfill_id": backfill_id,
+        "episodes": len(refs),
+        "skipped": [row.describe() for row in skipped],
+    }
 
 
 # -- command line -------------------------------------------------------------------------------
@@ -168,6 +181,8 @@ def cmd_reprocess(args: argparse.Namespace) -> int:
         f"backfill {outcome['backfill_id']}: {outcome['episodes']} episode(s) "
         "(Dagster UI: Overview → Backfills)"
     )
+    for skipped in outcome["skipped"]:
+        print(f"episode-pipeline: skipped {skipped}", file=sys.stderr)
     return 0
 
 

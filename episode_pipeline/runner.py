@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 from dagster import DagsterInstance
 
-from episode_pipeline.config.settings import Settings
+from episode_pipeline.config.settings import Settings, settings_from_environment
 from episode_pipeline.definitions import build_definitions
 from episode_pipeline.defs.failures import fail_episode_of_run, fail_orphaned_runs
 from episode_pipeline.defs.jobs import EPISODE_JOB_NAME
@@ -21,7 +21,6 @@ from episode_pipeline.defs.runs import ensure_partition, episode_tags, in_proces
 from episode_pipeline.diagnosis import run_errors
 from episode_pipeline.episodes.extraction import ArchiveNotFound, find_archive
 from episode_pipeline.episodes.keys import EpisodeRef
-from episode_pipeline.local.stack_env import apply_local_stack_env, load_settings
 from episode_pipeline.storage.bucket import Bucket
 
 # The webserver's own pooling defaults (dagster-webserver --db-pool-*).
@@ -94,8 +93,7 @@ def process_episode(
 ) -> ProcessOutcome:
     """Materialize the episode's partition of the whole graph with its checks; `quiet` keeps
     Dagster's console logger silent (the events are stored all the same)."""
-    apply_local_stack_env()  # DAGSTER_HOME of the local instance, when nothing is exported
-    settings = settings or load_settings()
+    settings = settings or settings_from_environment()
     defs = build_definitions(settings)
     instance = instance or local_instance(settings)
     fail_orphaned_runs(instance)
@@ -124,8 +122,7 @@ def run_checks(
     settings: Settings | None = None,
 ) -> dict[str, bool]:
     """Run the episode's checks (all, or those named) on what is stored; name → passed."""
-    apply_local_stack_env()
-    settings = settings or load_settings()
+    settings = settings or settings_from_environment()
     defs = build_definitions(settings)
     instance = instance or local_instance(settings)
     keys = set(defs.resolve_asset_graph().asset_check_keys)

@@ -1,8 +1,10 @@
 """Shared fixtures: one embedded stack per test session, in a private home under pytest's tmp dir.
 
-The session's `os.environ` points at that stack (EPISODE_PIPELINE_HOME, DAGSTER_HOME, the AWS
-endpoint and fake credentials), so `load_settings()` and CLI subprocesses started with
-`os.environ` reach it; production `DB_*` variables are removed so nothing reaches a real database.
+The session's `os.environ` holds that stack's variables (EPISODE_PIPELINE_HOME and every
+variable of its `stack.json`: DB_*, the AWS endpoint and fake credentials, DAGSTER_HOME), as
+`episode-pipeline dev` exports them, so the code location (which reads only its environment),
+`load_settings()` and CLI subprocesses started with `os.environ` reach it; a developer's
+production variables are removed first so nothing reaches a real database.
 Tests that stop or restart a stack use their own home (see test_stack.py), never this one.
 """
 
@@ -17,7 +19,7 @@ import pytest
 from dagster import DagsterInstance
 
 from episode_pipeline.config.env import variables
-from episode_pipeline.config.settings import AwsSettings, Settings
+from episode_pipeline.config.settings import Settings
 from episode_pipeline.db.connection import connect
 from episode_pipeline.episodes.keys import EpisodeRef
 from episode_pipeline.local import aws_setup
@@ -35,8 +37,6 @@ pytest_plugins = (
     "pytester",  # test_suite_checks.py runs small sessions of its own
 )
 
-# Exported to the session so the stack's values win over a developer's shell.
-_SESSION_ENV = (*(v.name for v in variables(AwsSettings)), "DAGSTER_HOME")
 # Removed from the session: every variable the settings read, and boto3's own credentials.
 _PRODUCTION_ENV = (*(v.name for v in variables(Settings)), "AWS_PROFILE", "AWS_SESSION_TOKEN")
 
@@ -50,7 +50,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StackInfo]:
         os.environ.pop(name, None)
     os.environ[HOME_ENV] = str(home)
     info = start_stack(home)
-    os.environ.update({name: info.env[name] for name in _SESSION_ENV})
+    os.environ.update(info.env)
     try:
         yield info
     finally:

@@ -54,13 +54,13 @@ def test_three_failures_then_list_fix_redrive_and_processed(
 
     failed_runs = []
     for _ in range(3):
-        (request,) = tick(instance, private.queue).run_requests
+        (request,) = tick(instance, private).run_requests
         outcome = execute(instance, private, request)
         assert not outcome.success
         failed_runs.append(outcome.dagster_run.run_id)
         redeliver(private, request.tags)  # back now rather than after 15 minutes
     # The fourth receive finds the message moved to the dead-letter queue.
-    assert isinstance(tick(instance, private.queue), SkipReason)
+    assert isinstance(tick(instance, private), SkipReason)
     assert depth(private.queue) == (0, 0)
 
     (row,) = json.loads(dlq_cli(monkeypatch, capsys, private, "list", "--json"))
@@ -81,7 +81,7 @@ def test_three_failures_then_list_fix_redrive_and_processed(
     assert "moved 1 message(s)" in out
     assert json.loads(dlq_cli(monkeypatch, capsys, private, "list", "--json")) == []
 
-    result = tick(instance, private.queue)
+    result = tick(instance, private)
     assert isinstance(result, SensorResult)
     (retry,) = result.run_requests  # the upload's latest run failed: one retry
     outcome = execute(instance, private, retry)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shlex
 import subprocess
 import sys
 import time
@@ -374,12 +375,17 @@ def test_dg_launch_reprocesses_one_episode(tmp_path, stack, db_conn, s3_client):
     ref, _ = uploaded(tmp_path, codebase_version="v3.0", cameras=1)
     assert process_episode(ref)
     before = state_of(db_conn, s3_client, stack.bucket, ref)
-    # Only DAGSTER_HOME, from another directory: what the README tells an engineer to type.
+    # From another directory, with only DAGSTER_HOME set, the stack's variables taken as the
+    # README tells an engineer: `eval "$(episode-pipeline stack env)"`.
     env = {k: v for k, v in os.environ.items() if k != "EPISODE_PIPELINE_HOME"}
     env = {k: v for k, v in env.items() if not k.startswith(("DB_", "AWS_", "DATA_", "SQS_"))}
     dg = Path(sys.executable).parent / "dg"
-    command = [str(dg), "launch", "-m", "episode_pipeline.definitions", "--job", "process_episode"]
-    command += ["--partition", ref.partition_key]
+    launch = [str(dg), "launch", "-m", "episode_pipeline.definitions", "--job", "process_episode"]
+    launch += ["--partition", ref.partition_key]
+    exports = (
+        f'eval "$({shlex.quote(str(Path(sys.executable).parent / "episode-pipeline"))} stack env)"'
+    )
+    command = ["bash", "-c", f"{exports} && exec {shlex.join(launch)}"]
     done = subprocess.run(
         command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600
     )

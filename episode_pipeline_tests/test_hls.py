@@ -53,9 +53,9 @@ from episode_pipeline.defs.runs import ECS_CPU_TAG, ECS_MEMORY_TAG, TRANSCODER_T
 from episode_pipeline.defs.sensors import sqs
 from episode_pipeline.episodes.keys import EpisodeRef
 from episode_pipeline.local import aws_setup
-from episode_pipeline.local.stack_env import HOME_ENV
 from episode_pipeline.local.upload import upload_episode
 from episode_pipeline.samples.writer import SampleSpec, pack_archive, write_dataset, write_sample
+from episode_pipeline.storage.bucket import Bucket
 from episode_pipeline.transcode.job import task_size
 from episode_pipeline.uploads.upload_queue import UploadQueue
 from episode_pipeline.video import ffmpeg_exe
@@ -765,14 +765,16 @@ ASSET_RUN_TASK = "run_task"
 
 def register_run_task(ecs_setup: dict[str, Any], stack: Any, bucket: str) -> str:
     """The run task definition as infra/ecs.tf makes it: the shared environment (here: the
-    stack's, this test's bucket, and the ECS transcode task configured), awslogs."""
+    stack's database and AWS variables, this test's bucket, and the ECS transcode task
+    configured), awslogs. The code location reads nothing else: no local-stack state file."""
     env = ecs_setup["env"]
+    database = {name: value for name, value in stack.env.items() if name.startswith("DB_")}
     environment = {
         **{name: stack.env[name] for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")},
         "AWS_DEFAULT_REGION": aws_setup.REGION,
         "AWS_REGION": env["AWS_REGION"],
         "AWS_ENDPOINT_URL": env["AWS_ENDPOINT_URL"],
-        HOME_ENV: str(stack.home),
+        **database,
         "DAGSTER_HOME": stack.dagster_home,
         "DATA_BUCKET": bucket,
         **{
@@ -861,7 +863,8 @@ def test_an_upload_costs_one_ecs_task_by_default(tmp_path, stack, settings, ecs_
 
     with DagsterInstance.get() as instance:  # the stack's: the run worker process shares it
         context = SimpleNamespace(instance=instance, log=logging.getLogger("episode_uploads"))
-        result = sqs.evaluate_uploads(context, queue, transcode)  # type: ignore[arg-type]
+        storage = Bucket(own.bucket, own.aws)
+        result = sqs.evaluate_uploads(context, queue, storage, transcode)  # type: ignore[arg-type]
         (request,) = result.run_requests
         assert request.tags[TRANSCODER_TAG] == "subprocess"
         assert (request.tags[ECS_CPU_TAG], request.tags[ECS_MEMORY_TAG]) == ("1024", "2048")

@@ -213,7 +213,7 @@ def test_an_episode_that_a_new_run_picked_up_meanwhile_is_left_alone(sweep, db_c
     left_processing, _, status = sweep
     ref = left_processing()
     schema = read_schema(db_conn)
-    (seen,) = [s for r, s in stale_processing(db_conn, schema, 600) if r == ref]
+    (seen,) = [s for r, s in stale_processing(db_conn, schema, 600).rows if r == ref]
     # Between the sweeper's read and its update, a new run marked the episode processing.
     db_conn.execute("UPDATE episodes SET updated_at = now() WHERE id = %s", (ref.episode_id,))
     assert not fail_if_still_processing(db_conn, schema, ref, seen)

@@ -49,6 +49,7 @@ from episode_pipeline.defs.assets.archive import report_archive_version
 from episode_pipeline.defs.jobs import EPISODE_JOB_NAME
 from episode_pipeline.defs.partitions import EPISODES_PARTITION_NAME
 from episode_pipeline.defs.resources.aws import aws_fields
+from episode_pipeline.defs.resources.s3 import S3BucketResource
 from episode_pipeline.defs.resources.sqs import UploadQueueResource
 from episode_pipeline.defs.retention import (
     DAY_SECONDS,
@@ -253,7 +254,11 @@ def test_a_redelivered_message_of_a_pruned_upload_gets_no_second_run(
     resource = UploadQueueResource(queue_url=queue.queue_url, **aws_fields(queue.aws))
     pruned, fresh = new_ref(), new_ref()
     upload_episode(archive, pruned, private)
-    context = build_sensor_context(instance=instance, resources={"upload_queue": resource})
+    sensor_resources = {
+        "upload_queue": resource,
+        "s3": S3BucketResource(bucket=resources.bucket, **aws_fields(queue.aws)),
+    }
+    context = build_sensor_context(instance=instance, resources=sensor_resources)
     first = sqs.episode_uploads(context)
     assert isinstance(first, SensorResult)
     (request,) = first.run_requests
@@ -270,9 +275,7 @@ def test_a_redelivered_message_of_a_pruned_upload_gets_no_second_run(
     )
     upload_episode(archive, fresh, private)  # and a new upload in the same tick
 
-    again = sqs.episode_uploads(
-        build_sensor_context(instance=instance, resources={"upload_queue": resource})
-    )
+    again = sqs.episode_uploads(build_sensor_context(instance=instance, resources=sensor_resources))
 
     assert isinstance(again, (SensorResult, SkipReason))
     requests = again.run_requests if isinstance(again, SensorResult) else []

@@ -140,7 +140,7 @@ def test_an_upload_through_the_route_becomes_one_run_of_that_object(
     # The shape that reached the queue (moto's SNS also forwards the bucket's s3:TestEvent).
     assert ("Type" in body) if route == "sns" else (body.get("detail-type") == "Object Created")
 
-    result = tick(instance, private.queue)
+    result = tick(instance, private)
 
     assert isinstance(result, SensorResult)
     (request,) = result.run_requests
@@ -155,4 +155,4 @@ def test_an_upload_through_the_route_becomes_one_run_of_that_object(
     assert observation is not None and observation.metadata["key"].value == key
     report_done(instance, private, outcome.dagster_run.run_id)
     assert depth(private.queue) == (0, 0)
-    assert isinstance(tick(instance, private.queue), SkipReason)
+    assert isinstance(tick(instance, private), SkipReason)

@@ -68,7 +68,7 @@ def test_upload_becomes_one_run_and_its_message_is_deleted_after_success(
     etag = private.storage.head(key).etag
     assert depth(private.queue) == (2, 0)  # the bucket's s3:TestEvent and the upload
 
-    result = tick(instance, private.queue)
+    result = tick(instance, private)
 
     assert isinstance(result, SensorResult)
     (request,) = result.run_requests
@@ -98,7 +98,7 @@ def test_upload_becomes_one_run_and_its_message_is_deleted_after_success(
 
     assert depth(private.queue) == (0, 0)
     assert private.queue.receive(wait_seconds=0) == []
-    assert isinstance(tick(instance, private.queue), SkipReason)
+    assert isinstance(tick(instance, private), SkipReason)
 
 
 def test_a_failed_run_leaves_its_message_for_a_retry_with_a_new_run_key(
@@ -110,7 +110,7 @@ def test_a_failed_run_leaves_its_message_for_a_retry_with_a_new_run_key(
     private = private_queue()
     ref = new_ref()
     key = upload_episode(archive, ref, private.settings)
-    (first,) = tick(instance, private.queue).run_requests
+    (first,) = tick(instance, private).run_requests
     (held,) = sqs.held_messages(first.tags)
     handle = held.receipt_handle
 
@@ -127,7 +127,7 @@ def test_a_failed_run_leaves_its_message_for_a_retry_with_a_new_run_key(
     assert not private.queue.extend_visibility_many([handle], 0)
     assert depth(private.queue) == (1, 0)
     upload_episode(archive, ref, private.settings)  # the robot uploads again (same bytes)
-    result = tick(instance, private.queue)
+    result = tick(instance, private)
 
     # One retry for the episode, keyed by the failed run; both messages (the redelivered one,
     # now on its second receive, and the new one) ride on it.
@@ -145,7 +145,7 @@ def test_the_heartbeat_keeps_messages_of_queued_runs_in_flight(
     private = private_queue()
     ref = new_ref()
     upload_episode(archive, ref, private.settings)
-    (request,) = tick(instance, private.queue).run_requests
+    (request,) = tick(instance, private).run_requests
     run = waiting_run(instance, private, request)
     (held,) = sqs.held_messages(request.tags)
     handle = held.receipt_handle
@@ -167,7 +167,7 @@ def test_a_malformed_message_is_left_and_reaches_the_dead_letter_queue(
 
     seen_ticks = 0
     for _ in range(4):
-        result = tick(instance, private.queue)
+        result = tick(instance, private)
         assert not isinstance(result, SensorResult) or result.run_requests == []
         if isinstance(result, SensorResult):
             seen_ticks += 1
@@ -199,7 +199,7 @@ def test_a_reupload_after_a_failed_run_is_retried_at_once(
     private = private_queue()
     ref = new_ref()
     key = upload_episode(archive, ref, private.settings)
-    (first,) = tick(instance, private.queue).run_requests
+    (first,) = tick(instance, private).run_requests
     s3_client.delete_object(Bucket=private.settings.bucket, Key=key)
     failed = execute(instance, private, first)
     assert not failed.success
@@ -207,7 +207,7 @@ def test_a_reupload_after_a_failed_run_is_retried_at_once(
     # Same bytes, same ETag, a fresh message (receive count 1): the run key of the failed
     # attempt would be skipped by Dagster's run-key dedup, so the sensor asks for a new one.
     upload_episode(archive, ref, private.settings)
-    (retry,) = tick(instance, private.queue).run_requests
+    (retry,) = tick(instance, private).run_requests
     assert retry.run_key == retry_run_key(first.run_key, failed.dagster_run.run_id)
     # A re-upload of a known episode: its version is recorded before the run starts, so the
     # episode shows stale while the run waits in the queue.
@@ -247,11 +247,11 @@ def test_a_redelivery_while_the_run_waits_joins_it_and_its_success_deletes_the_m
     private = private_queue()
     ref = new_ref()
     upload_episode(archive, ref, private.settings)
-    (request,) = tick(instance, private.queue).run_requests
+    (request,) = tick(instance, private).run_requests
     waiting = waiting_run(instance, private, request)
 
     redeliver(private, request.tags)
-    assert isinstance(tick(instance, private.queue), SensorResult)
+    assert isinstance(tick(instance, private), SensorResult)
 
     joined = sqs.held_messages(instance.get_run_by_id(waiting.run_id).tags)
     assert [m.receive_count for m in joined] == [2]  # the fresh receipt handle replaced the old
@@ -265,14 +265,14 @@ def test_a_redelivery_after_the_run_succeeded_deletes_the_message_and_starts_not
     private = private_queue()
     ref = new_ref()
     upload_episode(archive, ref, private.settings)
-    (request,) = tick(instance, private.queue).run_requests
+    (request,) = tick(instance, private).run_requests
     outcome = execute(instance, private, request)
     assert outcome.success
 
     # The run succeeded but its message came back before it was deleted (a crash of the
     # daemon in between, or a slow run-status sensor): this delivery ends it.
     redeliver(private, request.tags)
-    result = tick(instance, private.queue)
+    result = tick(instance, private)
     assert isinstance(result, SensorResult) and result.run_requests == []
     assert depth(private.queue) == (0, 0)
     # The run-status sensor comes late: its stale handle is logged, nothing fails.
@@ -293,7 +293,9 @@ def test_a_tick_logs_what_it_saw_requested_and_skipped(
     private.queue.client.send_message(QueueUrl=private.queue.queue_url, MessageBody="garbage")
     log = _Log()
 
-    sqs.evaluate_uploads(SimpleNamespace(instance=instance, log=log), private.queue)
+    sqs.evaluate_uploads(
+        SimpleNamespace(instance=instance, log=log), private.queue, private.storage
+    )
 
     text = "\n".join(log.lines)
     assert "received 3 message(s)" in text

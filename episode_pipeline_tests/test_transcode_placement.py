@@ -12,6 +12,8 @@ from episode_pipeline.defs.runs import (
     placement_tags,
     transcoder_of,
 )
+from episode_pipeline.defs.sensors.sqs import sized_placement
+from episode_pipeline.storage.bucket import ObjectInfo
 from episode_pipeline.transcode.placement import RUN_WITHOUT_TRANSCODE, place
 
 MiB = 1 << 20
@@ -89,3 +91,14 @@ def test_the_run_tag_chooses_the_transcoder():
     assert transcoder_of({TRANSCODER_TAG: SUBPROCESS}, ECS) == SUBPROCESS
     with pytest.raises(ValueError, match="episode_pipeline/transcoder='fargate'"):
         transcoder_of({TRANSCODER_TAG: "fargate"}, SUBPROCESS)
+
+
+def test_the_uploads_sensor_sizes_by_s3_never_by_the_event():
+    settings = TranscodeSettings()
+    real = ObjectInfo("orgs/a/episodes/e/t.tar.zst", 1 << 20, "etag", None, None)
+    placement, said = sized_placement(64 << 30, real, settings)
+    assert placement == place(1 << 20, None, settings)
+    assert f"S3 says {1 << 20} B; the event said {64 << 30} B" in said
+    # S3 could not say: unplaced, so the run coordinator sizes the run from its listing.
+    unplaced, said = sized_placement(1 << 20, TimeoutError("read timeout"), settings)
+    assert unplaced is None and "read timeout" in said and "run coordinator" in said

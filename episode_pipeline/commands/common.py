@@ -18,10 +18,13 @@ def episode_arg(value: str) -> EpisodeRef:
 
 
 def local_stack_unless_production() -> None:
-    """Start the embedded stack (saying so) when it is down, unless production's variables are
-    set: with `DB_HOST` exported the command reads production, never a local stack."""
+    """Start the embedded stack (saying so) when it is down and export its variables into this
+    process, unless production's are set: with `DB_HOST` exported the command reads
+    production, never a local stack. What the command then runs reads only its environment."""
     if os.environ.get("DB_HOST"):
         return
     from episode_pipeline.local.stack import ensure_stack
+    from episode_pipeline.local.stack_env import apply_local_stack_env
 
     ensure_stack()
+    apply_local_stack_env()

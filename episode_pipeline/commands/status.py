@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 
 from episode_pipeline.commands.common import episode_arg, local_stack_unless_production
 
@@ -29,13 +30,20 @@ def add_status_parser(commands: argparse._SubParsersAction) -> None:
         action="store_true",
         help="only failed episodes, newest first, each with its one-line cause",
     )
+    status.add_argument(
+        "--invalid",
+        action="store_true",
+        help="only the rows of `episodes` the pipeline cannot key (an id that breaks "
+        "docs/contract.md#episode-ids), newest first, each with the reason: every listing and "
+        "sensor skips them, so the application must fix them",
+    )
     status.add_argument("--org", help="only this org's episodes")
     status.add_argument(
         "--limit",
         type=int,
         default=50,
-        help="at most this many episodes, newest first, without ORG/EP or with --failed "
-        "(default 50)",
+        help="at most this many episodes, newest first, without ORG/EP or with --failed or "
+        "--invalid (default 50)",
     )
     status.add_argument("--json", action="store_true", help="machine-readable output")
     status.set_defaults(handler=cmd_status)
@@ -43,23 +51,38 @@ def add_status_parser(commands: argparse._SubParsersAction) -> None:
 
 def cmd_status(args: argparse.Namespace) -> int:
     from episode_pipeline.report import (
-        episode_reports,
+        episode_listing,
         failed_episodes,
         format_failed,
+        format_invalid,
         format_reports,
+        invalid_episodes,
+        skipped_note,
     )
 
-    local_stack_unless_production()
-    if args.failed:
-        if args.episode is not None:
-            raise ValueError("name an episode or ask for --failed, not both")
-        rows = failed_episodes(args.org, args.limit)
-        print(json.dumps(rows, indent=2, default=str) if args.json else format_failed(rows))
-        return 0
+    if args.failed and args.invalid:
+        raise ValueError("ask for --failed or --invalid, not both")
+    if (args.failed or args.invalid) and args.episode is not None:
+        raise ValueError(
+            f"name an episode or ask for --{'failed' if args.failed else 'invalid'}, not both"
+        )
     if args.limit < 1:
         raise ValueError(f"--limit must be at least 1, not {args.limit}")
-    reports = episode_reports(args.episode, org_id=args.org, limit=args.limit)
-    if args.org:
-        reports = [report for report in reports if report["org_id"] == args.org]
-    print(json.dumps(reports, indent=2, default=str) if args.json else format_reports(reports))
+    local_stack_unless_production()
+    if args.invalid:
+        rows = invalid_episodes(args.org, args.limit)
+        print(json.dumps(rows, indent=2, default=str) if args.json else format_invalid(rows))
+        return 0
+    if args.failed:
+        listing = failed_episodes(args.org, args.limit)
+        shown = format_failed(listing.rows)
+    else:
+        listing = episode_listing(args.episode, org_id=args.org, limit=args.limit)
+        if args.org:
+            listing.rows = [report for report in listing.rows if report["org_id"] == args.org]
+        shown = format_reports(listing.rows)
+    print(json.dumps(listing.rows, indent=2, default=str) if args.json else shown)
+    note = skipped_note(listing.skipped)
+    if note:
+        print(f"episode-pipeline: {note}", file=sys.stderr)
     return 0

@@ -70,8 +70,9 @@ class MissingSettings(RuntimeError):
 
     def __init__(self, names: list[str]) -> None:
         super().__init__(
-            f"missing environment variable(s) {', '.join(names)}: set them, or start the local "
-            "stack with `episode-pipeline stack up`"
+            f"missing environment variable(s) {', '.join(names)}: set them, or take the local "
+            "stack's (`episode-pipeline dev` does; in a shell: "
+            '`eval "$(episode-pipeline stack env)"`)'
         )
         self.names = names
 

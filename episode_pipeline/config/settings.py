@@ -2,11 +2,12 @@
 
 Production sets the replaced worker's variables (`DB_HOST`, `DB_PORT`, `DB_NAME`, `DB_USER`,
 `DB_PASSWORD`, `DB_SSL`, `DB_IAM_AUTH`, `SQS_QUEUE_URL`, ...) plus `DATA_BUCKET` and, for the ECS
-transcode, `TRANSCODE_TASK_DEFINITION`, `ECS_CLUSTER`, `ECS_SUBNETS`. On a laptop nobody exports
-anything: `episode_pipeline.local.stack_env.load_settings` falls back to the embedded stack's
-`stack.json`, so `dagster dev`, `dagster asset materialize` and the CLI reach the same services.
-Every entry point loads the settings once and hands them down; nothing below reads the
-environment itself.
+transcode, `TRANSCODE_TASK_DEFINITION`, `ECS_CLUSTER`, `ECS_SUBNETS`. The code location reads
+them from its environment only (`settings_from_environment`): on a laptop the local stack
+supplies that environment (`episode-pipeline dev`, `process`, `status` … export its
+`stack.json` first; `eval "$(episode-pipeline stack env)"` does it for a shell), so production
+never loads the local-stack package. Every entry point loads the settings once and hands them
+down; nothing below reads the environment itself.
 
 Each field declares its variable, default and meaning once (`setting`); docs/configuration.md
 lists them all (`python -m episode_pipeline.config` writes the table).
@@ -14,6 +15,8 @@ lists them all (`python -m episode_pipeline.config` writes the table).
 
 from __future__ import annotations
 
+import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -535,3 +538,9 @@ class Settings(EnvSettings):
         "Where the Dagster UI is, for the run links `episode-pipeline status` prints.",
         "http://127.0.0.1:3000",
     )
+
+
+def settings_from_environment(environ: Mapping[str, str] | None = None) -> Settings:
+    """The settings from this process's environment (or `environ`): production's variables, or
+    the local stack's that a command exported. A missing variable is a named error."""
+    return Settings.from_env(os.environ if environ is None else environ)

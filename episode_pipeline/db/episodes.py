@@ -6,6 +6,8 @@ put several of these in one commit.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -22,7 +24,13 @@ from episode_pipeline.episodes.episode_rows import (
     MetadataItem,
     entity_version_data,
 )
-from episode_pipeline.episodes.keys import EpisodeRef
+from episode_pipeline.episodes.keys import (
+    FORBIDDEN_IN_ID,
+    ID_PATTERN,
+    EpisodeRef,
+    UnkeyableRow,
+    ref_of_row,
+)
 
 PROCESSING = "processing"
 PROCESSED = "processed"
@@ -244,26 +252,33 @@ def timestamp_regressions(
     return int(row.fetchone()[0])
 
 
-def waiting_uploads(
-    conn: psycopg.Connection, older_than_seconds: int, limit: int
-) -> list[EpisodeRef]:
-    """Episodes still `uploaded` long after their last change: their event may have been lost.
+# -- reading the application's rows: a row the pipeline cannot key is skipped, never fatal ------
 
-    Needs `episodes.org_id` (the upload's prefix) and `episodes.updated_at` (its age): on a table
-    without them nothing is reconciled.
-    """
-    schema = read_schema(conn)
-    if not (schema.has("episodes", "org_id") and schema.has("episodes", "updated_at")):
-        return []
-    rows = conn.execute(
-        """
-        SELECT org_id, id FROM episodes
-         WHERE status = %s AND updated_at < now() - make_interval(secs => %s)
-         ORDER BY updated_at LIMIT %s
-        """,
-        (UPLOADED, older_than_seconds, limit),
-    ).fetchall()
-    return [EpisodeRef(org_id, episode_id) for org_id, episode_id in rows]
+
+@dataclass
+class KeyedRows:
+    """Rows read from `episodes`, split by `ref_of_row`: `rows` are (ref, *the other columns),
+    `invalid` the rows the pipeline cannot key (skipped, counted, listed by `status
+    --invalid`)."""
+
+    rows: list[tuple[Any, ...]] = field(default_factory=list)
+    invalid: list[UnkeyableRow] = field(default_factory=list)
+
+    @property
+    def refs(self) -> list[EpisodeRef]:
+        return [row[0] for row in self.rows]
+
+
+def keyed_rows(rows: Iterable[Sequence[Any]]) -> KeyedRows:
+    """Each `(org_id, id, *rest)` row as `(EpisodeRef, *rest)`, or in `invalid`."""
+    keyed = KeyedRows()
+    for org_id, episode_id, *rest in rows:
+        ref = ref_of_row(org_id, episode_id)
+        if isinstance(ref, UnkeyableRow):
+            keyed.invalid.append(ref)
+        else:
+            keyed.rows.append((ref, *rest))
+    return keyed
 
 
 def recent_episode_refs(
@@ -271,60 +286,127 @@ def recent_episode_refs(
     org_id: str | None = None,
     limit: int = 50,
     status: str | None = None,
-) -> list[EpisodeRef]:
+) -> KeyedRows:
     """The `limit` most recently changed episodes (of one org or all, of one status or any),
     newest first: one bounded query (`episodes_newest_first_idx`, or the status index), never
-    the whole table."""
+    the whole table. A row the pipeline cannot key is in `invalid`, not in the page."""
     filters = {column: value for column, value in (("status", status), ("org_id", org_id)) if value}
     where = [f"{column} = %s" for column in filters]
     params = list(filters.values())
     rows = conn.execute(
-        f"SELECT org_id, id FROM episodes {'WHERE ' + ' AND '.join(where) if where else ''} "
+        f"SELECT org_id, id::text FROM episodes {'WHERE ' + ' AND '.join(where) if where else ''} "
         "ORDER BY updated_at DESC NULLS LAST, id DESC LIMIT %s",
         (*params, limit),
     ).fetchall()
-    return [EpisodeRef(org_id, episode_id) for org_id, episode_id in rows]
+    return keyed_rows(rows)
 
 
 def failed_episode_refs(
     conn: psycopg.Connection, org_id: str | None = None, limit: int = 50
-) -> list[EpisodeRef]:
+) -> KeyedRows:
     """The `limit` most recently changed episodes with status `failed`."""
     return recent_episode_refs(conn, org_id, limit, status=FAILED)
+
+
+# The rows `ref_of_row` rejects, found by PostgreSQL with the same pattern (keys.ID_PATTERN):
+# an id column of type uuid always matches, so only a text id can be invalid.
+_UNKEYABLE = sql.SQL(
+    "(org_id IS NULL OR NOT (org_id ~ {pattern} AND id::text ~ {pattern}"
+    " AND strpos(org_id, {forbidden}) = 0 AND strpos(id::text, {forbidden}) = 0))"
+).format(pattern=sql.Literal(f"^{ID_PATTERN}$"), forbidden=sql.Literal(FORBIDDEN_IN_ID))
+
+
+@dataclass(frozen=True)
+class InvalidEpisodeRow:
+    """A row of `episodes` the pipeline skips, as `status --invalid` shows it."""
+
+    row: UnkeyableRow
+    status: str | None
+    updated_at: datetime | None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.row.episode_id,
+            "org_id": self.row.org_id,
+            "status": self.status,
+            "updated_at": self.updated_at,
+            "reason": self.row.reason,
+        }
+
+
+def invalid_episode_rows(
+    conn: psycopg.Connection, org_id: str | None = None, limit: int = 50
+) -> list[InvalidEpisodeRow]:
+    """The `limit` most recently changed rows the pipeline cannot key, with the reason: what
+    the application must fix (docs/operations.md#rows-the-pipeline-cannot-key). Few or none
+    such rows exist, so the filter may read the whole table: an operator's command, never a
+    sensor's."""
+    schema = read_schema(conn)
+    if not schema.has("episodes", "org_id"):
+        return []
+    where: list[sql.Composable] = [_UNKEYABLE]
+    params: list[Any] = []
+    if org_id is not None:
+        where.append(sql.SQL("org_id = %s"))
+        params.append(org_id)
+    updated_at = sql.SQL("updated_at" if schema.has("episodes", "updated_at") else "NULL")
+    rows = conn.execute(
+        sql.SQL(
+            "SELECT org_id, id::text, status, {updated_at} FROM episodes WHERE {where}"
+            " ORDER BY {updated_at} DESC NULLS LAST, id DESC LIMIT %s"
+        ).format(updated_at=updated_at, where=sql.SQL(" AND ").join(where)),
+        (*params, limit),
+    ).fetchall()
+    found = []
+    for org, episode_id, status, changed in rows:
+        row = ref_of_row(org, episode_id)
+        if isinstance(row, UnkeyableRow):  # the rule decides; the SQL only narrows the scan
+            found.append(InvalidEpisodeRow(row, status, changed))
+    return found
 
 
 # -- reconciliation (defs/sensors/reconcile.py) --------------------------------------------------
 
 
+@dataclass
+class EpisodePage(KeyedRows):
+    """One page of a keyset walk by id: `rows` are (ref, processed_at). `last_id` is the last id
+    read, an unkeyable row's too, so the next page starts past it; `full` says more may follow."""
+
+    last_id: str | None = None
+    full: bool = False
+
+
 def episodes_after(
-    conn: psycopg.Connection, schema: DatabaseSchema, after_id: str, limit: int
-) -> list[tuple[EpisodeRef, datetime | None]]:
-    """Up to `limit` episodes whose id sorts after `after_id` ('' = from the first), in id
+    conn: psycopg.Connection, schema: DatabaseSchema, after_id: str | None, limit: int
+) -> EpisodePage:
+    """Up to `limit` episodes whose id sorts after `after_id` (None = from the first), in id
     order, with `processed_at`: one page of a walk over every episode that no kind of row can
-    stall (keyset paging on the primary key, not oldest-first). Any id type: a `uuid` id
-    compares with the previous page's last id, and the first page has no bound at all.
+    stall (keyset paging on the primary key, not oldest-first; a row the pipeline cannot key
+    is in `invalid`, and the walk moves past it). Any id type: a `uuid` id compares with the
+    previous page's last id, and the first page has no bound at all.
 
     Needs `episodes.org_id` (the upload's prefix): without it nothing can be reconciled.
     """
     if not schema.has("episodes", "org_id"):
-        return []
+        return EpisodePage()
     return _episode_page(conn, schema, sql.SQL("TRUE"), (), after_id, limit)
 
 
 def pending_episodes(
     conn: psycopg.Connection,
     schema: DatabaseSchema,
-    after_id: str,
+    after_id: str | None,
     limit: int,
     settled_seconds: int,
     lookback_seconds: int,
-) -> list[tuple[EpisodeRef, datetime | None]]:
+) -> EpisodePage:
     """A page (by id, after `after_id`) of the episodes never processed: status `uploaded`, and
     where the table keeps `updated_at`, last changed between `lookback_seconds` and
     `settled_seconds` ago (a younger upload may still be announced; an older one is left to
     the full walk). The status filter is served by an index on `episodes.status`."""
     if not schema.has("episodes", "org_id"):
-        return []
+        return EpisodePage()
     where: sql.Composable = sql.SQL("status = %s")
     params: tuple[Any, ...] = (UPLOADED,)
     if schema.has("episodes", "updated_at"):
@@ -341,12 +423,12 @@ def _episode_page(
     schema: DatabaseSchema,
     where: sql.Composable,
     params: tuple[Any, ...],
-    after_id: str,
+    after_id: str | None,
     limit: int,
-) -> list[tuple[EpisodeRef, datetime | None]]:
+) -> EpisodePage:
     processed_at = sql.SQL("processed_at" if schema.has("episodes", "processed_at") else "NULL")
     after: sql.Composable = sql.SQL("")
-    if after_id:
+    if after_id is not None:
         after, params = sql.SQL(" AND id > %s"), (*params, after_id)
     rows = conn.execute(
         sql.SQL("SELECT org_id, id::text, {} FROM episodes WHERE {}{} ORDER BY id LIMIT %s").format(
@@ -354,7 +436,13 @@ def _episode_page(
         ),
         (*params, limit),
     ).fetchall()
-    return [(EpisodeRef(org_id, episode_id), done) for org_id, episode_id, done in rows]
+    keyed = keyed_rows(rows)
+    return EpisodePage(
+        keyed.rows,
+        keyed.invalid,
+        last_id=rows[-1][1] if rows else None,
+        full=len(rows) == limit,
+    )
 
 
 def estimated_episode_count(conn: psycopg.Connection) -> int:
@@ -369,24 +457,24 @@ def estimated_episode_count(conn: psycopg.Connection) -> int:
 
 def stale_processing(
     conn: psycopg.Connection, schema: DatabaseSchema, older_than_seconds: int
-) -> list[tuple[EpisodeRef, datetime | None]]:
+) -> KeyedRows:
     """Episodes `processing` with no change for `older_than_seconds` (every one when the table
     keeps no `updated_at`), with the `updated_at` seen, for `fail_if_still_processing`."""
     if not schema.has("episodes", "org_id"):
-        return []
+        return KeyedRows()
     if not schema.has("episodes", "updated_at"):
         rows = conn.execute(
-            "SELECT org_id, id, NULL FROM episodes WHERE status = %s", (PROCESSING,)
+            "SELECT org_id, id::text, NULL FROM episodes WHERE status = %s", (PROCESSING,)
         ).fetchall()
     else:
         rows = conn.execute(
             """
-            SELECT org_id, id, updated_at FROM episodes
+            SELECT org_id, id::text, updated_at FROM episodes
              WHERE status = %s AND updated_at < now() - make_interval(secs => %s)
             """,
             (PROCESSING, older_than_seconds),
         ).fetchall()
-    return [(EpisodeRef(org_id, episode_id), seen) for org_id, episode_id, seen in rows]
+    return keyed_rows(rows)
 
 
 def fail_if_still_processing(

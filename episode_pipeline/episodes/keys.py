@@ -12,7 +12,12 @@ from dataclasses import dataclass
 
 # Letters, digits, '.', '_', '-'; starts with a letter or digit; no '..' (path traversal, and
 # Dagster's UI treats '...' as a range). 128 characters is far above any UUID or slug we issue.
-_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+# Written in the syntax Python's `re` and PostgreSQL's `~` share: `db.episodes` finds the rows
+# that break it with the same pattern (anchored there, `fullmatch` here: Python's `$` would let
+# a trailing newline through).
+ID_PATTERN = "[A-Za-z0-9][A-Za-z0-9._-]{0,127}"
+FORBIDDEN_IN_ID = ".."
+_ID_PATTERN = re.compile(ID_PATTERN)
 _S3_KEY_PATTERN = re.compile(r"^orgs/(?P<org>[^/]+)/episodes/(?P<episode>[^/]+)/(?P<rest>.+)$")
 PARTITION_SEPARATOR = "/"
 PROCESSED_DIR = "processed"
@@ -23,10 +28,21 @@ class InvalidEpisodeKey(ValueError):
     """An S3 key, partition key or id that cannot name an episode."""
 
 
+SHOWN_ID_CHARACTERS = 40  # a 300-character id is named by its start and its length
+
+
+def _shown(value: str | None) -> str:
+    if value is None:
+        return "NULL"
+    if len(value) <= SHOWN_ID_CHARACTERS:
+        return repr(value)
+    return f"{value[:SHOWN_ID_CHARACTERS]!r}… ({len(value)} characters)"
+
+
 def _validate_id(kind: str, value: str) -> str:
-    if not _ID_PATTERN.match(value) or ".." in value:
+    if not _ID_PATTERN.fullmatch(value) or FORBIDDEN_IN_ID in value:
         raise InvalidEpisodeKey(
-            f"invalid {kind} {value!r}: use 1-128 letters, digits, '.', '_' or '-', "
+            f"invalid {kind} {_shown(value)}: use 1-128 letters, digits, '.', '_' or '-', "
             "starting with a letter or digit, without '..'"
         )
     return value
@@ -70,6 +86,37 @@ class EpisodeRef:
 
     def __str__(self) -> str:
         return self.partition_key
+
+
+@dataclass(frozen=True)
+class UnkeyableRow:
+    """A row of the application's `episodes` whose ids cannot name a partition, an S3 prefix or
+    a run tag (docs/contract.md#episode-ids). Every read that builds keys skips it and counts it;
+    `episode-pipeline status --invalid` lists it so the application can fix it."""
+
+    org_id: str | None
+    episode_id: str
+    reason: str
+
+    def describe(self) -> str:
+        shown = f"id {_shown(self.episode_id)} (org_id {_shown(self.org_id)})"
+        return f"episodes row {shown}: {self.reason}"
+
+
+def ref_of_row(org_id: object, episode_id: object) -> EpisodeRef | UnkeyableRow:
+    """The rule for every row read from `episodes`: its EpisodeRef, or why it has none.
+
+    Never raises: one row the application wrote with an id the pipeline cannot key must not
+    stop a listing or a sensor for every other row.
+    """
+    episode = str(episode_id)
+    org = None if org_id is None else str(org_id)
+    if org is None:
+        return UnkeyableRow(org, episode, "org_id is NULL")
+    try:
+        return EpisodeRef(org, episode)
+    except InvalidEpisodeKey as error:
+        return UnkeyableRow(org, episode, str(error))
 
 
 def parse_partition_key(partition_key: str) -> EpisodeRef:

@@ -1,9 +1,9 @@
 """The settings on a laptop: production's variables when they are set, else the local stack's.
 
 `episode-pipeline stack up` writes the stack's variables into `<home>/stack.json`; when `DB_HOST`
-is unset, `load_settings` reads them from there, so `dagster dev`, `dagster asset materialize`
-and the CLI reach the same services with nothing exported. Kept free of the stack's own imports:
-the production code location loads its settings through here too.
+is unset, the local tools read them from there (`load_settings`), and the commands that run the
+code location export them first (`apply_local_stack_env`): the code location itself reads only
+its environment (`config.settings.settings_from_environment`) and never imports this package.
 """
 
 from __future__ import annotations

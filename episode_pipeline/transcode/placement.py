@@ -41,7 +41,8 @@ class Placement:
 def place(archive_bytes: int | None, cameras: int | None, settings: TranscodeSettings) -> Placement:
     """Where this upload's transcode runs and its run's size.
 
-    `archive_bytes` comes from the S3 event (None when it does not say); `cameras` is known
+    `archive_bytes` is the archive's size as S3 reports it (the uploads sensor's HEAD, the run
+    coordinator's listing; never an event's claim; None when unknown); `cameras` is known
     only when something already read the archive (an S3 event never says). Without either the
     run keeps the launcher's default size, which can transcode.
     """

@@ -26,6 +26,7 @@ from episode_pipeline.definitions import build_definitions
 from episode_pipeline.defs.jobs import EPISODE_JOB_NAME
 from episode_pipeline.defs.partitions import EPISODES_PARTITION_NAME
 from episode_pipeline.defs.resources.aws import aws_fields
+from episode_pipeline.defs.resources.s3 import S3BucketResource
 from episode_pipeline.defs.resources.sqs import UploadQueueResource
 from episode_pipeline.defs.sensors import sqs
 from episode_pipeline.local import aws_setup
@@ -87,9 +88,20 @@ def queue_resource(queue: UploadQueue) -> UploadQueueResource:
     return UploadQueueResource(queue_url=queue.queue_url, **aws_fields(queue.aws))
 
 
-def tick(instance: DagsterInstance, queue: UploadQueue) -> SensorResult | SkipReason:
+def bucket_resource(bucket: Bucket) -> S3BucketResource:
+    """The data-bucket resource the uploads sensor HEADs new uploads through."""
+    return S3BucketResource(bucket=bucket.name, **aws_fields(bucket.aws))
+
+
+def tick(instance: DagsterInstance, queue: PrivateQueue | UploadQueue) -> SensorResult | SkipReason:
+    """One tick of the uploads sensor on a private queue and its bucket (or on a bare queue,
+    with a bucket nothing is uploaded to)."""
+    private = queue if isinstance(queue, PrivateQueue) else None
+    upload_queue = private.queue if private else queue
+    storage = private.storage if private else Bucket("no-uploads-here", upload_queue.aws)
     context = build_sensor_context(
-        instance=instance, resources={"upload_queue": queue_resource(queue)}
+        instance=instance,
+        resources={"upload_queue": queue_resource(upload_queue), "s3": bucket_resource(storage)},
     )
     return sqs.episode_uploads(context)
 

@@ -52,7 +52,12 @@ from episode_pipeline.defs.runs import (
     reconciled_run_key,
     upload_id,
 )
-from episode_pipeline.episodes.keys import PROCESSED_DIR, EpisodeRef, is_raw_archive_key
+from episode_pipeline.episodes.keys import (
+    PROCESSED_DIR,
+    EpisodeRef,
+    UnkeyableRow,
+    is_raw_archive_key,
+)
 from episode_pipeline.storage.bucket import Bucket, ObjectInfo
 
 HOUR_SECONDS = 3600
@@ -64,16 +69,23 @@ S3_THREADS = 16  # LISTs of one page side by side: a tick of thousands stays wit
 
 @dataclass(frozen=True)
 class Cursor:
-    walk: str = ""  # last id of the full walk ('' = at the start)
-    pending: str = ""  # last id of the pending pass
+    """Where each pass goes on: the last id it read (None = at the start). The last id may be
+    one the pipeline cannot key, even `''`: the pass moves past it all the same."""
+
+    walk: str | None = None
+    pending: str | None = None
 
     def to_json(self) -> str:
-        return json.dumps({"walk": self.walk, "pending": self.pending}, separators=(",", ":"))
+        # Own keys, so a legacy cursor's "" (which meant "at the start") is never read as
+        # "after the id ''".
+        return json.dumps(
+            {"walk_after": self.walk, "pending_after": self.pending}, separators=(",", ":")
+        )
 
     @classmethod
     def parse(cls, raw: str | None) -> Cursor:
-        """The sensor's cursor; a bare id (the walk's cursor before the pending pass) still
-        works."""
+        """The sensor's cursor; the two older forms (a bare id: the walk's cursor before the
+        pending pass; `{"walk": …, "pending": …}` with "" for the start) still work."""
         if not raw:
             return cls()
         try:
@@ -82,7 +94,13 @@ class Cursor:
             return cls(walk=raw)
         if not isinstance(value, dict):
             return cls(walk=raw)
-        return cls(walk=str(value.get("walk") or ""), pending=str(value.get("pending") or ""))
+        if "walk_after" in value or "pending_after" in value:
+            return cls(_after(value.get("walk_after")), _after(value.get("pending_after")))
+        return cls(_after(value.get("walk") or None), _after(value.get("pending") or None))
+
+
+def _after(value: Any) -> str | None:
+    return None if value is None else str(value)
 
 
 # -- sizing and the rule (pure) -----------------------------------------------------------------
@@ -238,6 +256,8 @@ class TickReport:
     episodes: int = 0  # the table's estimated size
     s3: S3Requests = field(default_factory=S3Requests)
     lost: list[str] = field(default_factory=list)
+    # Rows the pipeline cannot key, skipped by either pass (each once): named in the tick's log.
+    invalid: list[UnkeyableRow] = field(default_factory=list)
 
     def s3_per_hour(self, settings: ReconcileSettings) -> int:
         return self.s3.total * HOUR_SECONDS // settings.interval_seconds
@@ -254,6 +274,12 @@ class TickReport:
             f"upload(s); S3 requests {self.s3.total} ({self.s3.lists} LIST, {self.s3.heads} "
             f"HEAD), {self.s3_per_hour(settings)} per hour at this pace (budget "
             f"{settings.s3_requests_per_hour})"
+            + (
+                f"; skipped {len(self.invalid)} row(s) the pipeline cannot key "
+                "(episode-pipeline status --invalid)"
+                if self.invalid
+                else ""
+            )
         )
 
 
@@ -277,21 +303,23 @@ def reconcile_tick(
         settings.pending_lookback_seconds,
     )
     report = TickReport(cursor=cursor, episodes=estimated_episode_count(conn))
-    visits = visit_page(instance, bucket, pending, report.s3)
+    visits = visit_page(instance, bucket, pending.rows, report.s3)
     report.pending_visited = len(visits)
     report.walk_page = walk_page_size(report.episodes, settings, report.s3.total)
     walk = episodes_after(conn, schema, cursor.walk, report.walk_page)
     seen = {visit.ref for visit in visits}
-    walked = visit_page(instance, bucket, [row for row in walk if row[0] not in seen], report.s3)
-    report.walk_visited = len(walk)
+    walked = visit_page(
+        instance, bucket, [row for row in walk.rows if row[0] not in seen], report.s3
+    )
+    report.walk_visited = len(walk.rows) + len(walk.invalid)
+    report.invalid = list(dict.fromkeys([*pending.invalid, *walk.invalid]))
+    if log is not None:
+        for row in report.invalid:
+            log.warning(f"skipped {row.describe()}")
+    # Each pass starts over after its last page; an unkeyable last row moves it on all the same.
     report.cursor = Cursor(
-        # Each pass starts over after its last page.
-        walk=walk[-1][0].episode_id if walk and len(walk) == report.walk_page else "",
-        pending=(
-            pending[-1][0].episode_id
-            if pending and len(pending) == settings.pending_per_tick
-            else ""
-        ),
+        walk=walk.last_id if walk.full else None,
+        pending=pending.last_id if pending.full else None,
     )
     suspects = [v for v in [*visits, *walked] if triage(v, settings, now) is None]
     report.run_requests = lost_upload_requests(instance, bucket, suspects, report.s3, log)

@@ -125,7 +125,10 @@ def sweep_stale_processing(
     failed = []
     with postgres.connect(autocommit=True) as conn:
         schema = read_schema(conn)
-        for ref, seen in stale_processing(conn, schema, settings.stale_processing_after_seconds):
+        stale = stale_processing(conn, schema, settings.stale_processing_after_seconds)
+        for row in stale.invalid:
+            context.log.warning(f"skipped {row.describe()}")
+        for ref, seen in stale.rows:
             if has_run_in_flight(instance, ref):
                 continue
             latest = latest_run_of_episode(instance, ref)

@@ -17,6 +17,16 @@ delivery is decided by the upload's latest run:
   for no work) is deleted; a malformed body is logged and left, so after 3 receives SQS moves it
   to the dead-letter queue; each upload is decided as above. Messages are *not* deleted when a
   run is requested: they travel with the run in one compact tag (`episode_pipeline/sqs`).
+- Before a run is requested the object is read back (`HeadObject`, side by side for the batch):
+  the run's task is sized from the size S3 reports, never from the event's `size` (a relay can
+  lie). An event for an object that does not exist (HEAD 404: forged, or deleted since) gets no
+  partition and no run, and its message is left like a malformed one: it comes back after its
+  visibility timeout, is looked at again, and after 3 receives waits in the dead-letter queue
+  (`episode-pipeline dlq list`). Not deleting it keeps "no upload is lost" even where a 404
+  could be transient (a store less consistent than S3, a relay that announces before the PUT
+  lands): the next receive sees the object, and a redrive from the DLQ still works. Should the
+  HEAD fail otherwise (S3 slow or refusing), the run is requested unplaced and the run
+  coordinator sizes it from the episode's listing (`defs/run_coordinator.py`).
 - `episode_upload_done` deletes a run's messages when it succeeds. A failed run deletes
   nothing: the message comes back after its visibility timeout and gets one retry.
 - `episode_upload_heartbeat` renews the visibility of messages whose runs are queued or
@@ -30,10 +40,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
+from botocore.exceptions import BotoCoreError, ClientError
 from dagster import (
     DagsterInstance,
     DagsterRun,
@@ -52,6 +64,7 @@ from dagster import (
 from episode_pipeline.config.settings import QueueSettings, TranscodeSettings
 from episode_pipeline.defs.assets.archive import report_archive_version
 from episode_pipeline.defs.jobs import EPISODE_JOB_NAME
+from episode_pipeline.defs.resources.s3 import S3BucketResource
 from episode_pipeline.defs.resources.sqs import UploadQueueResource
 from episode_pipeline.defs.retention import pruned_successes
 from episode_pipeline.defs.runs import (
@@ -71,6 +84,7 @@ from episode_pipeline.defs.runs import (
 )
 from episode_pipeline.episodes.keys import parse_partition_key
 from episode_pipeline.runtime.injection_points import reach
+from episode_pipeline.storage.bucket import Bucket, ObjectInfo
 from episode_pipeline.transcode.placement import Placement, place
 from episode_pipeline.uploads.events import (
     Handoff,
@@ -95,6 +109,8 @@ SQS_TAG = "episode_pipeline/sqs"
 # become run requests within four ticks (benchmarks/sensor.py measures it).
 RECEIVE_CALLS_PER_TICK = 30
 RECEIVE_WAIT_SECONDS = 1
+# The HEADs of a tick's new uploads go side by side: 300 in a burst cost about 20 of one.
+HEAD_THREADS = 16
 UPLOADS_INTERVAL_SECONDS = 10
 NOT_CONFIGURED = "the upload queue is not configured (SQS_QUEUE_URL is unset)"
 
@@ -299,13 +315,53 @@ def receive_batch(
     return list(seen.values())
 
 
+ObjectHead = ObjectInfo | None | Exception  # what HEAD said: the object, 404, or its error
+
+
+def head_objects(bucket: Bucket, keys: Iterable[str]) -> dict[str, ObjectHead]:
+    """HEAD each key once, side by side (one tick's new uploads): its ObjectInfo, None when it
+    does not exist, or the error that kept S3 from saying."""
+    unique = list(dict.fromkeys(keys))
+    if not unique:
+        return {}
+
+    def head(key: str) -> ObjectHead:
+        try:
+            return bucket.head(key)
+        except (BotoCoreError, ClientError) as error:
+            return error
+
+    with ThreadPoolExecutor(max_workers=min(HEAD_THREADS, len(unique))) as pool:
+        return dict(zip(unique, pool.map(head, unique), strict=True))
+
+
+def sized_placement(
+    event_size: int | None, head: ObjectHead, transcode: TranscodeSettings
+) -> tuple[Placement | None, str]:
+    """Where the run transcodes and its task size, from S3's size of the object (the event's
+    is never trusted), and what the tick log says about it; None (unplaced: the run
+    coordinator sizes it from the episode's listing) when the HEAD failed."""
+    if isinstance(head, Exception) or head is None:
+        return None, (
+            f"HEAD failed ({head}): requested unplaced, the run coordinator sizes it from the "
+            "episode's listing"
+        )
+    placement = place(head.size, None, transcode)
+    said = "" if event_size == head.size else f"; the event said {event_size} B"
+    return placement, (
+        f"transcode: {placement.mode} ({placement.reason}; S3 says {head.size} B{said})"
+    )
+
+
 def evaluate_uploads(
     context: SensorEvaluationContext,
     queue: UploadQueue,
+    bucket: Bucket,
     transcode: TranscodeSettings | None = None,
 ) -> SensorResult | SkipReason:
-    """One tick of the uploads sensor (see the module docstring); `transcode` decides where
-    each run transcodes and how big its task is, from the upload's size."""
+    """One tick of the uploads sensor (see the module docstring); each new upload's object is
+    read back from `bucket` (the data bucket), and `transcode` decides from its size where the
+    run transcodes and how big its task is."""
     transcode = transcode or TranscodeSettings()
     if not queue.configured:
         return SkipReason(NOT_CONFIGURED)
@@ -335,7 +391,20 @@ def evaluate_uploads(
         instance, [u for u in map(upload_of, plan.handoffs) if u not in latest_runs]
     )
     known = known_partitions(instance, [h.upload.partition_key for h in plan.handoffs])
-    for handoff in plan.handoffs:
+    decisions = [
+        decide(u, latest_runs.get(u), pruned.get(u)) for u in map(upload_of, plan.handoffs)
+    ]
+    wanted = (Outcome.START, Outcome.RETRY)
+    heads = head_objects(
+        bucket,
+        [
+            h.upload.key
+            for h, d in zip(plan.handoffs, decisions, strict=True)
+            if d.outcome in wanted
+        ],
+    )
+    missing: list[str] = []
+    for handoff, decision in zip(plan.handoffs, decisions, strict=True):
         upload = upload_of(handoff)
         held = held_by(handoff, messages)
         log.info(
@@ -343,15 +412,24 @@ def evaluate_uploads(
             + ", ".join(f"{m.message_id} (receive {m.receive_count})" for m in held)
         )
         latest = latest_runs.get(upload)
-        decision = decide(upload, latest, pruned.get(upload))
         where = ""
-        if decision.outcome in (Outcome.START, Outcome.RETRY):
+        if decision.outcome in wanted:
+            head = heads[handoff.upload.key]
+            if head is None:
+                missing.append(upload)
+                log.warning(
+                    f"{upload}: s3://{bucket.name}/{handoff.upload.key} does not exist (HEAD "
+                    "404: a forged event, or deleted since): no partition, no run; message(s) "
+                    f"{', '.join(m.message_id for m in held)} left on the queue (back after "
+                    "the visibility timeout, in the dead-letter queue after 3 receives)"
+                )
+                continue
             # A re-upload of a known episode shows stale while its run waits in the queue (a new
             # episode has nothing to be stale; one event per upload would halve the tick rate).
             if handoff.upload.etag and handoff.upload.partition_key in known:
                 report_archive_version(instance, handoff.upload.partition_key, handoff.upload.etag)
-            placement = place(handoff.upload.size, None, transcode)
-            where = f"; transcode: {placement.mode} ({placement.reason})"
+            placement, sizing = sized_placement(handoff.upload.size, head, transcode)
+            where = f"; {sizing}"
             run_requests.append(
                 RunRequest(
                     run_key=decision.run_key,
@@ -370,7 +448,10 @@ def evaluate_uploads(
         log.info(decision.describe() + where)
 
     requested = [r.run_key for r in run_requests]
-    log.info(f"tick done: requested {len(requested)} run(s): {', '.join(map(str, requested))}")
+    log.info(
+        f"tick done: requested {len(requested)} run(s): {', '.join(map(str, requested))}"
+        + (f"; {len(missing)} upload(s) of no object: {', '.join(missing)}" if missing else "")
+    )
     return SensorResult(
         run_requests=run_requests,
         dynamic_partitions_requests=new_partitions_request(
@@ -456,8 +537,10 @@ def upload_queue_sensors(
         "object version (a redelivery joins the run, or is deleted once it succeeded). "
         "Messages are deleted when their run succeeds.",
     )
-    def episode_uploads(context: SensorEvaluationContext, upload_queue: UploadQueueResource):
-        return evaluate_uploads(context, upload_queue.get_client(), transcode)
+    def episode_uploads(
+        context: SensorEvaluationContext, upload_queue: UploadQueueResource, s3: S3BucketResource
+    ):
+        return evaluate_uploads(context, upload_queue.get_client(), s3.get_client(), transcode)
 
     @run_status_sensor(
         name=UPLOAD_DONE_SENSOR_NAME,
