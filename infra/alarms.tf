@@ -33,6 +33,7 @@ locals {
     waiting_uploads               = 300
     stale_processing              = 120
     dagster_retention             = 600
+    campaign_driver               = 30
   }
   sensor_periods = { for name, seconds in local.sensor_intervals : name => max(60, ceil(seconds / 60) * 60) }
 }

@@ -119,6 +119,7 @@ run "each_alarm_watches_its_metric_and_the_dashboard_shows_them" {
       waiting_uploads               = ["episode-pipeline-sensor-waiting_uploads-failing", 300]
       stale_processing              = ["episode-pipeline-sensor-stale_processing-failing", 120]
       dagster_retention             = ["episode-pipeline-sensor-dagster_retention-failing", 600]
+      campaign_driver               = ["episode-pipeline-sensor-campaign_driver-failing", 60]
     }
     error_message = "One alarm per sensor, its period the sensor's interval rounded up to a minute."
   }
