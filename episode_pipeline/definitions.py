@@ -29,6 +29,7 @@ from episode_pipeline.defs.resources.database import PostgresResource
 from episode_pipeline.defs.resources.s3 import S3BucketResource
 from episode_pipeline.defs.resources.sqs import UploadQueueResource
 from episode_pipeline.defs.resources.transcoder import HlsTranscoder
+from episode_pipeline.defs.sensors.metered import metered
 from episode_pipeline.defs.sensors.reconcile import orphaned_runs, reconciliation_sensors
 from episode_pipeline.defs.sensors.retention import retention_sensor
 from episode_pipeline.defs.sensors.run_failure import episode_failed_on_run_failure
@@ -75,12 +76,16 @@ def build_definitions(settings: Settings) -> Definitions:
             video_frames_in_sync(blocking=settings.sync_check_blocking),
         ],
         jobs=[episode_job],
+        # Every evaluation of every sensor writes its metric line (defs/sensors/metered.py).
         sensors=[
-            *upload_queue_sensors(settings.queue, settings.transcode),
-            episode_failed_on_run_failure,
-            orphaned_runs,
-            *reconciliation_sensors(settings.reconcile),
-            retention_sensor(settings.retention),
+            metered(sensor)
+            for sensor in (
+                *upload_queue_sensors(settings.queue, settings.transcode),
+                episode_failed_on_run_failure,
+                orphaned_runs,
+                *reconciliation_sensors(settings.reconcile),
+                retention_sensor(settings.retention),
+            )
         ],
         resources=build_resources(settings),
         # One episode is a handful of steps: in-process saves ~3.5 s of process start-up per
