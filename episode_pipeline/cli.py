@@ -13,6 +13,7 @@ import traceback
 from pathlib import Path
 
 from episode_pipeline.commands.common import EPISODE_HELP, episode_arg
+from episode_pipeline.commands.health import add_health_parser
 from episode_pipeline.commands.process import add_process_parser
 from episode_pipeline.commands.status import add_status_parser
 from episode_pipeline.episodes.keys import EpisodeRef
@@ -260,6 +261,7 @@ def build_parser() -> argparse.ArgumentParser:
     check.set_defaults(handler=cmd_check)
 
     add_status_parser(commands)
+    add_health_parser(commands)
 
     dlq = commands.add_parser("dlq", help="list the dead-letter queue, or send messages back")
     dlq_actions = dlq.add_subparsers(dest="action", required=True)
