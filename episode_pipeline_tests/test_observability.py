@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 import yaml
 from dagster import DagsterInstance, build_sensor_context
+from dagster._core.definitions.partitions.context import partition_loading_context
 from dagster._core.definitions.run_request import InstigatorType
 from dagster._core.scheduler.instigation import TickData, TickStatus
 from dagster._daemon.types import DaemonHeartbeat
@@ -26,6 +27,7 @@ from dagster._utils.error import SerializableErrorInfo
 
 from episode_pipeline.config.settings import Settings
 from episode_pipeline.definitions import build_definitions
+from episode_pipeline.defs.partitions import EPISODES_PARTITION_NAME
 from episode_pipeline.health import check_health, format_health, sensor_selector_id
 from episode_pipeline.local.stack import StackInfo
 from episode_pipeline.local.upload import upload_episode
@@ -201,19 +203,27 @@ def test_a_sensor_evaluation_writes_its_line(
     private_queue, settings: Settings, archive: Path
 ) -> None:
     private: PrivateQueue = private_queue()
-    private.storage.upload_file(archive, f"orgs/acme/episodes/{uuid.uuid4().hex[:8]}/a.tar.zst")
-    uploads = build_definitions(private.settings).resolve_sensor_def("episode_uploads")
+    episode = f"acme/{uuid.uuid4().hex[:8]}"
+    private.storage.upload_file(archive, f"orgs/{episode.replace('/', '/episodes/')}/a.tar.zst")
+    defs = build_definitions(private.settings)
+    uploads = defs.resolve_sensor_def("episode_uploads")
     with DagsterInstance.ephemeral() as instance, stdout_lines() as lines:
+        # The daemon adds the partitions a tick requests; the test adds it before the tick.
+        instance.add_dynamic_partitions(EPISODES_PARTITION_NAME, [episode])
         context = build_sensor_context(
-            instance=instance, resources={"upload_queue": queue_resource(private.queue)}
+            instance=instance,
+            resources={"upload_queue": queue_resource(private.queue)},
+            definitions=defs,
         )
-        result = uploads.evaluate_tick(context)
-    assert len(result.run_requests) == 1
+        with partition_loading_context(dynamic_partitions_store=instance):
+            result = uploads.evaluate_tick(context)
+    assert [r.partition_key for r in result.run_requests] == [episode]
     (line,) = emf(lines, "SensorTicks")
     assert (line["Sensor"], line["SensorTicks"], line["SensorTickFailures"]) == (
         "episode_uploads",
         1,
         0,
     )
-    assert (line["UploadsReceived"], line["RunsRequested"]) == (1, 1)
+    # The upload's message, and the s3:TestEvent moto sends when the notification is set up.
+    assert (line["UploadsReceived"], line["RunsRequested"]) == (2, 1)
     assert 0 < line["TickSeconds"] < 60
