@@ -8,10 +8,11 @@ episodes (Dagster's storage holds retention's working set; the application's tab
   `RUNS_READ`; their latency from the `episode` materializations after the window's first event
   (`idx_events_by_asset`, a range on the id); each failed run's cause from its failure events
   (by run id, at most `CAUSES_READ` runs);
-- the queues' attributes (depth, in flight, the DLQ's depth); the oldest upload waiting: SQS's
-  `ApproximateAgeOfOldestMessage` from CloudWatch where it is published (production), else the
-  oldest queued run. A peek at the queue's messages would tell their `SentTimestamp` but counts
-  as a receive: three probes would move an upload to the dead-letter queue;
+- the queues' attributes (depth, in flight, the DLQ's depth); the oldest upload waiting: the
+  oldest queued run (received, waiting for launch). The age of a message not yet received is
+  SQS's `ApproximateAgeOfOldestMessage`, a CloudWatch metric (the alarm watches it); a peek at
+  the messages would tell their `SentTimestamp` but counts as a receive, and three probes would
+  move an upload to the dead-letter queue;
 - each sensor's latest ticks (`job_ticks` by selector), and the daemons' heartbeats.
 
 Unhealthy: the sensor daemon's heartbeat is stale while uploads wait; a sensor's latest ticks
@@ -22,13 +23,12 @@ waits longer than `HEALTH_OLDEST_UPLOAD_SECONDS`; the dead-letter queue holds me
 
 from __future__ import annotations
 
-import contextlib
 import math
 import time
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any
 
 from dagster import AssetRecordsFilter, DagsterInstance, DagsterRunStatus, RunsFilter
@@ -40,7 +40,6 @@ from episode_pipeline.defs.asset_keys import EPISODE_KEY
 from episode_pipeline.defs.assets.episode import UPLOAD_TO_PROCESSED_METADATA
 from episode_pipeline.defs.failures import failure_cause, was_processing
 from episode_pipeline.defs.jobs import EPISODE_JOB_NAME
-from episode_pipeline.storage.aws import aws_client
 from episode_pipeline.uploads.upload_queue import UploadQueue
 
 CODE_LOCATION = "episode_pipeline"
@@ -49,7 +48,6 @@ SENSOR_DAEMON = "SENSOR"
 RUNS_READ = 10_000  # episode runs of the window read at most (10,000 uploads a day: ~420/h)
 CAUSES_READ = 200  # failed runs whose cause is read at most
 TICKS_READ = 20  # a sensor's latest ticks read for its failure streak
-_QUEUE_ATTRIBUTES = ["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"]
 
 
 @dataclass(frozen=True)
@@ -311,42 +309,9 @@ def episode_latencies(instance: DagsterInstance, succeeded: Sequence[Any], cutof
     return values
 
 
-def queue_depth(queue: UploadQueue) -> tuple[int, int] | None:
-    if not queue.configured:
-        return None
-    attributes = queue.client.get_queue_attributes(
-        QueueUrl=queue.queue_url, AttributeNames=_QUEUE_ATTRIBUTES
-    )["Attributes"]
-    visible, in_flight = (int(attributes.get(name, 0)) for name in _QUEUE_ATTRIBUTES)
-    return visible, in_flight
-
-
-def cloudwatch_oldest_message_age(settings: Settings, now: float) -> float | None:
-    """SQS's own `ApproximateAgeOfOldestMessage` of the upload queue, the last 5 minutes' maximum
-    (None where CloudWatch has no datapoint: locally, or a queue just made)."""
-    if not settings.sqs_queue_url or settings.local:
-        return None
-    name = settings.sqs_queue_url.rstrip("/").rsplit("/", 1)[-1]
-    client = aws_client(
-        "cloudwatch", settings.aws, connect_timeout=5, read_timeout=10, retries={"max_attempts": 2}
-    )
-    answer = client.get_metric_statistics(
-        Namespace="AWS/SQS",
-        MetricName="ApproximateAgeOfOldestMessage",
-        Dimensions=[{"Name": "QueueName", "Value": name}],
-        StartTime=datetime.fromtimestamp(now, UTC) - timedelta(minutes=5),
-        EndTime=datetime.fromtimestamp(now, UTC),
-        Period=60,
-        Statistics=["Maximum"],
-    )
-    points = sorted(answer.get("Datapoints", []), key=lambda p: p["Timestamp"])
-    return float(points[-1]["Maximum"]) if points else None
-
-
 def backlog(instance: DagsterInstance, settings: Settings, now: float) -> Backlog:
-    upload = UploadQueue(settings.sqs_queue_url, settings.aws)
-    depth = queue_depth(upload)
-    dead = queue_depth(UploadQueue(settings.dlq_url, settings.aws))
+    depth = UploadQueue(settings.sqs_queue_url, settings.aws).depth()
+    dead = UploadQueue(settings.dlq_url, settings.aws).depth()
     queued = instance.get_run_records(
         RunsFilter(
             job_name=EPISODE_JOB_NAME,
@@ -357,15 +322,11 @@ def backlog(instance: DagsterInstance, settings: Settings, now: float) -> Backlo
         ascending=True,
     )
     age, source = None, "nothing waiting"
-    with contextlib.suppress(Exception):  # no permission or no CloudWatch: the next source
-        age = cloudwatch_oldest_message_age(settings, now)
-        if age is not None:
-            source = "CloudWatch ApproximateAgeOfOldestMessage"
-    if age is None and queued:
+    if queued:
         age = now - queued[0].create_timestamp.timestamp()
         source = "the oldest queued run"
-    elif age is None and depth and depth[0]:
-        source = "unknown: the queue's message age is CloudWatch's, none here"
+    elif depth and depth[0]:
+        source = "of the queue's messages: unknown here, CloudWatch's ApproximateAgeOfOldestMessage"
     return Backlog(
         visible=depth[0] if depth else None,
         in_flight=depth[1] if depth else None,

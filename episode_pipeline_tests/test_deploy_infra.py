@@ -138,6 +138,7 @@ AWS_CALLS = {
     # The queue, only through episode_pipeline/uploads/upload_queue.py (sensors and `dlq`).
     "change_message_visibility_batch": "sqs:ChangeMessageVisibility",
     "delete_message": "sqs:DeleteMessage",
+    "get_queue_attributes": "sqs:GetQueueAttributes",  # health's depths
     "receive_message": "sqs:ReceiveMessage",
     "send_message": "sqs:SendMessage",
 }
