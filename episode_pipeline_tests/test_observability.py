@@ -9,6 +9,8 @@ import json
 import os
 import re
 import shutil
+import subprocess
+import sys
 import tempfile
 import time
 import uuid
@@ -227,3 +229,19 @@ def test_a_sensor_evaluation_writes_its_line(
     # The upload's message, and the s3:TestEvent moto sends when the notification is set up.
     assert (line["UploadsReceived"], line["RunsRequested"]) == (2, 1)
     assert 0 < line["TickSeconds"] < 60
+
+
+def test_the_command_answers_in_text_and_json_with_its_exit_code(stack: StackInfo) -> None:
+    """`health` on the session's stack (whatever other tests left there): the exit code is the
+    verdict, and the first text line says it."""
+    cli = [sys.executable, "-m", "episode_pipeline.cli", "health"]
+    as_json = subprocess.run([*cli, "--json"], capture_output=True, text=True, timeout=120)
+    report = json.loads(as_json.stdout)
+    assert as_json.returncode == (0 if report["healthy"] else 1), as_json.stderr
+    assert {s["name"] for s in report["sensors"]} >= {"episode_uploads", "dagster_retention"}
+    as_text = subprocess.run(cli, capture_output=True, text=True, timeout=120)
+    first = as_text.stdout.splitlines()[0]
+    if report["healthy"]:
+        assert (as_text.returncode, first) == (0, "episode-pipeline health: healthy")
+    else:
+        assert as_text.returncode == 1 and first.startswith("episode-pipeline health: UNHEALTHY: ")
