@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import traceback
 from pathlib import Path
@@ -66,9 +67,12 @@ def cmd_upload(args: argparse.Namespace) -> int:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
+    from episode_pipeline.config.settings import METRICS_OUTPUT_ENV
     from episode_pipeline.defs.checks.sync import CHECK_NAME as SYNC_CHECK
     from episode_pipeline.local.stack import ensure_stack
     from episode_pipeline.runner import run_checks
+
+    os.environ.setdefault(METRICS_OUTPUT_ENV, "off")  # as `process` (commands/process.py)
 
     ensure_stack()
     results = run_checks(args.episode, set(args.only) if args.only else None)

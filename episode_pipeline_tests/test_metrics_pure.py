@@ -238,3 +238,12 @@ def test_the_verdict_names_each_way_to_be_unhealthy() -> None:
     assert judge(rates(processed=0, failed=2), queue(), [], fresh, LIMITS) == []
     (reason,) = judge(rates(), queue(queued=1, oldest=4000.0), [], fresh, LIMITS)
     assert reason.startswith("the oldest upload has waited 4000 s")
+
+
+def test_the_output_can_be_turned_off_and_is_checked() -> None:
+    silent = metrics.Emitter.from_env({"METRICS_OUTPUT": "off"})
+    silent.sensor_tick("episode_uploads", 0.1, False, {})  # writes nothing (no stdout here)
+    assert silent.write is not metrics.write_stdout
+    assert metrics.Emitter.from_env({"METRICS_OUTPUT": "stdout"}).write is metrics.write_stdout
+    with pytest.raises(RuntimeError, match="METRICS_OUTPUT='stderr' is not one of stdout, off"):
+        metrics.Emitter.from_env({"METRICS_OUTPUT": "stderr"})

@@ -395,6 +395,23 @@ class MetricsSettings(EnvSettings):
         "`local.prefix`).",
         "local",
     )
+    output: str = setting(
+        "METRICS_OUTPUT",
+        "`stdout`: the metric lines go to standard output (the awslogs driver ships them); "
+        "`off`: nowhere (`process` and `check` default to it: a terminal is no log stream).",
+        "stdout",
+    )
+
+    def __post_init__(self) -> None:
+        if self.output not in METRICS_OUTPUTS:
+            raise RuntimeError(
+                f"METRICS_OUTPUT={self.output!r} is not one of {', '.join(METRICS_OUTPUTS)}"
+            )
+
+
+METRICS_OUTPUTS = ("stdout", "off")
+# What the interactive commands set unless the variable is exported (commands/process.py).
+METRICS_OUTPUT_ENV = "METRICS_OUTPUT"
 
 
 @dataclass(frozen=True)

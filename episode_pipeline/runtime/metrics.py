@@ -288,6 +288,10 @@ def write_stdout(line: str) -> None:
             data = data[os.write(fd, data) :]
 
 
+def _nowhere(line: str) -> None:
+    del line
+
+
 @dataclass
 class Emitter:
     """Writes the pipeline's metrics for one deployment (METRICS_DEPLOYMENT)."""
@@ -299,6 +303,8 @@ class Emitter:
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Emitter:
         settings = MetricsSettings.from_env(os.environ if environ is None else environ)
+        if settings.output == "off":
+            return cls(settings.deployment, write=_nowhere)
         return cls(settings.deployment)
 
     def emit(
