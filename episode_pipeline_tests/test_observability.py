@@ -178,6 +178,7 @@ def test_health_names_a_sensor_failing_its_ticks(stack: StackInfo, settings: Set
     assert [s.failure_streak for s in report.sensors] == [3, 0]
 
 
+@pytest.mark.slow(seconds=30)
 def test_failed_episodes_write_their_cause_and_raise_the_failure_rate(
     stack: StackInfo, settings: Settings, tmp_path: Path
 ) -> None:
@@ -231,6 +232,7 @@ def test_a_sensor_evaluation_writes_its_line(
     assert 0 < line["TickSeconds"] < 60
 
 
+@pytest.mark.slow(seconds=30)
 def test_the_command_answers_in_text_and_json_with_its_exit_code(stack: StackInfo) -> None:
     """`health` on the session's stack (whatever other tests left there): the exit code is the
     verdict, and the first text line says it."""
