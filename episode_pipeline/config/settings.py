@@ -394,6 +394,7 @@ class MetricsSettings(EnvSettings):
         "The `Deployment` dimension of every metric: the deployment's name prefix (Terraform's "
         "`local.prefix`).",
         "local",
+        infra=True,
     )
     output: str = setting(
         "METRICS_OUTPUT",
