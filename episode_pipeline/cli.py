@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import traceback
 from pathlib import Path
 
 from episode_pipeline.commands.campaign import add_campaign_parser
 from episode_pipeline.commands.common import EPISODE_HELP, episode_arg
+from episode_pipeline.commands.health import add_health_parser
 from episode_pipeline.commands.process import add_process_parser
 from episode_pipeline.commands.status import add_status_parser
 from episode_pipeline.episodes.keys import EpisodeRef
@@ -78,8 +80,11 @@ def cmd_upload(args: argparse.Namespace) -> int:
 
 def cmd_check(args: argparse.Namespace) -> int:
     from episode_pipeline.commands.common import local_stack_unless_production
+    from episode_pipeline.config.settings import METRICS_OUTPUT_ENV
     from episode_pipeline.defs.checks.sync import CHECK_NAME as SYNC_CHECK
     from episode_pipeline.runner import run_checks
+
+    os.environ.setdefault(METRICS_OUTPUT_ENV, "off")  # as `process` (commands/process.py)
 
     local_stack_unless_production()
     results = run_checks(args.episode, set(args.only) if args.only else None)
@@ -274,6 +279,7 @@ def build_parser() -> argparse.ArgumentParser:
     check.set_defaults(handler=cmd_check)
 
     add_status_parser(commands)
+    add_health_parser(commands)
 
     dlq = commands.add_parser("dlq", help="list the dead-letter queue, or send messages back")
     dlq_actions = dlq.add_subparsers(dest="action", required=True)

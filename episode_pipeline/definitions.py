@@ -33,6 +33,7 @@ from episode_pipeline.defs.resources.s3 import S3BucketResource
 from episode_pipeline.defs.resources.sqs import UploadQueueResource
 from episode_pipeline.defs.resources.transcoder import HlsTranscoder
 from episode_pipeline.defs.sensors.campaign import campaign_driver
+from episode_pipeline.defs.sensors.metered import metered
 from episode_pipeline.defs.sensors.reconcile import orphaned_runs, reconciliation_sensors
 from episode_pipeline.defs.sensors.retention import retention_sensor
 from episode_pipeline.defs.sensors.run_failure import episode_failed_on_run_failure
@@ -79,13 +80,17 @@ def build_definitions(settings: Settings) -> Definitions:
         ],
         # A campaign's batch runs its episodes as runs of these definitions' own episode job.
         jobs=[episode_job, batch_job(lambda: defs.resolve_job_def(EPISODE_JOB_NAME))],
+        # Every evaluation of every sensor writes its metric line (defs/sensors/metered.py).
         sensors=[
-            *upload_queue_sensors(settings.queue, settings.transcode),
-            episode_failed_on_run_failure,
-            orphaned_runs,
-            *reconciliation_sensors(settings.reconcile),
-            retention_sensor(settings.retention),
-            campaign_driver(settings.campaign),
+            metered(sensor)
+            for sensor in (
+                *upload_queue_sensors(settings.queue, settings.transcode),
+                episode_failed_on_run_failure,
+                orphaned_runs,
+                *reconciliation_sensors(settings.reconcile),
+                retention_sensor(settings.retention),
+                campaign_driver(settings.campaign),
+            )
         ],
         resources=build_resources(settings),
         # One episode is a handful of steps: in-process saves ~3.5 s of process start-up per

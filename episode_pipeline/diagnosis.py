@@ -17,29 +17,20 @@ from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from dagster import AssetCheckKey, DagsterEventType, DagsterInstance, RunRecord
+from dagster import AssetCheckKey, DagsterInstance, RunRecord
 from dagster._core.storage.asset_check_execution_record import AssetCheckExecutionRecordStatus
-from dagster._utils.error import SerializableErrorInfo
 
 from episode_pipeline.defs.event_log import latest_check_executions
-from episode_pipeline.defs.failures import user_error_text
+from episode_pipeline.defs.run_errors import (  # noqa: F401 - diagnosis's own names, kept
+    ERROR_LINES,
+    StepError,
+    _first_lines,
+    run_errors,
+    step_error,
+    user_error,
+)
 from episode_pipeline.defs.runs import latest_run_record_of_episode
 from episode_pipeline.episodes.keys import EpisodeRef
-
-ERROR_LINES = 3  # of a step's error message, in the text (the JSON has the whole message)
-_FAILURE_EVENTS = {DagsterEventType.STEP_FAILURE, DagsterEventType.RUN_FAILURE}
-
-
-@dataclass(frozen=True)
-class StepError:
-    """The error a step (or, with `step` None, the run itself) failed with."""
-
-    step: str | None
-    error_type: str  # the user's exception class, under Dagster's wrappers
-    message: str  # without the "module.Class: " prefix Dagster puts in front
-
-    def first_lines(self, count: int = ERROR_LINES) -> list[str]:
-        return _first_lines(self.message, count)
 
 
 @dataclass(frozen=True)
@@ -78,12 +69,6 @@ class Diagnosis:
 # -- pure ---------------------------------------------------------------------------------------
 
 
-def step_error(step: str | None, error: SerializableErrorInfo | None, fallback: str) -> StepError:
-    if error is None:
-        return StepError(step, "failure", fallback)
-    return StepError(step, *user_error_text(error))
-
-
 def one_line_cause(errors: list[StepError], failed_checks: list[CheckFailure]) -> str | None:
     """`step: Type: first line`, the first ERROR check's failure, else None."""
     for error in errors:
@@ -98,11 +83,6 @@ def one_line_cause(errors: list[StepError], failed_checks: list[CheckFailure]) -
 
 def _when(value: datetime | None) -> str:
     return value.strftime("%Y-%m-%d %H:%M:%S UTC") if value else "-"
-
-
-def _first_lines(message: str, count: int = ERROR_LINES) -> list[str]:
-    lines = [line for line in message.strip().splitlines() if line.strip()]
-    return lines[:count] + (["…"] if len(lines) > count else [])
 
 
 def format_diagnosis(diagnosis: Mapping[str, Any]) -> list[str]:
@@ -140,25 +120,6 @@ def run_url(ui_url: str, run_id: str) -> str:
 
 def _timestamp(value: float | None) -> datetime | None:
     return datetime.fromtimestamp(value, UTC) if value else None
-
-
-def run_errors(instance: DagsterInstance, run_id: str) -> list[StepError]:
-    """Each failed step's error; the run's own error when no step failed (a dead worker, a
-    run-level failure)."""
-    records = instance.get_records_for_run(run_id, of_type=_FAILURE_EVENTS).records
-    steps, run_level = [], []
-    for record in records:
-        event = record.event_log_entry.dagster_event
-        if event is None:
-            continue
-        if event.event_type == DagsterEventType.STEP_FAILURE:
-            data = event.step_failure_data
-            steps.append(step_error(event.step_key, data.error if data else None, "failed"))
-        else:
-            data = event.event_specific_data
-            error = getattr(data, "error", None)
-            run_level.append(step_error(None, error, record.event_log_entry.message or "failed"))
-    return steps or run_level
 
 
 def _metadata_text(metadata: Mapping[str, Any]) -> dict[str, str]:

@@ -31,6 +31,7 @@ import yaml
 
 from episode_pipeline.config.env import variables
 from episode_pipeline.config.settings import Settings
+from episode_pipeline.runtime import metrics
 
 # The repository, and where scripts/validate-infra.sh keeps checkov (outside the work tree).
 from episode_pipeline_tests.support.deploy import PRODUCTION_ENV, ROOT, TOOLS_VENV, VALIDATE_SCRIPT
@@ -138,6 +139,7 @@ AWS_CALLS = {
     # The queue, only through episode_pipeline/uploads/upload_queue.py (sensors and `dlq`).
     "change_message_visibility_batch": "sqs:ChangeMessageVisibility",
     "delete_message": "sqs:DeleteMessage",
+    "get_queue_attributes": "sqs:GetQueueAttributes",  # health's depths
     "receive_message": "sqs:ReceiveMessage",
     "send_message": "sqs:SendMessage",
 }
@@ -209,28 +211,8 @@ def test_deploy_workflow_pushes_both_images_as_latest_and_sha_on_project_changes
 # The metric contract the alarms and the dashboard read: the embedded-metric-format metrics the
 # pipeline prints (namespace EpisodePipeline, dimension Deployment = METRICS_DEPLOYMENT) and the
 # queue's own AWS/SQS metrics. infra/tests/alarms.tftest.hcl checks what each alarm does with them.
-METRIC_NAMESPACE = "EpisodePipeline"
-EMF_METRICS = {
-    # per episode
-    "EpisodesProcessed",
-    "EpisodesFailed",
-    "EpisodeLatencySeconds",
-    "RunWallSeconds",
-    "BytesIn",
-    "BytesOut",
-    "SyncFindings",
-    "DriftFindings",
-    # per sensor tick
-    "SensorTicks",
-    "SensorTickFailures",
-    "TickSeconds",
-    "UploadsReceived",
-    "RunsRequested",
-    "MessagesDeleted",
-    "LostUploadsFound",
-    "EpisodesPruned",
-    "LivePartitions",
-}
+METRIC_NAMESPACE = metrics.NAMESPACE
+EMF_METRICS = set(metrics.UNITS)  # every metric the code declares (runtime/metrics.py)
 SQS_METRICS = {
     "ApproximateAgeOfOldestMessage",
     "ApproximateNumberOfMessagesVisible",

@@ -13,6 +13,7 @@ The summary is built from the run's stored events (one read by run id) by pure f
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -205,6 +206,11 @@ def write_run_log(entries: Iterable[object], path: Path) -> Path:
 
 def cmd_process(args: argparse.Namespace) -> int:
     from dagster import DagsterInstance
+
+    from episode_pipeline.config.settings import METRICS_OUTPUT_ENV
+
+    # The run's metric lines would interleave with the step lines; export it to see them.
+    os.environ.setdefault(METRICS_OUTPUT_ENV, "off")
 
     from episode_pipeline.local.stack_env import pipeline_home
     from episode_pipeline.runner import process_episode

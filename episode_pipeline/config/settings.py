@@ -462,6 +462,74 @@ class CampaignSettings(EnvSettings):
 
 
 @dataclass(frozen=True)
+class MetricsSettings(EnvSettings):
+    """The CloudWatch metrics every process writes to stdout (runtime/metrics.py)."""
+
+    deployment: str = setting(
+        "METRICS_DEPLOYMENT",
+        "The `Deployment` dimension of every metric: the deployment's name prefix (Terraform's "
+        "`local.prefix`).",
+        "local",
+        infra=True,
+    )
+    output: str = setting(
+        "METRICS_OUTPUT",
+        "`stdout`: the metric lines go to standard output (the awslogs driver ships them); "
+        "`off`: nowhere (`process` and `check` default to it: a terminal is no log stream).",
+        "stdout",
+    )
+
+    def __post_init__(self) -> None:
+        if self.output not in METRICS_OUTPUTS:
+            raise RuntimeError(
+                f"METRICS_OUTPUT={self.output!r} is not one of {', '.join(METRICS_OUTPUTS)}"
+            )
+
+
+METRICS_OUTPUTS = ("stdout", "off")
+# What the interactive commands set unless the variable is exported (commands/process.py).
+METRICS_OUTPUT_ENV = "METRICS_OUTPUT"
+
+
+@dataclass(frozen=True)
+class HealthSettings(EnvSettings):
+    """When `episode-pipeline health` says unhealthy (docs/operations.md#is-it-healthy)."""
+
+    window_seconds: int = setting(
+        "HEALTH_WINDOW_SECONDS",
+        "The recent past health reports on: throughput, latency, failures.",
+        3600,
+    )
+    failure_rate: float = setting(
+        "HEALTH_MAX_FAILURE_RATE",
+        "Unhealthy above this share of failed episode runs in the window.",
+        0.2,
+    )
+    failure_rate_min_failed: int = setting(
+        "HEALTH_FAILURE_RATE_MIN_FAILED",
+        "The failure rate counts only from this many failed runs in the window (one bad upload "
+        "of two is not an outage).",
+        3,
+    )
+    sensor_failure_streak: int = setting(
+        "HEALTH_SENSOR_FAILURE_STREAK",
+        "Unhealthy when a sensor's latest ticks failed this many times in a row.",
+        3,
+    )
+    daemon_heartbeat_seconds: int = setting(
+        "HEALTH_DAEMON_HEARTBEAT_SECONDS",
+        "The sensor daemon counts as stopped once its heartbeat is this old: unhealthy while "
+        "uploads wait.",
+        120,
+    )
+    oldest_upload_seconds: int = setting(
+        "HEALTH_OLDEST_UPLOAD_SECONDS",
+        "Unhealthy when the oldest upload waiting (a message or a queued run) is this old.",
+        1800,
+    )
+
+
+@dataclass(frozen=True)
 class ArchiveLimits(EnvSettings):
     """Per-episode ceilings that stop a hostile or broken upload early, with a named error.
 
@@ -527,6 +595,8 @@ class Settings(EnvSettings):
     retention: RetentionSettings = field(default_factory=RetentionSettings)
     campaign: CampaignSettings = field(default_factory=CampaignSettings)
     archive_limits: ArchiveLimits = field(default_factory=ArchiveLimits)
+    metrics: MetricsSettings = field(default_factory=MetricsSettings)
+    health: HealthSettings = field(default_factory=HealthSettings)
     sync_check_blocking: bool = setting(
         "SYNC_CHECK_BLOCKING",
         "`video_frames_in_sync` fails as ERROR and blocks the episode row (docs/sync.md); "

@@ -44,10 +44,11 @@ from dagster import (
 )
 
 from episode_pipeline.db.batches import batch_episodes
-from episode_pipeline.defs.failures import fail_episode_of_run, user_error_text
+from episode_pipeline.defs.failures import fail_episode_of_run
 from episode_pipeline.defs.metadata import table
 from episode_pipeline.defs.partitions import EPISODES_PARTITION_NAME, batch_partitions
 from episode_pipeline.defs.resources.database import PostgresResource
+from episode_pipeline.defs.run_errors import user_error_text
 from episode_pipeline.defs.runs import (
     BATCH_TAG,
     PARTITION_TAG,

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import os
 import socket
+import time
 from collections.abc import Callable, Collection, Iterable
 from datetime import UTC, datetime
 
@@ -32,12 +33,12 @@ from dagster import (
     DagsterRunStatus,
     RunsFilter,
 )
-from dagster._utils.error import SerializableErrorInfo
 
 from episode_pipeline.db.episodes import mark_failed
 from episode_pipeline.defs.asset_keys import EXTRACTED_FILES_KEY
 from episode_pipeline.defs.jobs import EPISODE_JOB_NAME
 from episode_pipeline.defs.resources.database import PostgresResource
+from episode_pipeline.defs.run_errors import run_errors
 from episode_pipeline.defs.runs import (
     BATCH_RUN_TAG,
     HOST_TAG,
@@ -46,26 +47,7 @@ from episode_pipeline.defs.runs import (
     episode_of_run,
 )
 from episode_pipeline.episodes.keys import EpisodeRef
-
-
-def user_error(error: SerializableErrorInfo) -> SerializableErrorInfo:
-    """The user's exception inside Dagster's wrappers (DagsterExecutionStepExecutionError, …):
-    it is the one that names the file and the field."""
-    while error.cause is not None and (error.cls_name or "").startswith("Dagster"):
-        error = error.cause
-    return error
-
-
-def user_error_text(error: SerializableErrorInfo) -> tuple[str, str]:
-    """The user's exception as (type, message), without the `package.module.Class: ` Dagster
-    puts before the message."""
-    inner = user_error(error)
-    error_type = inner.cls_name or "Error"
-    message = inner.message.strip()
-    head, sep, rest = message.partition(": ")
-    if sep and head.rsplit(".", 1)[-1] == error_type:
-        message = rest
-    return error_type, message
+from episode_pipeline.runtime import metrics
 
 
 def run_started_at(instance: DagsterInstance, run: DagsterRun) -> datetime:
@@ -89,13 +71,51 @@ def was_processing(run: DagsterRun) -> bool:
 def fail_episode_of_run(
     instance: DagsterInstance, run: DagsterRun, postgres: PostgresResource
 ) -> EpisodeRef | None:
-    """Mark the run's episode failed if the run was processing it and had not processed it."""
+    """Mark the run's episode failed if the run was processing it and had not processed it;
+    the change writes its `EpisodesFailed` metric line with the failure's cause class."""
     ref = episode_of_run(run)
     if ref is None or not was_processing(run):
         return None
     with postgres.transaction() as conn:
         changed = mark_failed(conn, postgres.database_schema(), ref, run_started_at(instance, run))
-    return ref if changed else None
+    if not changed:
+        return None
+    emit_episode_failed(instance, run, ref)
+    return ref
+
+
+def failure_cause(instance: DagsterInstance, run_id: str) -> str:
+    """The run's failure as a cause class (`runtime.metrics.CAUSES`), from its recorded errors."""
+    errors = run_errors(instance, run_id)
+    return metrics.cause_class([(e.step, e.error_type, e.message) for e in errors])
+
+
+def run_wall_seconds(instance: DagsterInstance, run_id: str) -> float | None:
+    """Start (or creation) to end (or now) of the run, from its record."""
+    record = instance.get_run_record_by_id(run_id)
+    if record is None:
+        return None
+    started = record.start_time or record.create_timestamp.timestamp()
+    ended = record.end_time or time.time()
+    return max(0.0, ended - started)
+
+
+def emit_episode_failed(
+    instance: DagsterInstance, run: DagsterRun | None, ref: EpisodeRef, cause: str | None = None
+) -> None:
+    """The `EpisodesFailed` line of an episode that just became `failed` (by `run`, or by no
+    live run when None: `cause` says why)."""
+    if run is None:
+        metrics.Emitter.from_env().episode_failed(
+            ref.partition_key, None, cause or metrics.RUN_CRASHED, None
+        )
+        return
+    metrics.Emitter.from_env().episode_failed(
+        ref.partition_key,
+        run.run_id,
+        cause or failure_cause(instance, run.run_id),
+        run_wall_seconds(instance, run.run_id),
+    )
 
 
 def process_alive(pid: int) -> bool:

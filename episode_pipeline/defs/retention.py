@@ -34,6 +34,7 @@ from dagster_postgres import PostgresRunStorage
 from episode_pipeline.config.settings import RetentionSettings
 from episode_pipeline.defs.partitions import BATCHES_PARTITION_NAME, EPISODES_PARTITION_NAME
 from episode_pipeline.defs.runs import IN_FLIGHT_STATUSES, UPLOAD_TAG
+from episode_pipeline.runtime import metrics
 
 DAY_SECONDS = 24 * 3600
 BATCH_EPISODES = 500  # episodes per group of statements: each statement stays well under 1 s
@@ -100,6 +101,7 @@ class PruneReport:
     partitions: int = 0
     upload_records_kept: int = 0
     upload_records_expired: int = 0
+    live_partitions: int = 0  # episode partitions left after the pass (idx_dynamic_partitions)
     kept_waiting: int = 0  # candidates kept: a newer upload or a backfill waits to run them
     seconds: float = 0.0
     examples: list[str] = field(default_factory=list)  # a few of the episodes pruned
@@ -117,7 +119,7 @@ class PruneReport:
             f"{self.event_logs} event log row(s), {self.check_executions} check result(s), "
             f"{self.partitions} partition(s); kept {self.upload_records_kept} upload record(s), "
             f"expired {self.upload_records_expired}; {self.kept_waiting} kept for a waiting "
-            f"upload; {self.seconds:.1f} s"
+            f"upload; {self.live_partitions} live partition(s); {self.seconds:.1f} s"
         )
 
 
@@ -187,6 +189,9 @@ _DELETES = (
         " AND partition = ANY(:partitions)"
         " AND NOT EXISTS (SELECT 1 FROM runs r WHERE r.partition = d.partition)",
     ),
+)
+_LIVE_PARTITIONS = sa.text(
+    "SELECT count(*) FROM dynamic_partitions WHERE partitions_def_name = :partitions_def"
 )
 _EXPIRE_RECORDS = sa.text(
     "DELETE FROM kvs WHERE key LIKE :prefix AND (value::json ->> 'ended')::float < :cutoff"
@@ -324,7 +329,13 @@ def prune(
         report.upload_records_expired = conn.execute(
             _EXPIRE_RECORDS, {"prefix": UPLOAD_DONE_PREFIX + "%", "cutoff": record_cutoff}
         ).rowcount
+        report.live_partitions = int(
+            conn.execute(_LIVE_PARTITIONS, {"partitions_def": EPISODES_PARTITION_NAME}).scalar()
+            or 0
+        )
     report.seconds = time.monotonic() - started
+    metrics.count(metrics.EPISODES_PRUNED, report.episodes)
+    metrics.gauge(metrics.LIVE_PARTITIONS, report.live_partitions)
     return report
 
 

@@ -26,6 +26,8 @@ class ArchiveObject:
     size: int
     etag: str
     version_id: str | None = None
+    # When S3 stored the upload (ISO 8601): the start of the upload → processed latency.
+    last_modified: str | None = None
 
     @property
     def version(self) -> str:

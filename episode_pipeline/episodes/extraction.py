@@ -77,6 +77,7 @@ def find_archive(bucket: Bucket, ref: EpisodeRef) -> ArchiveObject:
         size=head.size,
         etag=head.etag,
         version_id=head.version_id,
+        last_modified=head.last_modified.isoformat() if head.last_modified else None,
     )
 
 

@@ -76,6 +76,17 @@ class UploadQueue:
 
     # -- operations -----------------------------------------------------------------------------
 
+    def depth(self) -> tuple[int, int] | None:
+        """(waiting, in flight) messages as SQS approximates them; None when not configured."""
+        if not self.configured:
+            return None
+        names = ["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"]
+        attributes = self.client.get_queue_attributes(QueueUrl=self._url(), AttributeNames=names)[
+            "Attributes"
+        ]
+        waiting, in_flight = (int(attributes.get(name, 0)) for name in names)
+        return waiting, in_flight
+
     def receive(
         self,
         max_messages: int = MAX_BATCH,

@@ -5,9 +5,10 @@ versions that produced it and the figures a campaign's canary compares
 (docs/operations.md#reprocess-the-fleet).
 """
 
-import time
 from collections import defaultdict
 from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from dagster import AssetCheckKey, AssetExecutionContext, MaterializeResult, MetadataValue
@@ -31,10 +32,14 @@ from episode_pipeline.defs.resources.s3 import S3BucketResource
 from episode_pipeline.episodes.episode_rows import episode_columns
 from episode_pipeline.episodes.extracted_files import DATA, ExtractedFiles
 from episode_pipeline.episodes.keys import EpisodeRef, parse_partition_key
+from episode_pipeline.runtime import metrics
+from episode_pipeline.storage.bucket import ObjectInfo
 from episode_pipeline.storage.links import BucketLinks
 from episode_pipeline.video.hls import PLAYLIST_NAME
 
 EPISODES_TABLE = "public.episodes"
+# The materialization's latency, read back by `episode-pipeline health` (p50/p95).
+UPLOAD_TO_PROCESSED_METADATA = "upload_to_processed_seconds"
 # The columns this asset sets (db/episodes.mark_processed, docs/contract.md#episode-columns).
 EPISODE_COLUMNS = [
     ("status", "text", "'processed'"),
@@ -45,6 +50,47 @@ EPISODE_COLUMNS = [
     ("fps", "double precision", "`fps` from meta/info.json"),
     ("duration_seconds", "integer", "total_frames / fps, rounded half up"),
 ]
+
+
+@dataclass(frozen=True)
+class ProcessedOutcome:
+    """What the `EpisodesProcessed` line and the materialization say about the episode's run."""
+
+    latency_seconds: float | None  # upload (archive LastModified) → processed
+    run_wall_seconds: float | None
+    bytes_in: int
+    bytes_out: int
+
+    def as_metadata(self) -> dict[str, Any]:
+        shown = {
+            UPLOAD_TO_PROCESSED_METADATA: self.latency_seconds,
+            "run_wall_seconds": self.run_wall_seconds,
+        }
+        return {
+            **{key: round(value, 3) for key, value in shown.items() if value is not None},
+            "bytes_in": self.bytes_in,
+            "bytes_out": self.bytes_out,
+        }
+
+
+def processed_outcome(
+    context: AssetExecutionContext,
+    extracted: ExtractedFiles,
+    processed_at: datetime,
+    hls_objects: Iterable[ObjectInfo],
+) -> ProcessedOutcome:
+    uploaded = extracted.archive.last_modified
+    latency = None
+    if uploaded:
+        latency = max(0.0, (processed_at - datetime.fromisoformat(uploaded)).total_seconds())
+    record = context.instance.get_run_record_by_id(context.run.run_id)
+    started = record.start_time if record else None
+    return ProcessedOutcome(
+        latency_seconds=latency,
+        run_wall_seconds=max(0.0, processed_at.timestamp() - started) if started else None,
+        bytes_in=extracted.archive.size,
+        bytes_out=extracted.bytes_extracted + sum(o.size for o in hls_objects),
+    )
 
 
 def playlist_links(keys: Iterable[str], ref: EpisodeRef, links: BucketLinks) -> str:
@@ -97,12 +143,6 @@ def sync_findings_of_run(context: AssetExecutionContext) -> int | None:
     return len(findings.value) if findings is not None else None
 
 
-def run_wall_seconds(context: AssetExecutionContext) -> float | None:
-    record = context.instance.get_run_record_by_id(context.run_id)
-    started = record.start_time if record else None
-    return round(time.time() - started, 2) if started else None
-
-
 @episode_asset(
     deps=[FRAMES_KEY, HLS_RENDITIONS_KEY],
     kinds={"postgres"},
@@ -132,13 +172,16 @@ def episode(
         data_parquet_keys=[f.key for f in extracted_files.files if f.kind == DATA],
         info=extracted_files.dataset_info(),
     )
-    keys = bucket.list_keys(ref.hls_root)
+    # One listing of the HLS tree serves the playlist links, the renditions and the bytes written.
+    hls_objects = list(bucket.iter_objects(ref.hls_root))
+    keys = [o.key for o in hls_objects]
     versions = code_versions(context.job_def.asset_layer.asset_graph)
     hls_metadata = latest_materialization_metadata(
         context.instance, HLS_RENDITIONS_KEY, context.partition_key
     )
     with postgres.transaction() as conn:
         processed_at = mark_processed(conn, postgres.database_schema(), ref, columns)
+        outcome = processed_outcome(context, extracted_files, processed_at, hls_objects)
         recorded = None
         if has_outputs_table(conn):
             figures = {
@@ -153,11 +196,19 @@ def episode(
                 versions,
                 figures,
                 run_id=context.run_id,
-                wall_seconds=run_wall_seconds(context),
+                wall_seconds=outcome.run_wall_seconds,
                 archive_bytes=extracted_files.archive.size,
             )
     if recorded is None:
         context.log.warning("no episode_outputs table (migration 004): the record is not kept")
+    metrics.Emitter.from_env().episode_processed(
+        ref.partition_key,
+        context.run.run_id,
+        latency_seconds=outcome.latency_seconds,
+        run_wall_seconds=outcome.run_wall_seconds,
+        bytes_in=outcome.bytes_in,
+        bytes_out=outcome.bytes_out,
+    )
     return materialized(
         context,
         {
@@ -169,6 +220,7 @@ def episode(
             "cameras": ", ".join(extracted_files.cameras) or "(none)",
             "playlists": MetadataValue.md(playlist_links(keys, ref, links)),
             "code_version_digest": recorded or "(not recorded)",
+            **outcome.as_metadata(),
             "mp4_s3_path": MetadataValue.url(links.object(columns.mp4_s3_path))
             if columns.mp4_s3_path
             else "(none)",

@@ -25,6 +25,7 @@ from episode_pipeline.defs.metadata import table
 from episode_pipeline.defs.resources.s3 import S3BucketResource
 from episode_pipeline.episodes.extracted_files import ExtractedFiles, videos_by_camera
 from episode_pipeline.episodes.keys import parse_partition_key
+from episode_pipeline.runtime import metrics
 from episode_pipeline.video.stored import (
     StoredCamera,
     decode_problems,
@@ -154,7 +155,12 @@ def hls_duration_matches_sources(
     context: EpisodeCheckContext, extracted_files: ExtractedFiles, s3: S3BucketResource
 ) -> AssetCheckResult:
     checked = CheckedCameras.load(context, extracted_files, s3)
-    return checked.result(lambda c: drift_problems(checked.stored[c], checked.sources[c]))
+    result = checked.result(lambda c: drift_problems(checked.stored[c], checked.sources[c]))
+    drifting = result.metadata["failing_cameras"].value if result.metadata else []
+    metrics.Emitter.from_env().findings(
+        metrics.DRIFT_FINDINGS, len(drifting), context.partition_key, context.op.run.run_id
+    )
+    return result
 
 
 @family.check(

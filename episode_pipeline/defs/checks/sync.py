@@ -47,6 +47,7 @@ from episode_pipeline.lerobot.sync import (
     path_indices,
     timings_from_json,
 )
+from episode_pipeline.runtime import metrics
 from episode_pipeline.storage.bucket import Bucket
 
 CHECK_NAME = "video_frames_in_sync"
@@ -203,6 +204,9 @@ def video_frames_in_sync(blocking: bool = False) -> AssetChecksDefinition:
             videos=videos,
             table=episodes,
             tolerance_s=tolerance,
+        )
+        metrics.Emitter.from_env().findings(
+            metrics.SYNC_FINDINGS, len(report.findings), partition, context.op.run.run_id
         )
         return sync_result(report, tolerance)
 

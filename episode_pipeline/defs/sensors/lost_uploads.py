@@ -58,6 +58,7 @@ from episode_pipeline.episodes.keys import (
     UnkeyableRow,
     is_raw_archive_key,
 )
+from episode_pipeline.runtime import metrics
 from episode_pipeline.storage.bucket import Bucket, ObjectInfo
 
 HOUR_SECONDS = 3600
@@ -324,6 +325,7 @@ def reconcile_tick(
     suspects = [v for v in [*visits, *walked] if triage(v, settings, now) is None]
     report.run_requests = lost_upload_requests(instance, bucket, suspects, report.s3, log)
     report.lost = [r.partition_key or "" for r in report.run_requests]
+    metrics.count(metrics.LOST_UPLOADS_FOUND, len(report.lost))
     return report
 
 

@@ -32,7 +32,7 @@ from dagster import (
 from episode_pipeline.config.settings import ReconcileSettings
 from episode_pipeline.db.episodes import fail_if_still_processing, stale_processing
 from episode_pipeline.db.schema_check import read_schema
-from episode_pipeline.defs.failures import fail_orphaned_runs
+from episode_pipeline.defs.failures import emit_episode_failed, fail_orphaned_runs
 from episode_pipeline.defs.jobs import EPISODE_JOB_NAME
 from episode_pipeline.defs.resources.database import PostgresResource
 from episode_pipeline.defs.resources.s3 import S3BucketResource
@@ -43,6 +43,7 @@ from episode_pipeline.defs.runs import (
     new_partitions_request,
 )
 from episode_pipeline.defs.sensors.lost_uploads import Cursor, reconcile_tick
+from episode_pipeline.runtime import metrics
 
 WAITING_UPLOADS_SENSOR_NAME = "waiting_uploads"
 STALE_PROCESSING_SENSOR_NAME = "stale_processing"
@@ -137,6 +138,7 @@ def sweep_stale_processing(
                 context.log.warning(f"{ref}: processing after successful run {latest.run_id}")
                 continue
             if fail_if_still_processing(conn, schema, ref, seen):
+                emit_episode_failed(instance, latest, ref, metrics.RUN_CRASHED)
                 last = f"run {latest.run_id} ({latest.status.value})" if latest else "no run"
                 context.log.warning(
                     f"{ref}: left processing by {last}, no run alive: marked failed"

@@ -83,6 +83,7 @@ from episode_pipeline.defs.runs import (
     upload_run_key,
 )
 from episode_pipeline.episodes.keys import parse_partition_key
+from episode_pipeline.runtime import metrics
 from episode_pipeline.runtime.injection_points import reach
 from episode_pipeline.storage.bucket import Bucket, ObjectInfo
 from episode_pipeline.transcode.placement import Placement, place
@@ -312,6 +313,7 @@ def receive_batch(
             seen[message.message_id] = message
         if not raw or len(fresh) < len(raw):
             break
+    metrics.count(metrics.UPLOADS_RECEIVED, len(seen))
     return list(seen.values())
 
 
@@ -495,6 +497,7 @@ def delete_messages_of_run(
                 f"run {run.run_id}: message {message.message_id}: receipt handle expired or "
                 "superseded; its next delivery finds this run succeeded and is deleted then"
             )
+    metrics.count(metrics.MESSAGES_DELETED, deleted)
     return deleted
 
 

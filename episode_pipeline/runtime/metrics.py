@@ -1,0 +1,431 @@
+"""The pipeline's CloudWatch metrics: names, units, dimensions, and the one line each is written as.
+
+Every metric is a CloudWatch embedded-metric-format (EMF) document, one JSON object per stdout
+line of the process that knows the value (a run, the code server evaluating a sensor). On ECS the
+awslogs driver ships stdout to CloudWatch Logs, which extracts the metrics: no PutMetricData call,
+no agent, no request in the hot path. Locally the same lines go to the terminal or the run's
+captured stdout. The contract the alarms are built on is `notes/METRICS.md` (names here and in
+infra/ must agree; docs/operations.md#metrics lists them).
+
+Why not awslabs' `aws-embedded-metrics`: it resolves its environment asynchronously, probing the
+EC2 metadata endpoint unless `AWS_EMF_ENVIRONMENT` is set, and its default sink on ECS is a TCP
+socket to a CloudWatch agent these tasks do not run; its stdout sink `print`s, so two threads
+of the code server can interleave a line. What we need is a dict and one `write(2)`: this module.
+
+The format (https://docs.aws.amazon.com/AmazonCloudWatch/latest/monitoring/
+CloudWatch_Embedded_Metric_Format_Specification.html): the root holds each dimension's and each
+metric's value as a member; `_aws.CloudWatchMetrics` lists directives, each a namespace, its
+dimension sets (each a list of member names, at most 30) and its metrics (name and unit, at most
+100); `_aws.Timestamp` is epoch milliseconds.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import json
+import os
+import re
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from episode_pipeline.config.settings import MetricsSettings
+
+NAMESPACE = "EpisodePipeline"
+DEPLOYMENT = "Deployment"
+CAUSE = "Cause"
+SENSOR = "Sensor"
+MAX_METRICS_PER_DIRECTIVE = 100
+MAX_DIMENSIONS_PER_SET = 30
+
+
+class Unit(StrEnum):
+    COUNT = "Count"
+    SECONDS = "Seconds"
+    BYTES = "Bytes"
+
+
+# -- the names (notes/METRICS.md) ---------------------------------------------------------------
+
+# Per episode, by the process that writes its final status.
+EPISODES_PROCESSED = "EpisodesProcessed"
+EPISODES_FAILED = "EpisodesFailed"
+EPISODE_LATENCY_SECONDS = "EpisodeLatencySeconds"
+RUN_WALL_SECONDS = "RunWallSeconds"
+BYTES_IN = "BytesIn"
+BYTES_OUT = "BytesOut"
+SYNC_FINDINGS = "SyncFindings"
+DRIFT_FINDINGS = "DriftFindings"
+# Per sensor evaluation, dimensions [Deployment, Sensor].
+SENSOR_TICKS = "SensorTicks"
+SENSOR_TICK_FAILURES = "SensorTickFailures"
+TICK_SECONDS = "TickSeconds"
+UPLOADS_RECEIVED = "UploadsReceived"
+RUNS_REQUESTED = "RunsRequested"
+MESSAGES_DELETED = "MessagesDeleted"
+LOST_UPLOADS_FOUND = "LostUploadsFound"
+EPISODES_PRUNED = "EpisodesPruned"
+LIVE_PARTITIONS = "LivePartitions"
+
+UNITS: Mapping[str, Unit] = {
+    EPISODES_PROCESSED: Unit.COUNT,
+    EPISODES_FAILED: Unit.COUNT,
+    EPISODE_LATENCY_SECONDS: Unit.SECONDS,
+    RUN_WALL_SECONDS: Unit.SECONDS,
+    BYTES_IN: Unit.BYTES,
+    BYTES_OUT: Unit.BYTES,
+    SYNC_FINDINGS: Unit.COUNT,
+    DRIFT_FINDINGS: Unit.COUNT,
+    SENSOR_TICKS: Unit.COUNT,
+    SENSOR_TICK_FAILURES: Unit.COUNT,
+    TICK_SECONDS: Unit.SECONDS,
+    UPLOADS_RECEIVED: Unit.COUNT,
+    RUNS_REQUESTED: Unit.COUNT,
+    MESSAGES_DELETED: Unit.COUNT,
+    LOST_UPLOADS_FOUND: Unit.COUNT,
+    EPISODES_PRUNED: Unit.COUNT,
+    LIVE_PARTITIONS: Unit.COUNT,
+}
+# What each metric is: the table in docs/operations.md#metrics (`metrics_table`).
+MEANINGS: Mapping[str, str] = {
+    EPISODES_PROCESSED: "1 when an episode becomes `processed` (the `episode` step)",
+    EPISODES_FAILED: "1 when an episode becomes `failed`; also by `Cause` (`CAUSES`)",
+    EPISODE_LATENCY_SECONDS: "upload (the archive's LastModified) → `processed`",
+    RUN_WALL_SECONDS: "the run's wall time, start → final status (processed and failed)",
+    BYTES_IN: "the archive's bytes read",
+    BYTES_OUT: "processed bytes written: the extracted files and the HLS tree",
+    SYNC_FINDINGS: "findings of `video_frames_in_sync` (its run, each time it runs)",
+    DRIFT_FINDINGS: "cameras failing `hls_duration_matches_sources` (its run)",
+    SENSOR_TICKS: "1 per evaluation of a sensor",
+    SENSOR_TICK_FAILURES: "1 when the evaluation raised (written, then re-raised)",
+    TICK_SECONDS: "the evaluation's duration",
+    UPLOADS_RECEIVED: "`episode_uploads`: messages received from the upload queue",
+    RUNS_REQUESTED: "`episode_uploads`, `waiting_uploads`: runs the tick requested",
+    MESSAGES_DELETED: "`episode_upload_done`: messages deleted after their run succeeded",
+    LOST_UPLOADS_FOUND: "`waiting_uploads`: uploads no event announced (notifications broken)",
+    EPISODES_PRUNED: "`dagster_retention`: episodes pruned from Dagster's storage",
+    LIVE_PARTITIONS: "`dagster_retention`: episode partitions Dagster still holds after the tick",
+}
+EPISODE_METRICS = (
+    EPISODES_PROCESSED,
+    EPISODES_FAILED,
+    EPISODE_LATENCY_SECONDS,
+    RUN_WALL_SECONDS,
+    BYTES_IN,
+    BYTES_OUT,
+    SYNC_FINDINGS,
+    DRIFT_FINDINGS,
+)
+
+# -- the cause class of a failure (pure) ---------------------------------------------------------
+
+BAD_ARCHIVE = "bad_archive"
+TRANSCODE = "transcode"
+DATABASE = "database"
+STORAGE = "storage"
+TIMEOUT = "timeout"
+CHECK = "check"
+RUN_CRASHED = "run_crashed"
+OTHER = "other"
+CAUSES = (BAD_ARCHIVE, TRANSCODE, DATABASE, STORAGE, TIMEOUT, CHECK, RUN_CRASHED, OTHER)
+
+# The user's exception class (diagnosis unwraps Dagster's) → its class. Names, not imports: the
+# error may come from another process (the transcode program, a run task) as stored text.
+_CAUSE_OF_TYPE: Mapping[str, str] = {
+    **dict.fromkeys(
+        (
+            "ArchiveError",
+            "CorruptArchive",
+            "DuplicateMember",
+            "UndecodableMemberName",
+            "ArchiveLimitExceeded",
+            "ArchiveNotFound",
+            "NotALeRobotDataset",
+            "DatasetInfoError",
+            "TaskTableError",
+            "FrameDataError",
+            "UnreadableParquet",
+            "ZstdError",
+            "ReadError",  # tarfile
+        ),
+        BAD_ARCHIVE,
+    ),
+    **dict.fromkeys(
+        ("TranscodeFailed", "TranscodeError", "FFmpegNotFound", "PlaylistError", "ProbeError"),
+        TRANSCODE,
+    ),
+    **dict.fromkeys(
+        (
+            "SchemaMismatch",
+            "EpisodeNotFound",
+            "EpisodeOrgMismatch",
+            "TableMismatch",
+            "SkippedRows",
+            "OperationalError",
+            "IntegrityError",
+            "DataError",
+            "ProgrammingError",
+            "InterfaceError",
+            "PoolTimeout",
+        ),
+        DATABASE,
+    ),
+    **dict.fromkeys(
+        (
+            "ClientError",
+            "EndpointConnectionError",
+            "ConnectionClosedError",
+            "MissingStoredOutput",
+            "NoCredentialsError",
+        ),
+        STORAGE,
+    ),
+    **dict.fromkeys(
+        ("DeadlineExceeded", "TimeoutError", "ReadTimeoutError", "ConnectTimeoutError"), TIMEOUT
+    ),
+    "DagsterAssetCheckFailedError": CHECK,
+}
+_TIMEOUT_WORDS = re.compile(r"\b(deadline|timed out|timeout|maximum runtime)\b", re.IGNORECASE)
+_DATABASE_MODULES = ("psycopg", "psycopg_pool", "sqlalchemy")
+
+
+def cause_class(errors: Sequence[tuple[str | None, str, str]]) -> str:
+    """The short cause class of a failure, from its errors as diagnosis reads them: (step or
+    None for the run itself, the user's exception class, its message), first failing step first.
+
+    A failure with no step error is the run's own: its process died, run monitoring failed it
+    (timeout when it says it ran too long), or it was canceled — `run_crashed`.
+    """
+    if not errors:
+        return RUN_CRASHED
+    step, error_type, message = errors[0]
+    found = _CAUSE_OF_TYPE.get(error_type.rsplit(".", 1)[-1])
+    if found is not None:
+        return found
+    if error_type.startswith(_DATABASE_MODULES):
+        return DATABASE
+    if _TIMEOUT_WORDS.search(message):
+        return TIMEOUT
+    if step is None:
+        return RUN_CRASHED
+    return OTHER
+
+
+# -- the document (pure) ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Directive:
+    """Metrics sharing dimension sets: every metric is published under every set."""
+
+    dimension_sets: tuple[tuple[str, ...], ...]
+    values: Mapping[str, float]
+
+
+def emf_document(
+    directives: Sequence[Directive],
+    dimensions: Mapping[str, str],
+    timestamp_ms: int,
+    properties: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """One EMF document: the dimensions' and metrics' values at the root, the directives under
+    `_aws`. Properties (an episode's key, a run id) are searchable in Logs Insights but are not
+    dimensions, so they cost no metric."""
+    document: dict[str, Any] = dict(properties or {})
+    document.update(dimensions)
+    cloudwatch = []
+    for directive in directives:
+        if not directive.values:
+            continue
+        if len(directive.values) > MAX_METRICS_PER_DIRECTIVE:
+            raise ValueError(f"{len(directive.values)} metrics in one directive (at most 100)")
+        for dimension_set in directive.dimension_sets:
+            missing = [name for name in dimension_set if name not in dimensions]
+            if missing or len(dimension_set) > MAX_DIMENSIONS_PER_SET:
+                raise ValueError(f"dimension set {list(dimension_set)}: no value for {missing}")
+        metrics = []
+        for name, value in directive.values.items():
+            if name not in UNITS:
+                raise ValueError(f"undeclared metric {name!r} (runtime/metrics.UNITS)")
+            document[name] = value
+            metrics.append({"Name": name, "Unit": UNITS[name].value})
+        cloudwatch.append(
+            {
+                "Namespace": NAMESPACE,
+                "Dimensions": [list(s) for s in directive.dimension_sets],
+                "Metrics": metrics,
+            }
+        )
+    document["_aws"] = {"Timestamp": timestamp_ms, "CloudWatchMetrics": cloudwatch}
+    return document
+
+
+def emf_line(document: Mapping[str, Any]) -> str:
+    """The document as one line (JSON escapes any newline inside a value)."""
+    return json.dumps(document, separators=(",", ":"), default=str) + "\n"
+
+
+# -- writing ------------------------------------------------------------------------------------
+
+_WRITE_LOCK = threading.Lock()
+
+
+def write_stdout(line: str) -> None:
+    """One line on the process's standard output, whole: what Python buffered for stdout goes
+    first, then the line in as few `write(2)` calls as the pipe takes, under a lock, so neither
+    another thread's metric nor a half-printed line can land inside it."""
+    data = line.encode()
+    with _WRITE_LOCK:
+        with contextlib.suppress(Exception):
+            sys.stdout.flush()
+        fd = sys.__stdout__.fileno() if sys.__stdout__ is not None else 1
+        while data:
+            data = data[os.write(fd, data) :]
+
+
+def _nowhere(line: str) -> None:
+    del line
+
+
+@dataclass
+class Emitter:
+    """Writes the pipeline's metrics for one deployment (METRICS_DEPLOYMENT)."""
+
+    deployment: str
+    write: Callable[[str], None] = write_stdout
+    clock: Callable[[], float] = time.time
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> Emitter:
+        settings = MetricsSettings.from_env(os.environ if environ is None else environ)
+        if settings.output == "off":
+            return cls(settings.deployment, write=_nowhere)
+        return cls(settings.deployment)
+
+    def emit(
+        self,
+        directives: Sequence[Directive],
+        dimensions: Mapping[str, str] | None = None,
+        properties: Mapping[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        document = emf_document(
+            directives,
+            {DEPLOYMENT: self.deployment, **(dimensions or {})},
+            int(self.clock() * 1000),
+            properties,
+        )
+        self.write(emf_line(document))
+        return document
+
+    def episode_processed(
+        self,
+        episode: str,
+        run_id: str,
+        *,
+        latency_seconds: float | None,
+        run_wall_seconds: float | None,
+        bytes_in: int,
+        bytes_out: int,
+    ) -> dict[str, Any]:
+        values: dict[str, float] = {EPISODES_PROCESSED: 1, BYTES_IN: bytes_in, BYTES_OUT: bytes_out}
+        if latency_seconds is not None:
+            values[EPISODE_LATENCY_SECONDS] = round(latency_seconds, 3)
+        if run_wall_seconds is not None:
+            values[RUN_WALL_SECONDS] = round(run_wall_seconds, 3)
+        return self.emit(
+            [Directive(((DEPLOYMENT,),), values)], properties={"episode": episode, "run_id": run_id}
+        )
+
+    def episode_failed(
+        self, episode: str, run_id: str | None, cause: str, run_wall_seconds: float | None
+    ) -> dict[str, Any]:
+        directives = [Directive(((DEPLOYMENT,), (DEPLOYMENT, CAUSE)), {EPISODES_FAILED: 1})]
+        if run_wall_seconds is not None:
+            directives.append(
+                Directive(((DEPLOYMENT,),), {RUN_WALL_SECONDS: round(run_wall_seconds, 3)})
+            )
+        return self.emit(
+            directives, {CAUSE: cause}, properties={"episode": episode, "run_id": run_id}
+        )
+
+    def findings(self, name: str, count: int, episode: str, run_id: str) -> dict[str, Any]:
+        """`SyncFindings` or `DriftFindings` of one check evaluation."""
+        if name not in (SYNC_FINDINGS, DRIFT_FINDINGS):
+            raise ValueError(f"{name!r} is not a findings metric")
+        return self.emit(
+            [Directive(((DEPLOYMENT,),), {name: count})],
+            properties={"episode": episode, "run_id": run_id},
+        )
+
+    def sensor_tick(
+        self, sensor: str, seconds: float, failed: bool, counts: Mapping[str, float]
+    ) -> dict[str, Any]:
+        values = {
+            SENSOR_TICKS: 1,
+            SENSOR_TICK_FAILURES: 1 if failed else 0,
+            TICK_SECONDS: round(seconds, 3),
+            **counts,
+        }
+        return self.emit([Directive(((DEPLOYMENT, SENSOR),), values)], {SENSOR: sensor})
+
+
+# -- what a sensor tick counts ------------------------------------------------------------------
+
+
+@dataclass
+class TickCounts:
+    values: dict[str, float] = field(default_factory=dict)
+
+    def add(self, name: str, value: float) -> None:
+        self.values[name] = self.values.get(name, 0) + value
+
+
+_TICK: contextvars.ContextVar[TickCounts | None] = contextvars.ContextVar("tick", default=None)
+
+
+@contextlib.contextmanager
+def counting_tick(defaults: Mapping[str, float] | None = None) -> Iterator[TickCounts]:
+    """What the code of one sensor evaluation `count`s, gathered for its one metric line."""
+    counts = TickCounts(dict(defaults or {}))
+    token = _TICK.set(counts)
+    try:
+        yield counts
+    finally:
+        _TICK.reset(token)
+
+
+def count(name: str, value: float = 1) -> None:
+    """Add to this sensor tick's metric `name` (nothing outside a tick: a CLI, a test)."""
+    if name not in UNITS:
+        raise ValueError(f"undeclared metric {name!r} (runtime/metrics.UNITS)")
+    counts = _TICK.get()
+    if counts is not None:
+        counts.add(name, value)
+
+
+def gauge(name: str, value: float) -> None:
+    """Set this sensor tick's metric `name` to a level (LivePartitions)."""
+    if name not in UNITS:
+        raise ValueError(f"undeclared metric {name!r} (runtime/metrics.UNITS)")
+    counts = _TICK.get()
+    if counts is not None:
+        counts.values[name] = value
+
+
+def metrics_table() -> str:
+    """The Markdown table of every metric (docs/operations.md#metrics)."""
+    rows = ["| Metric | Unit | Dimensions | What |", "| --- | --- | --- | --- |"]
+    for name, unit in UNITS.items():
+        if name == EPISODES_FAILED:
+            dimensions = "[Deployment], [Deployment, Cause]"
+        elif name in EPISODE_METRICS:
+            dimensions = "[Deployment]"
+        else:
+            dimensions = "[Deployment, Sensor]"
+        rows.append(f"| `{name}` | {unit.value} | {dimensions} | {MEANINGS[name]} |")
+    return "\n".join(rows) + "\n"
