@@ -462,17 +462,24 @@ def test_the_dlq_task_lists_a_dead_letter_in_the_run_image(
     name = f"image-dlq-{uuid.uuid4().hex[:8]}"
     resources = aws_setup.ensure_resources(stack.s3_endpoint, bucket=name, queue_name=name)
     ref = new_ref()
-    s3_client.put_object(Bucket=name, Key=f"{ref.prefix}dead.tar.zst", Body=b"not read")
-    # The upload's S3 event, moved to the dead-letter queue as three failed receives would.
-    deadline = time.monotonic() + 30
-    messages: list[dict[str, Any]] = []
-    while not messages and time.monotonic() < deadline:
-        messages = sqs_client.receive_message(QueueUrl=resources.queue_url, WaitTimeSeconds=1).get(
-            "Messages", []
+    key = f"{ref.prefix}dead.tar.zst"
+    s3_client.put_object(Bucket=name, Key=key, Body=b"never read")
+    # The upload's S3 event (after the bucket's s3:TestEvent), moved to the dead-letter queue
+    # as three failed receives would move it.
+    deadline = time.monotonic() + 60
+    event = None
+    while event is None:
+        assert time.monotonic() < deadline, f"no S3 event for {key} on {resources.queue_url}"
+        received = sqs_client.receive_message(
+            QueueUrl=resources.queue_url, MaxNumberOfMessages=10, WaitTimeSeconds=1
         )
-    (message,) = messages
-    sqs_client.send_message(QueueUrl=resources.dlq_url, MessageBody=message["Body"])
-    sqs_client.delete_message(QueueUrl=resources.queue_url, ReceiptHandle=message["ReceiptHandle"])
+        for message in received.get("Messages", []):
+            sqs_client.delete_message(
+                QueueUrl=resources.queue_url, ReceiptHandle=message["ReceiptHandle"]
+            )
+            if ref.episode_id in message["Body"]:  # the event's key is URL-encoded
+                event = message["Body"]
+    sqs_client.send_message(QueueUrl=resources.dlq_url, MessageBody=event)
 
     env = task_env(
         stack, dagster_home, SQS_QUEUE_URL=resources.queue_url, SQS_DLQ_URL=resources.dlq_url
@@ -483,7 +490,7 @@ def test_the_dlq_task_lists_a_dead_letter_in_the_run_image(
     )  # fmt: skip
     assert result.returncode == 0, result.stdout + result.stderr
     assert ref.partition_key in result.stdout, result.stdout
-    assert f"{ref.prefix}dead.tar.zst" in result.stdout, result.stdout
+    assert key in result.stdout, result.stdout
 
 
 @pytest.mark.slow(seconds=60)
