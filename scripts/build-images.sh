@@ -48,7 +48,7 @@ stand_in_base() {
     command -v debootstrap >/dev/null 2>&1 ||
       die "debootstrap is not installed (scripts/bootstrap.sh installs it with apt)"
     local rootfs="$CACHE/rootfs.partial"
-    rm -rf "$rootfs"
+    rm -rf "$rootfs" "$CACHE"/bookworm-minbase-*.tar  # and the rootfs of an older recipe
     say "debootstrap --variant=minbase bookworm (about 3 min, once per machine) into $rootfs"
     timeout 1200 debootstrap --variant=minbase bookworm "$rootfs" http://deb.debian.org/debian \
       >"$CACHE/debootstrap.log" 2>&1 || die "debootstrap failed: see $CACHE/debootstrap.log"
