@@ -78,7 +78,7 @@ BUILD_DEADLINE_SECONDS = 2400  # a cold build downloads every wheel; a cached on
 # test_hls.py's module fixture: moto's cluster, log group and the transcode task definition.
 moto_ecs = test_hls.ecs_setup
 
-# One worker builds the images once for all of this module's tests (they keep their order).
+# One worker builds the images once for all of this module's tests (all slow: the longest first).
 # The first test's set-up builds the images, which may take longer than the suite's timeout.
 pytestmark = [
     pytest.mark.integration,
