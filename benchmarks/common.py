@@ -168,6 +168,8 @@ class Config:
     stream_rows: int = 1_000_000  # the long episode whose load must keep memory flat
     memory_repeats: int = 3  # child runs per side for peak-RSS figures
     startup_seconds: float = 2.0  # the episode `process` starts up for (one camera)
+    batch_k: int = 10  # episodes in the batch run measured against a batch of one
+    batch_seconds: float = 2.0  # each of its short episodes (one camera)
     e2e_cameras: int = 3  # the episode taken from upload to `processed` through the daemon
     e2e_seconds: float = 60.0
     # 320x240 keeps `make bench` inside ten minutes on 2 cores: at 640x480 (common LeRobot
@@ -208,6 +210,8 @@ class Config:
             stream_rows=20_000,
             memory_repeats=1,
             startup_seconds=1.0,
+            batch_k=2,
+            batch_seconds=1.0,
             e2e_cameras=1,
             e2e_seconds=1.0,
             sensor_uploads=30,

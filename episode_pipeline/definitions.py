@@ -18,17 +18,19 @@ from episode_pipeline.defs.assets.episode import episode
 from episode_pipeline.defs.assets.episode_metadata import episode_metadata
 from episode_pipeline.defs.assets.frames import frames
 from episode_pipeline.defs.assets.hls_renditions import hls_renditions
+from episode_pipeline.defs.batches import batch_job
 from episode_pipeline.defs.checks import EPISODE_CHECKS
 from episode_pipeline.defs.checks.sync import video_frames_in_sync
 from episode_pipeline.defs.io_managers.postgres_tables import PostgresPolarsIOManager
 from episode_pipeline.defs.io_managers.s3_outputs import S3IOManager
-from episode_pipeline.defs.jobs import episode_job
+from episode_pipeline.defs.jobs import EPISODE_JOB_NAME, episode_job
 from episode_pipeline.defs.partitions import with_setting_in_code_version
 from episode_pipeline.defs.resources.archive_limits import ArchiveLimitsResource
 from episode_pipeline.defs.resources.database import PostgresResource
 from episode_pipeline.defs.resources.s3 import S3BucketResource
 from episode_pipeline.defs.resources.sqs import UploadQueueResource
 from episode_pipeline.defs.resources.transcoder import HlsTranscoder
+from episode_pipeline.defs.sensors.campaign import campaign_driver
 from episode_pipeline.defs.sensors.reconcile import orphaned_runs, reconciliation_sensors
 from episode_pipeline.defs.sensors.retention import retention_sensor
 from episode_pipeline.defs.sensors.run_failure import episode_failed_on_run_failure
@@ -61,7 +63,7 @@ def hls_settings(settings: Settings) -> str:
 
 
 def build_definitions(settings: Settings) -> Definitions:
-    return Definitions(
+    defs = Definitions(
         assets=[
             raw_archive,
             extracted_files,
@@ -74,19 +76,22 @@ def build_definitions(settings: Settings) -> Definitions:
             *EPISODE_CHECKS,
             video_frames_in_sync(blocking=settings.sync_check_blocking),
         ],
-        jobs=[episode_job],
+        # A campaign's batch runs its episodes as runs of these definitions' own episode job.
+        jobs=[episode_job, batch_job(lambda: defs.resolve_job_def(EPISODE_JOB_NAME))],
         sensors=[
             *upload_queue_sensors(settings.queue, settings.transcode),
             episode_failed_on_run_failure,
             orphaned_runs,
             *reconciliation_sensors(settings.reconcile),
             retention_sensor(settings.retention),
+            campaign_driver(settings.campaign),
         ],
         resources=build_resources(settings),
         # One episode is a handful of steps: in-process saves ~3.5 s of process start-up per
         # step and keeps a run's temporary files in one place.
         executor=in_process_executor,
     )
+    return defs
 
 
 @definitions

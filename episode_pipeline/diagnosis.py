@@ -22,6 +22,7 @@ from dagster._core.storage.asset_check_execution_record import AssetCheckExecuti
 from dagster._utils.error import SerializableErrorInfo
 
 from episode_pipeline.defs.event_log import latest_check_executions
+from episode_pipeline.defs.failures import user_error_text
 from episode_pipeline.defs.runs import latest_run_record_of_episode
 from episode_pipeline.episodes.keys import EpisodeRef
 
@@ -77,25 +78,10 @@ class Diagnosis:
 # -- pure ---------------------------------------------------------------------------------------
 
 
-def user_error(error: SerializableErrorInfo) -> SerializableErrorInfo:
-    """The user's exception inside Dagster's wrappers (DagsterExecutionStepExecutionError, …):
-    it is the one that names the file and the field."""
-    while error.cause is not None and (error.cls_name or "").startswith("Dagster"):
-        error = error.cause
-    return error
-
-
 def step_error(step: str | None, error: SerializableErrorInfo | None, fallback: str) -> StepError:
     if error is None:
         return StepError(step, "failure", fallback)
-    inner = user_error(error)
-    error_type = inner.cls_name or "Error"
-    message = inner.message.strip()
-    # Dagster renders "package.module.Class: message"; the type is shown on its own.
-    head, sep, rest = message.partition(": ")
-    if sep and head.rsplit(".", 1)[-1] == error_type:
-        message = rest
-    return StepError(step, error_type, message)
+    return StepError(step, *user_error_text(error))
 
 
 def one_line_cause(errors: list[StepError], failed_checks: list[CheckFailure]) -> str | None:

@@ -8,6 +8,9 @@
   process died is not watched by Dagster's run monitoring: it would stay STARTED forever. Such
   runs carry the host and pid that executed them (`runs.in_process_tags`), so a dead pid on this
   host means a dead run, which is reported failed — and then the rule above applies.
+- A batch run's child runs (`defs.batches`) run in the batch's task, maybe on another host:
+  once the batch run has ended (run monitoring fails it when its task dies), a child still
+  STARTED is orphaned too.
 - A run the local daemon launched runs in a worker process the code server started; Dagster
   records its pid ("Started process for run (pid: N)"). Dagster's default launcher cannot tell
   whether that process lives, so the local instance's launcher (`local.run_launcher`) answers
@@ -20,7 +23,7 @@ from __future__ import annotations
 
 import os
 import socket
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from datetime import UTC, datetime
 
 from dagster import (
@@ -29,13 +32,40 @@ from dagster import (
     DagsterRunStatus,
     RunsFilter,
 )
+from dagster._utils.error import SerializableErrorInfo
 
 from episode_pipeline.db.episodes import mark_failed
 from episode_pipeline.defs.asset_keys import EXTRACTED_FILES_KEY
 from episode_pipeline.defs.jobs import EPISODE_JOB_NAME
 from episode_pipeline.defs.resources.database import PostgresResource
-from episode_pipeline.defs.runs import HOST_TAG, PID_TAG, episode_of_run
+from episode_pipeline.defs.runs import (
+    BATCH_RUN_TAG,
+    HOST_TAG,
+    IN_FLIGHT_STATUSES,
+    PID_TAG,
+    episode_of_run,
+)
 from episode_pipeline.episodes.keys import EpisodeRef
+
+
+def user_error(error: SerializableErrorInfo) -> SerializableErrorInfo:
+    """The user's exception inside Dagster's wrappers (DagsterExecutionStepExecutionError, …):
+    it is the one that names the file and the field."""
+    while error.cause is not None and (error.cls_name or "").startswith("Dagster"):
+        error = error.cause
+    return error
+
+
+def user_error_text(error: SerializableErrorInfo) -> tuple[str, str]:
+    """The user's exception as (type, message), without the `package.module.Class: ` Dagster
+    puts before the message."""
+    inner = user_error(error)
+    error_type = inner.cls_name or "Error"
+    message = inner.message.strip()
+    head, sep, rest = message.partition(": ")
+    if sep and head.rsplit(".", 1)[-1] == error_type:
+        message = rest
+    return error_type, message
 
 
 def run_started_at(instance: DagsterInstance, run: DagsterRun) -> datetime:
@@ -79,13 +109,32 @@ def process_alive(pid: int) -> bool:
 
 
 def is_orphaned(
-    run: DagsterRun, *, host: str, pid_alive: Callable[[int], bool] = process_alive
+    run: DagsterRun,
+    *,
+    host: str,
+    pid_alive: Callable[[int], bool] = process_alive,
+    ended_batch_runs: Collection[str] = (),
 ) -> bool:
-    """A STARTED run executed in a process on this host that no longer exists."""
-    if run.status != DagsterRunStatus.STARTED or run.tags.get(HOST_TAG) != host:
+    """A STARTED run executed in a process on this host that no longer exists, or the child of
+    a batch run that has ended (its task, on another host, is gone: `defs.batches`)."""
+    if run.status != DagsterRunStatus.STARTED:
+        return False
+    if run.tags.get(BATCH_RUN_TAG) in ended_batch_runs:
+        return True
+    if run.tags.get(HOST_TAG) != host:
         return False
     pid = run.tags.get(PID_TAG, "")
     return pid.isdigit() and not pid_alive(int(pid))
+
+
+def ended_batch_runs(instance: DagsterInstance, runs: Iterable[DagsterRun]) -> set[str]:
+    """The ids of the batch runs these runs are children of that are no longer in flight
+    (deleted ones included): one query."""
+    batch_run_ids = {run.tags[BATCH_RUN_TAG] for run in runs if BATCH_RUN_TAG in run.tags}
+    if not batch_run_ids:
+        return set()
+    alive = instance.get_runs(RunsFilter(run_ids=list(batch_run_ids), statuses=IN_FLIGHT_STATUSES))
+    return batch_run_ids - {run.run_id for run in alive}
 
 
 def find_orphaned_runs(
@@ -94,7 +143,9 @@ def find_orphaned_runs(
     host = socket.gethostname()
     if runs is None:
         runs = instance.get_runs(RunsFilter(statuses=[DagsterRunStatus.STARTED]))
-    return [run for run in runs if is_orphaned(run, host=host)]
+    runs = list(runs)
+    ended = ended_batch_runs(instance, runs)
+    return [run for run in runs if is_orphaned(run, host=host, ended_batch_runs=ended)]
 
 
 def fail_orphaned_runs(instance: DagsterInstance) -> list[str]:

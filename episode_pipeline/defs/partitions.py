@@ -27,6 +27,9 @@ STAGING = {LAYER_TAG: "staging"}
 SERVING = {LAYER_TAG: "serving"}
 
 episode_partitions = DynamicPartitionsDefinition(name=EPISODES_PARTITION_NAME)
+# A campaign's batches (`<campaign>.w<wave>.b<n>`, defs/batches.py): the batch job's partitions.
+BATCHES_PARTITION_NAME = "episode_batches"
+batch_partitions = DynamicPartitionsDefinition(name=BATCHES_PARTITION_NAME)
 
 
 def episode_asset(**kwargs: Any) -> Any:

@@ -5,7 +5,8 @@ storage only need the episodes still moving. `prune` deletes, in batched stateme
 Dagster holds about an episode that has settled — no run in flight, no newer upload waiting, its
 latest run ended longer ago than the window (`RetentionSettings`) — its runs, their tags, event
 logs and check results, its archive observations and its dynamic partition. The partition comes
-back when the episode is uploaded again or reprocessed (`episode-pipeline reprocess`).
+back when the episode is uploaded again or reprocessed (`episode-pipeline reprocess`). A
+campaign's batch run is pruned by the same rule on its batch partition (`episode_batches`).
 
 Exactly once survives it: before an upload's successful run is deleted, a one-row record of it
 (`upload_done_records`) is kept in Dagster's key-value table for `upload_record_days`, longer than
@@ -31,7 +32,7 @@ from dagster._core.execution.backfill import BulkActionsFilter, BulkActionStatus
 from dagster_postgres import PostgresRunStorage
 
 from episode_pipeline.config.settings import RetentionSettings
-from episode_pipeline.defs.partitions import EPISODES_PARTITION_NAME
+from episode_pipeline.defs.partitions import BATCHES_PARTITION_NAME, EPISODES_PARTITION_NAME
 from episode_pipeline.defs.runs import IN_FLIGHT_STATUSES, UPLOAD_TAG
 
 DAY_SECONDS = 24 * 3600
@@ -182,7 +183,7 @@ _DELETES = (
     ("runs", "DELETE FROM runs WHERE run_id = ANY(:run_ids)"),
     (
         "partitions",
-        "DELETE FROM dynamic_partitions d WHERE partitions_def_name = :partitions_def"
+        "DELETE FROM dynamic_partitions d WHERE partitions_def_name = ANY(:partitions_defs)"
         " AND partition = ANY(:partitions)"
         " AND NOT EXISTS (SELECT 1 FROM runs r WHERE r.partition = d.partition)",
     ),
@@ -255,7 +256,8 @@ def delete_episodes(conn: Any, partitions: Sequence[str]) -> dict[str, int]:
         "in_flight": _in_flight(),
         "asset_key": RAW_ARCHIVE_ASSET_KEY,
         "asset_events": list(ASSET_EVENTS),
-        "partitions_def": EPISODES_PARTITION_NAME,
+        # An episode's ORG/EP never equals a batch key (no '/'): one statement prunes both.
+        "partitions_defs": [EPISODES_PARTITION_NAME, BATCHES_PARTITION_NAME],
         "upload_tag": UPLOAD_TAG,
         "success": DagsterRunStatus.SUCCESS.value,
     }

@@ -14,9 +14,15 @@ upload or the run-failure retry of an unplaced run carries none and would get th
 default task size. Such a run is placed by the same rule from its archive's size, read with one
 LIST of the episode's own prefix (the listing gives the size; the run's archive key is not in
 its tags). A run carrying any placement tag (the sensor's, or a user's) is left as it is; when
-the bucket cannot be read, the run keeps the default and says why in its event log. Runs
-executed in-process (`dagster asset materialize`, `dg launch`, `episode-pipeline process`) never
-pass through the queue: they take no slot, obey no limit and start no ECS task to size.
+the bucket cannot be read, the run keeps the default and says why in its event log.
+
+A batch run (`process_episode_batch`, a campaign's K episodes in one task) is sized by the
+largest archive of its episodes, read from `episode_batches` and one LIST per episode; its
+episodes transcode in its task (`transcode.placement.place_batch`).
+
+Runs executed in-process (`dagster asset materialize`, `dg launch`, `episode-pipeline process`,
+a batch run's episodes) never pass through the queue: they take no slot, obey no limit and start
+no ECS task to size.
 """
 
 from __future__ import annotations
@@ -26,12 +32,16 @@ import os
 from collections.abc import Mapping
 from functools import cached_property
 
+import psycopg
 from botocore.exceptions import BotoCoreError, ClientError
 from dagster import DagsterRunStatus
 from dagster._core.run_coordinator import QueuedRunCoordinator, SubmitRunContext
 from dagster._core.storage.dagster_run import DagsterRun
 
-from episode_pipeline.config.settings import Settings, TranscodeSettings
+from episode_pipeline.config.settings import DatabaseSettings, Settings, TranscodeSettings
+from episode_pipeline.db.batches import batch_episodes
+from episode_pipeline.db.connection import connect
+from episode_pipeline.defs.batches import BATCH_JOB_NAME
 from episode_pipeline.defs.runs import (
     ECS_CPU_TAG,
     ECS_MEMORY_TAG,
@@ -44,7 +54,7 @@ from episode_pipeline.defs.runs import (
 from episode_pipeline.defs.sensors.lost_uploads import newest_raw_archive
 from episode_pipeline.episodes.keys import InvalidEpisodeKey
 from episode_pipeline.storage.bucket import Bucket
-from episode_pipeline.transcode.placement import Placement, place
+from episode_pipeline.transcode.placement import Placement, place, place_batch
 
 PLACEMENT_TAGS = (TRANSCODER_TAG, ECS_CPU_TAG, ECS_MEMORY_TAG)
 log = logging.getLogger(__name__)
@@ -87,37 +97,67 @@ class EpisodeRunCoordinator(QueuedRunCoordinator):
         return super().submit_run(context)
 
     def _placement_tags(self, run: DagsterRun) -> dict[str, str]:
-        ref = episode_of_run(run)
-        if ref is None or is_placed(run.tags) or self._sizing is None:
+        if is_placed(run.tags) or self._sizing is None:
             return {}
-        bucket, transcode = self._sizing
+        if run.job_name == BATCH_JOB_NAME:
+            return self._batch_placement_tags(run)
+        ref = episode_of_run(run)
+        if ref is None:
+            return {}
+        bucket, transcode, _database = self._sizing
         try:
             archive, _requests = newest_raw_archive(bucket, ref)
         except (BotoCoreError, ClientError) as error:
-            self._instance.report_engine_event(
-                f"Not sized: cannot list {bucket.uri(ref.prefix)} ({error}); the run task gets "
-                "the launcher's default size",
-                run,
-            )
+            self._not_sized(run, f"cannot list {bucket.uri(ref.prefix)} ({error})")
             return {}
         placement = placement_from_archive(archive.size if archive else None, transcode)
+        return self._placed(
+            run, f"its archive ({archive.key if archive else 'none found'})", placement
+        )
+
+    def _batch_placement_tags(self, run: DagsterRun) -> dict[str, str]:
+        """A batch run's task: sized by the largest archive of its episodes (one LIST each)."""
+        assert self._sizing is not None
+        bucket, transcode, database = self._sizing
+        batch_key = run.tags.get(PARTITION_TAG, "")
+        try:
+            with connect(database) as conn:
+                refs = batch_episodes(conn, batch_key)
+            sizes = []
+            for ref in refs:
+                archive, _requests = newest_raw_archive(bucket, ref)
+                sizes.append(archive.size if archive else None)
+        except (BotoCoreError, ClientError, psycopg.Error) as error:
+            self._not_sized(run, f"cannot read batch {batch_key!r}'s archives ({error})")
+            return {}
+        return self._placed(
+            run, f"batch {batch_key} ({len(refs)} episode(s))", place_batch(sizes, transcode)
+        )
+
+    def _not_sized(self, run: DagsterRun, why: str) -> None:
+        self._instance.report_engine_event(
+            f"Not sized: {why}; the run task gets the launcher's default size", run
+        )
+
+    def _placed(self, run: DagsterRun, source: str, placement: Placement) -> dict[str, str]:
         tags = placement_tags(placement)
         self._instance.report_engine_event(
-            f"Placed from its archive ({archive.key if archive else 'none found'}): "
-            f"{placement.reason}; tags "
+            f"Placed from {source}: {placement.reason}; tags "
             + ", ".join(f"{key}={value}" for key, value in sorted(tags.items())),
             run,
         )
         return tags
 
     @cached_property
-    def _sizing(self) -> tuple[Bucket, TranscodeSettings] | None:
-        """The data bucket and the transcode settings, from the process's environment (the
-        daemon's and the webserver's are the code location's, infra/ecs.tf; `episode-pipeline
-        dev` exports the local stack's). None, said once, when they are not there."""
+    def _sizing(self) -> tuple[Bucket, TranscodeSettings, DatabaseSettings] | None:
+        """The data bucket, the transcode settings and the database (a batch's episodes), from
+        the process's environment (the daemon's and the webserver's are the code location's,
+        infra/ecs.tf; `episode-pipeline dev` exports the local stack's). None, said once, when
+        they are not there."""
         try:
             settings = Settings.from_env(os.environ)
         except (RuntimeError, ValueError) as error:
             log.warning(f"episode runs are not sized from their archives: {error}")
             return None
-        return Bucket(settings.bucket, settings.aws, settings.s3_deadlines), settings.transcode
+        bucket = Bucket(settings.bucket, settings.aws, settings.s3_deadlines)
+        return bucket, settings.transcode, settings.database

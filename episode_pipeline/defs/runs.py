@@ -41,6 +41,13 @@ RECONCILED_TAG = "episode_pipeline/reconciled"
 TRANSCODER_TAG = "episode_pipeline/transcoder"
 ECS_CPU_TAG = "ecs/cpu"
 ECS_MEMORY_TAG = "ecs/memory"
+# A batch run's episode runs (defs/batches.py): the batch they belong to, by key (the campaign
+# driver reconciles its ledger from them) and by the batch run's id (a child left STARTED by a
+# batch task that died is failed once that run has ended: `failures.is_orphaned`).
+BATCH_TAG = "episode_pipeline/batch"
+BATCH_RUN_TAG = "episode_pipeline/batch_run"
+# Tags of a batch run that its episode runs inherit (the campaign's own tags).
+CAMPAIGN_TAG_PREFIX = "episode_pipeline/campaign"
 
 # A run that may still do work. Dagster's IN_PROGRESS_RUN_STATUSES leaves out QUEUED and
 # NOT_STARTED, so a run waiting behind the per-org limit would look absent and get a twin.
@@ -84,6 +91,22 @@ def transcoder_of(tags: Mapping[str, str], default: TranscodeMode) -> TranscodeM
             f"{ECS!r} (a transcode task of its own)"
         )
     return value  # type: ignore[return-value]
+
+
+def batch_child_tags(
+    batch_key: str, batch_run_id: str, batch_run_tags: Mapping[str, str]
+) -> dict[str, str]:
+    """Tags of an episode run made by a batch run (besides its episode's): the batch, the batch
+    run, the campaign's tags, and the transcode in the batch's own task (it is sized for it)."""
+    inherited = {
+        key: value for key, value in batch_run_tags.items() if key.startswith(CAMPAIGN_TAG_PREFIX)
+    }
+    return {
+        **inherited,
+        BATCH_TAG: batch_key,
+        BATCH_RUN_TAG: batch_run_id,
+        TRANSCODER_TAG: SUBPROCESS,
+    }
 
 
 def in_process_tags() -> dict[str, str]:

@@ -92,7 +92,9 @@ def instance_config(
                 # One run per org at a time: an org's uploads are processed in arrival order
                 # and one busy org cannot take every slot.
                 "tag_concurrency_limits": [
-                    {"key": "org", "value": {"applyLimitPerUniqueValue": True}, "limit": 1}
+                    {"key": "org", "value": {"applyLimitPerUniqueValue": True}, "limit": 1},
+                    # Campaign runs, all campaigns together (dagster.yaml's, scaled down).
+                    {"key": "episode_pipeline/campaign", "limit": 2},
                 ],
             },
             "pools": {"default_limit": DEFAULT_POOL_LIMIT},

@@ -15,6 +15,7 @@ the run's tags (`defs.runs.placement_tags`): no I/O, so a tick of hundreds of up
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from episode_pipeline.config.settings import ECS, SUBPROCESS, TranscodeMode, TranscodeSettings
@@ -59,9 +60,7 @@ def place(archive_bytes: int | None, cameras: int | None, settings: TranscodeSet
         )
     if archive_bytes is None and cameras is None:
         return Placement(SUBPROCESS, None, "size unknown: the run task's default size")
-    by_bytes = math.ceil((archive_bytes or 0) / ARCHIVE_BYTES_PER_VCPU)
-    by_cameras = task_size(cameras, settings.max_vcpu).vcpus if cameras else 1
-    size = fargate_size(max(1, by_bytes, by_cameras), settings.max_vcpu)
+    size = run_task_size(archive_bytes, cameras, settings.max_vcpu)
     facts = ", ".join(
         part
         for part in (
@@ -71,3 +70,26 @@ def place(archive_bytes: int | None, cameras: int | None, settings: TranscodeSet
         if part
     )
     return Placement(SUBPROCESS, size, f"{facts}: transcoded in the run's task")
+
+
+def run_task_size(archive_bytes: int | None, cameras: int | None, max_vcpu: int) -> TaskSize:
+    """A run task that transcodes in itself: a vCPU per `ARCHIVE_BYTES_PER_VCPU` of archive or
+    per camera, whichever asks more."""
+    by_bytes = math.ceil((archive_bytes or 0) / ARCHIVE_BYTES_PER_VCPU)
+    by_cameras = task_size(cameras, max_vcpu).vcpus if cameras else 1
+    return fargate_size(max(1, by_bytes, by_cameras), max_vcpu)
+
+
+def place_batch(archive_sizes: Sequence[int | None], settings: TranscodeSettings) -> Placement:
+    """A batch run's placement: every episode transcodes in the batch's own task (a transcode
+    task of its own would pay the cold start the batch saves), sized by the batch's largest
+    archive with the uploads' rule."""
+    known = [size for size in archive_sizes if size is not None]
+    if not known:
+        return Placement(SUBPROCESS, None, "no archive size known: the run task's default size")
+    largest = max(known)
+    return Placement(
+        SUBPROCESS,
+        run_task_size(largest, None, settings.max_vcpu),
+        f"largest of {len(known)} archive(s) {largest} bytes: the batch transcodes in its task",
+    )

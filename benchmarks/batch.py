@@ -1,0 +1,205 @@
+"""Stage `batch`: task-seconds per episode of a campaign's batch run at K = 10 against K = 1.
+
+Each side is one run of `process_episode_batch` executed by the run worker's own command,
+`dagster api execute_run` (what `EcsRunLauncher` gives a run's ECS task as its command, and the
+process the local launcher starts per run), timed from exec to exit: the task-seconds the run
+costs, cold start aside. The batch's episodes are short (1 camera, `batch_seconds` s, 320x240
+H.264), each processed as its own child run in that one process.
+
+- `task_s_per_episode`: ours the K = `batch_k` batch's seconds / K, baseline a batch of one
+  (K = 1: each episode pays the process start, imports and instance alone).
+- `task_s_per_episode_cold`: the same with an ECS cold start added to each task, the ~60 s
+  platform-notes.md gives for Fargate (never cached images); not measured here, added per task.
+- `batch_of_one`: the batch of one against the uploads' own run, `process_episode` of the same
+  episode by the same command: what the batch job adds at K = 1 (uploads keep K = 1 and this
+  job is not theirs).
+
+Each repeat makes new batches of the same uploaded episodes (a batch skips the episodes it
+already processed); the sides run interleaved.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from benchmarks.common import BenchContext, Result, median, seconds_result
+
+NAME = "batch"
+COLD_START_SECONDS = 60.0  # Fargate's, platform-notes.md (ECS); added, not measured
+RUN_TIMEOUT_SECONDS = 1800  # one batch process; a hang fails the stage
+REPOSITORY = "__repository__"
+
+
+def run_worker(env: dict[str, str], command: list[str]) -> float:
+    """Exec the run worker's command and wait for its exit: its wall seconds."""
+    started = time.perf_counter()
+    out = subprocess.run(
+        command, env=env, capture_output=True, text=True, timeout=RUN_TIMEOUT_SECONDS, check=False
+    )
+    wall = time.perf_counter() - started
+    if out.returncode != 0:
+        raise RuntimeError(f"{NAME}: run worker failed:\n{(out.stdout + out.stderr)[-3000:]}")
+    return wall
+
+
+def cold_share(walls: list[float]) -> float:
+    """The cold start's share of a task: its seconds over the task's whole life."""
+    return round(COLD_START_SECONDS / (median(walls) + COLD_START_SECONDS), 3)
+
+
+class Runs:
+    """Creates runs in the stack's instance as the daemon would (with their code origin) and
+    returns the run worker's command for each."""
+
+    def __init__(self, instance: Any, settings: Any) -> None:
+        from dagster._core.remote_origin import InProcessCodeLocationOrigin
+        from dagster._core.types.loadable_target_origin import LoadableTargetOrigin
+
+        from episode_pipeline.definitions import build_definitions
+
+        self.instance = instance
+        self.defs = build_definitions(settings)
+        self.origin = InProcessCodeLocationOrigin(
+            LoadableTargetOrigin(
+                executable_path=sys.executable, module_name="episode_pipeline.definitions"
+            )
+        )
+        with self.origin.create_location(instance) as location:
+            repository = location.get_repository(REPOSITORY)
+            self.code_origins = {
+                job.name: job.get_python_origin() for job in repository.get_all_jobs()
+            }
+
+    def command(self, job_name: str, partition_key: str) -> tuple[str, list[str]]:
+        from dagster import DagsterRunStatus
+        from dagster._core.remote_origin import RemoteJobOrigin, RemoteRepositoryOrigin
+        from dagster._core.storage.tags import PARTITION_NAME_TAG
+        from dagster._grpc.types import ExecuteRunArgs
+
+        job = self.defs.resolve_job_def(job_name)
+        run = self.instance.create_run_for_job(
+            job_def=job,
+            tags={**job.run_tags, PARTITION_NAME_TAG: partition_key},
+            remote_job_origin=RemoteJobOrigin(
+                RemoteRepositoryOrigin(self.origin, REPOSITORY), job_name
+            ),
+            job_code_origin=self.code_origins[job_name],
+            status=DagsterRunStatus.NOT_STARTED,
+        )
+        args = ExecuteRunArgs(
+            job_origin=self.code_origins[job_name],
+            run_id=run.run_id,
+            instance_ref=self.instance.get_ref(),
+        )
+        return run.run_id, args.get_command_args()
+
+
+def prepare(ctx: BenchContext) -> tuple[Any, list[Any], dict[str, str]]:
+    """K short episodes uploaded; the settings and the env the run worker gets."""
+    from episode_pipeline.config.settings import Settings
+    from episode_pipeline.episodes.keys import EpisodeRef
+    from episode_pipeline.local.upload import upload_episode
+    from episode_pipeline.samples.writer import SampleSpec, write_sample
+
+    stack = ctx.stack()
+    settings = Settings.from_env(stack.env, local=True)
+    archive = ctx.workdir / NAME / "short.tar.zst"
+    archive.parent.mkdir(parents=True, exist_ok=True)
+    write_sample(archive, SampleSpec(cameras=1, seconds=ctx.config.batch_seconds))
+    refs = [
+        EpisodeRef("bench-batch", f"ep-{uuid.uuid4().hex[:8]}") for _ in range(ctx.config.batch_k)
+    ]
+    for ref in refs:
+        upload_episode(archive, ref, settings)
+    env = {**os.environ, **stack.env, "EPISODE_PIPELINE_HOME": stack.home}
+    # `dagster` as the task's image has it on PATH: this interpreter's.
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    return settings, refs, env
+
+
+def run(ctx: BenchContext) -> list[Result]:
+    saved = dict(os.environ)
+    try:
+        return measure(ctx)
+    finally:  # the stack's variables were this process's for the stage (its runs' config)
+        os.environ.clear()
+        os.environ.update(saved)
+
+
+def measure(ctx: BenchContext) -> list[Result]:
+    from dagster import DagsterInstance, DagsterRunStatus
+
+    from episode_pipeline.db.batches import create_batch
+    from episode_pipeline.db.connection import connect
+    from episode_pipeline.defs.batches import BATCH_JOB_NAME
+    from episode_pipeline.defs.jobs import EPISODE_JOB_NAME
+    from episode_pipeline.defs.partitions import BATCHES_PARTITION_NAME, EPISODES_PARTITION_NAME
+    from episode_pipeline.episodes.batches import batch_key
+
+    k = ctx.config.batch_k
+    with ctx.phase("set-up: sample, uploads, code location"):
+        settings, refs, env = prepare(ctx)
+        os.environ.update(env)  # the code location's settings and its runs' config read them
+        instance = DagsterInstance.from_config(ctx.stack().env["DAGSTER_HOME"])
+        runs = Runs(instance, settings)
+        instance.add_dynamic_partitions(EPISODES_PARTITION_NAME, [refs[0].partition_key])
+    campaign = f"bench{uuid.uuid4().hex[:6]}"
+
+    def batch(repeat: int, episodes: list[Any]) -> tuple[str, float]:
+        key = batch_key(campaign, repeat, len(episodes))
+        with connect(settings.database) as conn:
+            create_batch(conn, key, episodes)
+            conn.commit()
+        instance.add_dynamic_partitions(BATCHES_PARTITION_NAME, [key])
+        run_id, command = runs.command(BATCH_JOB_NAME, key)
+        return run_id, run_worker(env, command)
+
+    walls: dict[str, list[float]] = {"k": [], "one": [], "upload": []}
+    run_ids: list[str] = []
+    for repeat in range(ctx.config.repeats):
+        with ctx.phase(f"ours: K={k}"):
+            run_id, wall = batch(repeat, refs)
+            walls["k"].append(wall)
+            run_ids.append(run_id)
+        with ctx.phase("baseline: K=1"):
+            run_id, wall = batch(repeat, refs[:1])
+            walls["one"].append(wall)
+            run_ids.append(run_id)
+        with ctx.phase("baseline: the uploads' run"):
+            run_id, command = runs.command(EPISODE_JOB_NAME, refs[0].partition_key)
+            walls["upload"].append(run_worker(env, command))
+            run_ids.append(run_id)
+    statuses = {instance.get_run_by_id(run_id).status for run_id in run_ids}  # type: ignore[union-attr]
+    if statuses != {DagsterRunStatus.SUCCESS}:
+        raise RuntimeError(f"{NAME}: runs ended {statuses}")
+    instance.dispose()
+
+    details = {
+        "episode": f"1 camera, {ctx.config.batch_seconds:g} s, 320x240 H.264",
+        "k": k,
+        "process_seconds": {name: [round(w, 2) for w in values] for name, values in walls.items()},
+        "cold_start_s": COLD_START_SECONDS,
+    }
+    per_episode = seconds_result(
+        NAME, f"task_s_per_episode@K={k}", [w / k for w in walls["k"]], walls["one"],
+        baseline_name="a batch of one (K = 1), the same command", details=details,
+    )  # fmt: skip
+    cold = seconds_result(
+        NAME, f"task_s_per_episode_cold@K={k}",
+        [(w + COLD_START_SECONDS) / k for w in walls["k"]],
+        [w + COLD_START_SECONDS for w in walls["one"]],
+        baseline_name=f"K = 1, each task +{COLD_START_SECONDS:g} s cold start (not measured)",
+        details={"cold_start_share": {f"K={k}": cold_share(walls["k"]),
+                                      "K=1": cold_share(walls["one"])}},
+    )  # fmt: skip
+    of_one = seconds_result(
+        NAME, "batch_of_one", walls["one"], walls["upload"],
+        baseline_name="the uploads' run (process_episode) of the same episode, same command",
+    )  # fmt: skip
+    return [per_episode, cold, of_one]

@@ -1,0 +1,250 @@
+"""Batch runs: K episodes of a campaign in one task, each still its own run of the episode job.
+
+An ECS task is a cold start (~60 s) paid for seconds of work on a short episode. A campaign
+therefore runs `process_episode_batch`, partitioned by batch (`episode_batches`, keys
+`<campaign>.w<wave>.b<n>`, episodes listed in the `episode_batches` table, `db/batches.py`):
+its one op runs each of the batch's episodes as a **child run** of `process_episode`, executed
+in this process against the instance (as `episode-pipeline process` does). So every episode
+keeps its own run, outputs, checks, status and failure, and the UI one result per partition.
+
+- A child run carries its episode's tags, `episode_pipeline/batch=<key>` (the campaign driver
+  reconciles its ledger from them), `episode_pipeline/batch_run=<run id>`, the batch run's
+  campaign tags, the host and pid of this process, and `episode_pipeline/transcoder=subprocess`:
+  the batch's task is sized for its largest archive (`run_coordinator`), so FFmpeg runs in it.
+- A failed child marks its episode `failed` (the failure policy, `defs.failures`) and the op goes
+  on; the op fails only when it cannot run at all (no such batch). Its output metadata lists
+  every episode's outcome, run and cause.
+- Run again (a retry of the batch, or run monitoring resuming it after its task died), an
+  episode whose child run already succeeded in this batch is skipped: one success per episode
+  and batch; a child a dead attempt left STARTED is failed first, and its episode run again.
+- If the task dies mid-batch and the batch run ends, the child left STARTED is failed by the
+  `orphaned_runs` sensor (run monitoring fails the batch run).
+
+Uploads never come here: their runs are `process_episode` itself, one episode a run.
+"""
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+
+import psycopg
+from dagster import (
+    DagsterEventType,
+    DagsterInstance,
+    DagsterRunStatus,
+    ExecuteInProcessResult,
+    Failure,
+    JobDefinition,
+    Nothing,
+    OpExecutionContext,
+    Out,
+    Output,
+    RunsFilter,
+    job,
+    op,
+)
+
+from episode_pipeline.db.batches import batch_episodes
+from episode_pipeline.defs.failures import fail_episode_of_run, user_error_text
+from episode_pipeline.defs.metadata import table
+from episode_pipeline.defs.partitions import EPISODES_PARTITION_NAME, batch_partitions
+from episode_pipeline.defs.resources.database import PostgresResource
+from episode_pipeline.defs.runs import (
+    BATCH_TAG,
+    PARTITION_TAG,
+    batch_child_tags,
+    episode_tags,
+    in_process_tags,
+    known_partitions,
+)
+from episode_pipeline.episodes.batches import InvalidBatchKey, parse_batch_key
+from episode_pipeline.episodes.keys import EpisodeRef
+
+BATCH_JOB_NAME = "process_episode_batch"
+SUCCEEDED = "succeeded"
+FAILED = "failed"
+ALREADY_SUCCEEDED = "already succeeded"  # in an earlier run of the same batch
+
+OUTCOME_COLUMNS = (
+    ("position", "int", "the episode's place in the batch"),
+    ("episode", "text", "ORG/EP: its partition of the episode assets"),
+    ("outcome", "text", f"{SUCCEEDED}, {FAILED} or {ALREADY_SUCCEEDED}"),
+    ("run_id", "text", "the episode's own run of process_episode"),
+    ("cause", "text", "why it failed: the failed step and its error"),
+)
+
+
+@dataclass(frozen=True)
+class EpisodeOutcome:
+    position: int
+    episode: str  # its partition key
+    outcome: str
+    run_id: str | None
+    cause: str | None = None
+
+    def as_row(self) -> dict[str, str | int | None]:
+        return {
+            "position": self.position,
+            "episode": self.episode,
+            "outcome": self.outcome,
+            "run_id": self.run_id,
+            "cause": self.cause,
+        }
+
+
+def outcome_metadata(outcomes: Iterable[EpisodeOutcome]) -> dict[str, object]:
+    """The batch run's output metadata: counts, and every episode's outcome as a table."""
+    listed = list(outcomes)
+    counts = {
+        name: sum(outcome.outcome == name for outcome in listed)
+        for name in (SUCCEEDED, FAILED, ALREADY_SUCCEEDED)
+    }
+    return {
+        "episodes": len(listed),
+        **{name.replace(" ", "_"): count for name, count in counts.items()},
+        "outcomes": table(OUTCOME_COLUMNS, [outcome.as_row() for outcome in listed]),
+    }
+
+
+def run_cause(result: ExecuteInProcessResult) -> str | None:
+    """`step: Type: first line` of the first failed step, else the run's own failure."""
+    for event in result.all_events:
+        if event.event_type == DagsterEventType.STEP_FAILURE and event.step_failure_data:
+            error = event.step_failure_data.error
+            if error is not None:
+                error_type, message = user_error_text(error)
+                first = (message.splitlines() or [""])[0]
+                return f"{event.step_key}: {error_type}: {first}"
+    for event in result.all_events:
+        if event.event_type == DagsterEventType.RUN_FAILURE:
+            return event.message or "the run failed"
+    return None
+
+
+def succeeded_in_batch(instance: DagsterInstance, batch_key: str) -> dict[str, str]:
+    """Partition → run id of each episode whose run already succeeded in this batch."""
+    runs = instance.get_runs(
+        RunsFilter(tags={BATCH_TAG: batch_key}, statuses=[DagsterRunStatus.SUCCESS])
+    )
+    return {run.tags[PARTITION_TAG]: run.run_id for run in runs if PARTITION_TAG in run.tags}
+
+
+def fail_abandoned_children(
+    context: OpExecutionContext, batch_key: str, postgres: PostgresResource
+) -> list[str]:
+    """Fail the batch's children still STARTED: the op runs one at a time, so before its first
+    one starts, any such run is a dead attempt's (run monitoring resumed the batch run in a new
+    task, under the same run id). Their episodes become `failed` and are run again below."""
+    abandoned = context.instance.get_runs(
+        RunsFilter(tags={BATCH_TAG: batch_key}, statuses=[DagsterRunStatus.STARTED])
+    )
+    for run in abandoned:
+        context.instance.report_run_failed(run, "an earlier attempt of its batch run died")
+        fail_episode_of_run(context.instance, run, postgres)
+    return [run.run_id for run in abandoned]
+
+
+def add_episode_partitions(instance: DagsterInstance, refs: Iterable[EpisodeRef]) -> None:
+    """The episodes' partitions, added once for the batch (a pruned episode's comes back)."""
+    keys = [ref.partition_key for ref in refs]
+    known = known_partitions(instance, keys)
+    missing = [key for key in keys if key not in known]
+    if missing:
+        instance.add_dynamic_partitions(EPISODES_PARTITION_NAME, missing)
+
+
+def run_episode(
+    context: OpExecutionContext,
+    episode_job: JobDefinition,
+    position: int,
+    ref: EpisodeRef,
+    tags: Mapping[str, str],
+    postgres: PostgresResource,
+) -> EpisodeOutcome:
+    """One child run of the episode job in this process; its failure is its episode's alone.
+    Even an error of Dagster's around the run (no run made, nothing marked) is this episode's
+    outcome, not the batch's."""
+    try:
+        result = episode_job.execute_in_process(
+            partition_key=ref.partition_key,
+            instance=context.instance,
+            raise_on_error=False,
+            tags={**tags, **in_process_tags(), **episode_tags(ref.partition_key)},
+        )
+    except Exception as error:
+        context.log.exception(f"{ref}: its run could not be executed")
+        return EpisodeOutcome(
+            position, ref.partition_key, FAILED, None, f"run: {type(error).__name__}: {error}"
+        )
+    run = result.dagster_run
+    if result.success:
+        return EpisodeOutcome(position, ref.partition_key, SUCCEEDED, run.run_id)
+    fail_episode_of_run(context.instance, run, postgres)
+    return EpisodeOutcome(position, ref.partition_key, FAILED, run.run_id, run_cause(result))
+
+
+def batch_job(episode_job: Callable[[], JobDefinition]) -> JobDefinition:
+    """The batch job; `episode_job` gives the code location's own `process_episode` (resolved
+    with its resources) when the op runs: the batch job is one of the same definitions."""
+
+    @op(
+        out=Out(Nothing),
+        description="Runs each episode of the batch as its own run of process_episode, in this "
+        "task; one episode's failure is its own. Lists every episode's outcome and run.",
+    )
+    def process_batch_episodes(context: OpExecutionContext, postgres: PostgresResource):
+        yield Output(None, metadata=outcome_metadata(run_batch(context, episode_job(), postgres)))
+
+    @job(
+        name=BATCH_JOB_NAME,
+        partitions_def=batch_partitions,
+        description="A campaign's batch: K episodes in one task (one cold start), each its own "
+        "run of process_episode.",
+    )
+    def process_episode_batch() -> None:
+        process_batch_episodes()
+
+    return process_episode_batch
+
+
+def run_batch(
+    context: OpExecutionContext, episode_job: JobDefinition, postgres: PostgresResource
+) -> list[EpisodeOutcome]:
+    """Each episode of the context's batch partition in turn, as its own run."""
+    batch_key = context.partition_key
+    try:
+        parse_batch_key(batch_key)
+    except InvalidBatchKey as error:
+        raise Failure(str(error)) from None
+    try:
+        with postgres.connect() as conn:
+            refs = batch_episodes(conn, batch_key)
+    except psycopg.errors.UndefinedTable as error:
+        raise Failure(
+            f"batch {batch_key}: the database has no episode_batches table ({error}); it is "
+            "migration 005_episode_batches.sql"
+        ) from None
+    if not refs:
+        raise Failure(f"batch {batch_key}: the episode_batches table lists no episode for it")
+    instance = context.instance
+    abandoned = fail_abandoned_children(context, batch_key, postgres)
+    if abandoned:
+        context.log.warning(f"failed {len(abandoned)} run(s) left by a dead attempt: {abandoned}")
+    add_episode_partitions(instance, refs)
+    done = succeeded_in_batch(instance, batch_key)
+    tags = batch_child_tags(batch_key, context.run_id, context.run.tags)
+    outcomes: list[EpisodeOutcome] = []
+    for position, ref in enumerate(refs):
+        if ref.partition_key in done:
+            outcome = EpisodeOutcome(
+                position, ref.partition_key, ALREADY_SUCCEEDED, done[ref.partition_key]
+            )
+        else:
+            context.log.info(f"batch {batch_key}: episode {position + 1}/{len(refs)} {ref}")
+            outcome = run_episode(context, episode_job, position, ref, tags, postgres)
+        outcomes.append(outcome)
+        log = context.log.warning if outcome.outcome == FAILED else context.log.info
+        log(
+            f"{ref}: {outcome.outcome} (run {outcome.run_id})"
+            + (f": {outcome.cause}" if outcome.cause else "")
+        )
+    return outcomes
