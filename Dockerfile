@@ -5,10 +5,13 @@
 #                              child), the transcode task for large archives and the dlq task.
 #                              What every episode's cold start pulls: no UI, stripped libraries.
 #   webserver                  the same plus the UI (`[webserver]` extra): `dagster-webserver`.
-# The commands are set in infra/ecs.tf. No Docker engine runs on the development machines:
-# episode_pipeline_tests/test_deploy_dockerfile.py lints this file (hadolint) and checks the
-# essentials, test_production_install.py builds the run target's venv the same way.
-FROM python:3.11-slim-bookworm AS base
+# The commands are set in infra/ecs.tf. episode_pipeline_tests/test_deploy_dockerfile.py lints
+# this file (hadolint) and checks the essentials; scripts/build-images.sh (`make image`) builds
+# both targets with podman, and test_images.py runs their commands against the local stack.
+# BASE is production's; where no registry is reachable that script passes a stand-in made from
+# Debian's packages (and says so).
+ARG BASE=python:3.11-slim-bookworm
+FROM ${BASE} AS base
 
 # MALLOC_ARENA_MAX: a run worker's upload threads would each get a glibc malloc arena holding
 # freed part buffers; two arenas keep an extraction's peak RSS ≤ 300 MiB (benchmarks/extraction.py).

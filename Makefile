@@ -1,5 +1,5 @@
 # The two commands a newcomer needs (see README.md): `make demo` and `make test`.
-.PHONY: demo demo-with-failure test test-fast lint dev bench clean
+.PHONY: demo demo-with-failure test test-fast lint dev bench image clean
 
 # `make test` runs every test (docs/testing.md): pytest-xdist workers, one embedded stack each.
 TEST_WORKERS ?= 2
@@ -35,6 +35,11 @@ dev:
 bench:
 	scripts/bootstrap.sh
 	.venv/bin/python -m benchmarks.run
+
+# The Dockerfile's run and webserver targets, built with podman (docs/deploy-aws.md#the-images-here).
+image:
+	scripts/bootstrap.sh
+	scripts/build-images.sh
 
 clean:
 	-.venv/bin/episode-pipeline stack down

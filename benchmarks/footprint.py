@@ -20,8 +20,14 @@ Figures:
   image installed it besides imageio-ffmpeg's bundled build): the Installed-Size apt reports for
   the packages `apt-get install --no-install-recommends ffmpeg` would add on this machine, a
   lower bound of what it adds to python:3.11-slim (which lacks more of them); the details hold
-  an upper bound too (its whole dependency closure less priority required/important). No
-  Docker engine runs here to measure the image itself. Only where apt-get is there.
+  an upper bound too (its whole dependency closure less priority required/important). Only where
+  apt-get is there.
+- `run_image_mib`: the run image itself, built by `scripts/build-images.sh` (`make image`, podman)
+  and measured by `podman image inspect`, against the one image of before on the same base: that
+  base's size plus today's set and Debian's ffmpeg (lower bound) from the figures above. The
+  details hold the webserver image's size, the base's (named, and whether it is the stand-in made
+  from Debian's packages where no registry is reachable) and the venv's layer. Only where podman
+  is there.
 - `run_worker_import_s`: a fresh Python importing `episode_pipeline.definitions` and building
   the definitions from production-style settings (what `dagster api execute_run` loads before a
   run's first step), bytecode compiled by a first import, median of `repeats`, on each venv,
@@ -30,13 +36,16 @@ Figures:
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import shutil
 import subprocess
 import sys
 import time
 import tomllib
 from pathlib import Path
+from typing import Any
 
 from benchmarks.common import REPO_ROOT, BenchContext, Result, median, seconds_result
 
@@ -66,7 +75,7 @@ def _run(command: list[str], **kwargs) -> subprocess.CompletedProcess[str]:
         command,
         capture_output=True,
         text=True,
-        timeout=PROCESS_TIMEOUT_SECONDS,
+        timeout=kwargs.pop("timeout", PROCESS_TIMEOUT_SECONDS),
         check=False,
         env={**env, "UV_PYTHON_DOWNLOADS": "never", **kwargs.pop("env", {})},
         **kwargs,
@@ -187,6 +196,59 @@ def apt_ffmpeg_bytes() -> tuple[int, int] | None:
     return _installed_kib(added) * 1024, upper * 1024
 
 
+BUILD_SCRIPT = REPO_ROOT / "scripts" / "build-images.sh"
+IMAGE_BUILD_TIMEOUT_SECONDS = 2400  # cold: every wheel downloaded; cached: seconds
+IMAGE_LINE = re.compile(r"^build-images: image (\S+): \d+ MiB, base (\S+)$", re.M)
+
+
+def _podman(*args: str, **kwargs: Any) -> subprocess.CompletedProcess[str]:
+    conf = os.environ.get("CONTAINERS_CONF") or str(BUILD_SCRIPT.parent / "containers.conf")
+    return _run(["podman", *args], env={"CONTAINERS_CONF": conf}, **kwargs)
+
+
+def image_bytes(image: str) -> int:
+    """An image's size as podman reports it: its uncompressed layers, what a task's disk holds."""
+    return int(_podman("image", "inspect", "--format", "{{.Size}}", image).stdout)
+
+
+def built_images() -> dict[str, tuple[str, str]] | None:
+    """`make image`'s two images, built now (cached layers make it quick), as {target: (image,
+    base)}; None without podman."""
+    if shutil.which("podman") is None:
+        return None
+    built = _run(
+        ["bash", str(BUILD_SCRIPT)], cwd=REPO_ROOT, timeout=IMAGE_BUILD_TIMEOUT_SECONDS
+    ).stdout
+    return {image.rsplit(":", 1)[1]: (image, base) for image, base in IMAGE_LINE.findall(built)}
+
+
+def image_result(images: dict[str, tuple[str, str]], old_software: int) -> Result:
+    """The run image's size against the one image of before on the same base: that base's size
+    plus the software it installed (`old_software`, bytes)."""
+    run_image, base = images["run"]
+    base_bytes = image_bytes(base)
+    layers = json.loads(_podman("history", "--format", "json", run_image).stdout)
+    copied = [layer["size"] for layer in layers if "COPY dir:" in layer.get("CreatedBy", "")]
+    return Result(
+        stage=NAME,
+        metric="run_image_mib",
+        ours=round(image_bytes(run_image) / MiB, 1),
+        baseline=round((base_bytes + old_software) / MiB, 1),
+        unit="MiB",
+        better="lower",
+        baseline_name="the one image of before on the same base (the base + today's set + "
+        "Debian's ffmpeg, lower bound)",
+        details={
+            "run_image": run_image,
+            "webserver_image_mib": round(image_bytes(images["webserver"][0]) / MiB, 1),
+            "base": base,
+            "base_is_stand_in": "stand-in" in base,
+            "base_mib": round(base_bytes / MiB, 1),
+            "venv_layer_mib": round(max(copied, default=0) / MiB, 1),
+        },
+    )
+
+
 def import_seconds(pythons: list[Path], workdir: Path, repeats: int) -> list[list[float]]:
     """Wall seconds of a fresh process building the definitions, per interpreter, after one run
     each that compiled the bytecode; the interpreters take turns, so both see the same load."""
@@ -245,6 +307,11 @@ def run(ctx: BenchContext) -> list[Result]:
                 },
             ).expect_factor(TARGET_FACTOR, "≤ 50 % of today's")
         )
+    with ctx.phase("images"):
+        images = built_images()
+    if images is not None:
+        old_software = today + (debian[0] if debian is not None else 0)
+        results.append(image_result(images, old_software))
     repeats = ctx.config.repeats
     with ctx.phase("imports"):
         lean_s, full_s = import_seconds([lean, full], root, repeats)

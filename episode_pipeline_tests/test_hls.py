@@ -463,8 +463,6 @@ class LocalContainerEcs:
                 command = list(override.get("command") or command)
         env["PATH"] = os.environ.get("PATH", "/usr/bin:/bin")
         env["HOME"] = os.environ.get("HOME", "/tmp")
-        # The image's programs (python, dagster) are this virtualenv's here.
-        command[0] = sys.executable if command[0] == "python" else executable(command[0])
         env.update(session_env())  # the suite's mark, so its leftover check sees the container
         scratch = Path(tempfile.mkdtemp(prefix="ecs-task-"))
         env["TMPDIR"] = str(scratch)
@@ -485,14 +483,7 @@ class LocalContainerEcs:
         def start() -> None:
             time.sleep(self.start_delay)
             if not run.stopped:
-                run.process = subprocess.Popen(
-                    command,
-                    env=env,
-                    stdout=subprocess.PIPE,
-                    stderr=subprocess.STDOUT,
-                    text=True,
-                    start_new_session=True,
-                )
+                run.process = self.start_container(command, env)
                 run.started_at = time.time()
                 with run.process.stdout:  # type: ignore[union-attr]
                     run.started.set()
@@ -503,6 +494,19 @@ class LocalContainerEcs:
         run.reader.start()
         task["containers"] = [{"name": container["name"], "lastStatus": "PENDING"}]
         return response
+
+    def start_container(self, command: list[str], env: dict[str, str]) -> subprocess.Popen:
+        """The container's process, its output on one pipe; here the image's programs (python,
+        dagster) are this virtualenv's (test_images.py's fake runs the image itself)."""
+        program = sys.executable if command[0] == "python" else executable(command[0])
+        return subprocess.Popen(
+            [program, *command[1:]],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,
+        )
 
     def _exit_code(self, run: _Container) -> int | None:
         if not run.started.is_set():

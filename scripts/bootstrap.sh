@@ -33,20 +33,33 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
   touch "$stamp"
 fi
 
-# A real browser for the UI smoke test: Debian's chromium, driven by Playwright's Python package
-# (never `playwright install`, which downloads a browser). Under CI=true it must be installed;
-# elsewhere it is installed when apt can do it, and the test skips without it.
-if ! command -v chromium >/dev/null 2>&1; then
+# Tools some tests need, from apt: under CI=true they must install; elsewhere they are installed
+# when apt can do it, and the tests that need them skip without them.
+# Usage: apt_for_tests "WHY" PROGRAM... -- PACKAGE...
+apt_for_tests() {
+  local why=$1 programs=() missing=""
+  shift
+  while [ "$1" != "--" ]; do programs+=("$1"); shift; done
+  shift
+  for program in "${programs[@]}"; do command -v "$program" >/dev/null 2>&1 || missing=1; done
+  [ -n "$missing" ] || return 0
   SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo -n"
   if command -v apt-get >/dev/null 2>&1 && $SUDO true 2>/dev/null; then
-    echo "bootstrap: installing chromium with apt-get (for the browser smoke test)" >&2
+    echo "bootstrap: installing $* with apt-get (for $why)" >&2
     if ! { $SUDO apt-get update -qq &&
-      $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; } >/dev/null; then
-      [ "${CI:-}" != "true" ] || { echo "bootstrap: chromium could not be installed" >&2; exit 1; }
-      echo "bootstrap: chromium not installed; the browser smoke test will skip" >&2
+      $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@"; } >/dev/null; then
+      [ "${CI:-}" != "true" ] || { echo "bootstrap: $* could not be installed" >&2; exit 1; }
+      echo "bootstrap: $* not installed; $why will skip" >&2
     fi
   elif [ "${CI:-}" = "true" ]; then
-    echo "bootstrap: CI=true needs chromium, and apt-get is not usable here" >&2
+    echo "bootstrap: CI=true needs $* (for $why), and apt-get is not usable here" >&2
     exit 1
   fi
-fi
+}
+
+# A real browser for the UI smoke test: Debian's chromium, driven by Playwright's Python package
+# (never `playwright install`, which downloads a browser).
+apt_for_tests "the browser smoke test" chromium -- chromium
+# podman and runc (with scripts/containers.conf) and debootstrap (a stand-in base where no
+# container registry is reachable) for `make image` and the image test (test_images.py).
+apt_for_tests "the image test" podman runc debootstrap -- podman runc debootstrap
