@@ -10,6 +10,7 @@ queue's limits) and the UI's Backfills page shows it.
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 import uuid
 from collections.abc import Sequence
@@ -24,6 +25,13 @@ from episode_pipeline.episodes.keys import EpisodeRef, InvalidEpisodeKey, parse_
 CODE_LOCATION_NAME = "episode_pipeline"
 REPROCESS_TAG = "episode_pipeline/reprocess"
 STATUSES = ("uploaded", "processing", "processed", "failed")
+# The daemon's backfill thread beats every 30 s (Dagster's default interval); older than four
+# beats, no daemon is launching backfills. Dagster's own "healthy" tolerates 30 minutes.
+BACKFILL_DAEMON = "BACKFILL"
+DAEMON_FRESH_SECONDS = 120
+NO_DAEMON = (
+    "no daemon is running: start `episode-pipeline dev` (or the production daemon) to launch it"
+)
 
 
 @dataclass(frozen=True)
@@ -140,8 +148,17 @@ def launch_backfill(
     return backfill_id
 
 
+def backfill_daemon_running(instance: Any, now: float | None = None) -> bool:
+    """Has a daemon's backfill thread beaten within `DAEMON_FRESH_SECONDS`? (One keyed read of
+    the instance's daemon heartbeats, the same in production and locally.)"""
+    heartbeat = instance.get_daemon_heartbeats().get(BACKFILL_DAEMON)
+    now = time.time() if now is None else now
+    return heartbeat is not None and now - heartbeat.timestamp <= DAEMON_FRESH_SECONDS
+
+
 def reprocess(selection: Selection, instance: Any = None, settings: Any = None) -> dict[str, Any]:
-    """The one entry point: select, bring partitions back, launch the backfill."""
+    """The one entry point: select, bring partitions back, launch the backfill. Nothing matching
+    records nothing (`backfill_id` None); `daemon_running` says whether a daemon will launch it."""
     from episode_pipeline.db.connection import connect
     from episode_pipeline.local.stack_env import load_settings
 
@@ -151,12 +168,18 @@ def reprocess(selection: Selection, instance: Any = None, settings: Any = None) 
     else:
         with connect(settings.database) as conn:
             refs = select_episodes(conn, selection)
+    if not refs:
+        return {"backfill_id": None, "episodes": 0, "daemon_running": None}
     if instance is None:
         from dagster import DagsterInstance
 
         instance = DagsterInstance.get()
     backfill_id = launch_backfill(instance, refs, f"reprocess: {selection.describe()}")
-    return {"backfill_id": backfill_id, "episodes": len(refs)}
+    return {
+        "backfill_id": backfill_id,
+        "episodes": len(refs),
+        "daemon_running": backfill_daemon_running(instance),
+    }
 
 
 # -- command line -------------------------------------------------------------------------------
@@ -190,10 +213,15 @@ def cmd_reprocess(args: argparse.Namespace) -> int:
     if selection.episodes and (args.org or args.status or args.since):
         raise ValueError("name episodes or give filters, not both")
     outcome = reprocess(selection)
+    if outcome["backfill_id"] is None:  # not bad input: the fleet has no such episode (yet)
+        print(f"no episodes match {selection.describe()}: nothing to reprocess")
+        return 0
     print(
         f"backfill {outcome['backfill_id']}: {outcome['episodes']} episode(s) "
         "(Dagster UI: Overview → Backfills)"
     )
+    if not outcome["daemon_running"]:
+        print(f"episode-pipeline: {NO_DAEMON}", file=sys.stderr)
     return 0
 
 
