@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shlex
 import subprocess
 import sys
 import time
@@ -370,20 +371,40 @@ def test_a_metadata_failure_after_processing_keeps_the_episode_processed(tmp_pat
     assert "tasks.parquet" in error, error
 
 
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+def readme_command(marker: str, replace: dict[str, str]) -> list[str]:
+    """The README's one command line containing `marker`, as words to run: its `DAGSTER_HOME=…`
+    prefix dropped (the caller's environment has it), `.venv/bin/` this interpreter's, and the
+    example values replaced."""
+    (line,) = [
+        line
+        for line in (REPO_ROOT / "README.md").read_text().splitlines()
+        if marker in line and line.startswith("DAGSTER_HOME=")
+    ]
+    words = [replace.get(word, word) for word in shlex.split(line.split(" # ")[0])][1:]
+    assert words[0].startswith(".venv/bin/"), line
+    return [str(Path(sys.executable).parent / words[0].removeprefix(".venv/bin/")), *words[1:]]
+
+
 def test_dg_launch_reprocesses_one_episode(tmp_path, stack, db_conn, s3_client):
     ref, _ = uploaded(tmp_path, codebase_version="v3.0", cameras=1)
     assert process_episode(ref)
     before = state_of(db_conn, s3_client, stack.bucket, ref)
-    # Only DAGSTER_HOME, from another directory: what the README tells an engineer to type.
-    env = {k: v for k, v in os.environ.items() if k != "EPISODE_PIPELINE_HOME"}
+    # What the README tells an engineer to type, from the repository's root, with only
+    # DAGSTER_HOME and no virtual environment activated (`.venv/bin/dg`).
+    env = {k: v for k, v in os.environ.items() if k not in ("EPISODE_PIPELINE_HOME", "VIRTUAL_ENV")}
     env = {k: v for k, v in env.items() if not k.startswith(("DB_", "AWS_", "DATA_", "SQS_"))}
-    dg = Path(sys.executable).parent / "dg"
-    command = [str(dg), "launch", "-m", "episode_pipeline.definitions", "--job", "process_episode"]
-    command += ["--partition", ref.partition_key]
+    command = readme_command("dg launch", {"acme/ep-42": ref.partition_key})
     done = subprocess.run(
-        command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600
+        command, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=600
     )
     assert done.returncode == 0, done.stderr[-3000:]
+    # Quiet: no virtual-environment warning, none of Dagster's DEBUG events; the steps' lines.
+    assert "virtual environment" not in done.stdout + done.stderr
+    assert " - DEBUG - " not in done.stderr and "STEP_START" not in done.stderr
+    assert " - INFO - process_episode - " in done.stderr
     assert state_of(db_conn, s3_client, stack.bucket, ref) == before
     # Tagged as the sensor's runs are (docs/operations.md#reprocess-an-episode).
     (run,) = DagsterInstance.get().get_runs(
