@@ -50,6 +50,7 @@ from episode_pipeline.defs.partitions import (
 from episode_pipeline.defs.resources.archive_limits import ArchiveLimitsResource
 from episode_pipeline.defs.resources.database import PostgresResource
 from episode_pipeline.defs.resources.s3 import S3BucketResource
+from episode_pipeline.defs.runs import claim_upload, upload_id
 from episode_pipeline.episodes.extracted_files import ArchiveObject, ExtractedFiles
 from episode_pipeline.episodes.extraction import (
     extract_archive,
@@ -130,6 +131,19 @@ def archive_provenance(
     }
 
 
+def _count_as_the_uploads_run(context: AssetExecutionContext, archive: ArchiveObject) -> None:
+    """One successful run per object version, however it was run: this run is the upload's."""
+    upload = upload_id(context.partition_key, archive.version)
+    started_for = claim_upload(context.instance, context.run, upload)
+    if started_for is not None:
+        context.log.info(f"run started for upload {started_for} reads {upload}, uploaded since")
+    else:
+        context.log.info(
+            f"this run is upload {upload}'s: its queue message is deleted once the run succeeds, "
+            "not run again"
+        )
+
+
 @observable_source_asset(
     key=RAW_ARCHIVE_KEY,
     partitions_def=episode_partitions,
@@ -183,6 +197,7 @@ def extracted_files(
     bucket = s3.get_client()
     links = bucket_links(s3)
     archive = find_archive(bucket, ref)
+    _count_as_the_uploads_run(context, archive)
     provenance = archive_provenance(context, archive, links)
     with postgres.transaction() as conn:
         mark_processing(conn, postgres.database_schema(), ref)
