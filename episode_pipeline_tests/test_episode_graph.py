@@ -22,6 +22,7 @@ import pytest
 from dagster import DagsterInstance, RunsFilter
 
 from episode_pipeline.db import episodes as episode_db
+from episode_pipeline.defs.runs import UPLOAD_TAG
 from episode_pipeline.episodes.episode_rows import REQUIRED_KEYS
 from episode_pipeline.episodes.keys import EpisodeRef
 from episode_pipeline.local.upload import upload_episode
@@ -412,4 +413,8 @@ def test_dg_launch_reprocesses_one_episode(tmp_path, stack, db_conn, s3_client):
     )
     assert run.job_name == "process_episode" and run.is_success
     assert (run.tags["org"], run.tags["episode"]) == (ref.org_id, ref.episode_id)
+    # It counts as the run of the object version it read (docs/contract.md#upload-queue).
+    listed = s3_client.list_objects_v2(Bucket=stack.bucket, Prefix=ref.prefix, Delimiter="/")
+    (etag,) = [item["ETag"].strip('"') for item in listed["Contents"]]  # the archive alone
+    assert run.tags[UPLOAD_TAG] == f"{ref.partition_key}@{etag}"
     assert "SupersessionWarning" not in done.stderr
