@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -25,6 +26,13 @@ from episode_pipeline.episodes.keys import (
 
 REPROCESS_TAG = "episode_pipeline/reprocess"
 STATUSES = ("uploaded", "processing", "processed", "failed")
+# The daemon's backfill thread beats every 30 s (Dagster's default interval); older than four
+# beats, no daemon is launching backfills. Dagster's own "healthy" tolerates 30 minutes.
+BACKFILL_DAEMON = "BACKFILL"
+DAEMON_FRESH_SECONDS = 120
+NO_DAEMON = (
+    "no daemon is running: start `episode-pipeline dev` (or the production daemon) to launch it"
+)
 
 
 @dataclass(frozen=True)
@@ -123,8 +131,17 @@ def launch_backfill(
     )
 
 
+def backfill_daemon_running(instance: Any, now: float | None = None) -> bool:
+    """Has a daemon's backfill thread beaten within `DAEMON_FRESH_SECONDS`? (One keyed read of
+    the instance's daemon heartbeats, the same in production and locally.)"""
+    heartbeat = instance.get_daemon_heartbeats().get(BACKFILL_DAEMON)
+    now = time.time() if now is None else now
+    return heartbeat is not None and now - heartbeat.timestamp <= DAEMON_FRESH_SECONDS
+
+
 def reprocess(selection: Selection, instance: Any = None, settings: Any = None) -> dict[str, Any]:
-    """The one entry point: select, bring partitions back, launch the backfill."""
+    """The one entry point: select, bring partitions back, launch the backfill. Nothing matching
+    records nothing (`backfill_id` None); `daemon_running` says whether a daemon will launch it."""
     from episode_pipeline.config.settings import settings_from_environment
     from episode_pipeline.db.connection import connect
 
@@ -134,6 +151,13 @@ def reprocess(selection: Selection, instance: Any = None, settings: Any = None) 
     else:
         with connect(settings.database) as conn:
             refs, skipped = select_episodes(conn, selection)
+    if not refs:
+        return {
+            "backfill_id": None,
+            "episodes": 0,
+            "daemon_running": None,
+            "skipped": [row.describe() for row in skipped],
+        }
     if instance is None:
         from dagster import DagsterInstance
 
@@ -143,6 +167,7 @@ def reprocess(selection: Selection, instance: Any = None, settings: Any = None) 
         "backfill_id": backfill_id,
         "episodes": len(refs),
         "skipped": [row.describe() for row in skipped],
+        "daemon_running": backfill_daemon_running(instance),
     }
 
 
@@ -177,12 +202,17 @@ def cmd_reprocess(args: argparse.Namespace) -> int:
     if selection.episodes and (args.org or args.status or args.since):
         raise ValueError("name episodes or give filters, not both")
     outcome = reprocess(selection)
+    for skipped in outcome["skipped"]:
+        print(f"episode-pipeline: skipped {skipped}", file=sys.stderr)
+    if outcome["backfill_id"] is None:  # not bad input: the fleet has no such episode (yet)
+        print(f"no episodes match {selection.describe()}: nothing to reprocess")
+        return 0
     print(
         f"backfill {outcome['backfill_id']}: {outcome['episodes']} episode(s) "
         "(Dagster UI: Overview → Backfills)"
     )
-    for skipped in outcome["skipped"]:
-        print(f"episode-pipeline: skipped {skipped}", file=sys.stderr)
+    if not outcome["daemon_running"]:
+        print(f"episode-pipeline: {NO_DAEMON}", file=sys.stderr)
     return 0
 
 

@@ -10,7 +10,8 @@ When the session ends (the workers gone, every stack stopped), a process still a
 grace period that carries the mark, or whose working directory is inside the basetemp, is a
 leftover; so is anything left in the session's TMPDIR. The check lists each one (pid, command,
 working directory; path), removes it (SIGKILL; rmtree) so nothing outlives the suite anyway, and
-fails the session.
+fails the session. Then, and only then, a session that passed loses its basetemp (pytest's
+`tmp_path_retention_policy = "failed"`, which would otherwise remove it before the check).
 """
 
 from __future__ import annotations
@@ -158,17 +159,34 @@ def leftover_temp_paths() -> list[str]:
     return named
 
 
+def _removes_basetemp_when_passed(config: pytest.Config) -> bool:
+    """Will pytest remove the session's basetemp at its end (`tmp_path_retention_policy =
+    "failed"`, a basetemp of its own choosing) if no test failed? It would do so inside the
+    wrapper below, before the check: a session whose only fault is a leak would lose the
+    evidence and pass. So the removal waits for the check (pytest < 9.2's own attributes)."""
+    factory = config._tmp_path_factory
+    return factory._retention_policy == "failed" and factory._given_basetemp is None
+
+
 # Inside the terminal reporter's wrapper, around every other implementation: the check runs
 # after xdist has shut its workers down, and its findings still reach the closing summary.
 @pytest.hookimpl(wrapper=True, trylast=True)
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int):
+    controller = not hasattr(session.config, "workerinput") and bool(_session)
+    deferred = controller and _removes_basetemp_when_passed(session.config)
+    if deferred:
+        session.config._tmp_path_factory._retention_policy = "all"  # until the check is done
     result = yield
-    if hasattr(session.config, "workerinput") or not _session:
+    if not controller:
         return result
     _found.extend(f"process {line}" for line in surviving_processes())
     _found.extend(f"temporary path {line}" for line in leftover_temp_paths())
     if _found and session.exitstatus == pytest.ExitCode.OK:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
+    if deferred:
+        session.config._tmp_path_factory._retention_policy = "failed"
+        if session.exitstatus == pytest.ExitCode.OK:  # what pytest would have removed
+            shutil.rmtree(_session["basetemp"], ignore_errors=True)
     return result
 
 

@@ -1,8 +1,8 @@
 """The whole graph as text, compared with a committed snapshot, so every review sees a change to it.
 
-Assets (deps, code version, group, kinds, partitions), checks (target, severity, blocking, the
-step that runs them), sensors (kind, interval, default status) and the job's selection. After an
-intended change:
+Assets (deps, code version, group, kinds, owners, partitions), checks (target, severity,
+blocking, the step that runs them), sensors (kind, interval, default status) and the job's
+selection. After an intended change:
 
     EPISODE_PIPELINE_UPDATE_SNAPSHOT=1 .venv/bin/pytest -k definitions_match_their_snapshot
 """
@@ -30,7 +30,7 @@ def describe(defs: Definitions) -> str:
         lines.append(
             f"{key.to_user_string()}: deps={sorted(p.to_user_string() for p in node.parent_keys)} "
             f"code_version={node.code_version} group={node.group_name} "
-            f"kinds={sorted(node.kinds)} partitions={partitions} "
+            f"kinds={sorted(node.kinds)} owners={sorted(node.owners)} partitions={partitions} "
             f"{'observable' if node.is_observable else 'materializable'}"
         )
     lines.append("# checks")

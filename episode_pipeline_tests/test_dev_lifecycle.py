@@ -27,6 +27,7 @@ pytestmark = pytest.mark.integration
 
 TICKED = "Checking for new runs for sensor: episode_uploads"
 GONE_SECONDS = 60  # dev's own 30 s grace plus the group's, on a loaded machine
+REPO = Path(__file__).resolve().parents[1]
 
 
 def _alive(processes: list[psutil.Process]) -> list[str]:
@@ -80,6 +81,7 @@ def dev(stack: StackInfo, tmp_path: Path) -> Iterator[Dev]:
         process = subprocess.Popen(
             [*command, "--port", str(free_port())],
             env=os.environ.copy(),
+            cwd=REPO,  # where a newcomer types it, beside the repository's dagster.yaml
             stdin=subprocess.DEVNULL,
             stdout=output,
             stderr=subprocess.STDOUT,
@@ -96,6 +98,11 @@ def dev(stack: StackInfo, tmp_path: Path) -> Iterator[Dev]:
 
 def test_ctrl_c_stops_dev_and_leaves_nothing(dev: Dev) -> None:
     dev.wait_for_a_tick()
+    started = dev.text()
+    # A clean start: not `dagster dev`'s SupersessionWarning, not "Found a dagster instance
+    # configuration value (dagster.yaml) in the current folder, but your DAGSTER_HOME …".
+    assert "SupersessionWarning" not in started and "superseded" not in started
+    assert "dagster instance configuration value" not in started
     children = dev.descendants()
     assert len(children) >= 3  # dagster dev, its webserver, daemon and code server
 

@@ -22,6 +22,7 @@ import pytest
 from dagster import DagsterInstance, RunsFilter
 
 from episode_pipeline.db import episodes as episode_db
+from episode_pipeline.defs.runs import UPLOAD_TAG
 from episode_pipeline.episodes.episode_rows import REQUIRED_KEYS
 from episode_pipeline.episodes.keys import EpisodeRef
 from episode_pipeline.local.upload import upload_episode
@@ -371,25 +372,41 @@ def test_a_metadata_failure_after_processing_keeps_the_episode_processed(tmp_pat
     assert "tasks.parquet" in error, error
 
 
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+def readme_command(marker: str, replace: dict[str, str]) -> list[str]:
+    """The README's one command line containing `marker`, to run in bash as typed: `.venv/bin/`
+    this interpreter's, and the example values replaced."""
+    (line,) = [
+        line
+        for line in (REPO_ROOT / "README.md").read_text().splitlines()
+        if marker in line and ".venv/bin/" in line and not line.startswith("#")
+    ]
+    line = line.split(" # ")[0].replace(".venv/bin/", f"{Path(sys.executable).parent}/")
+    for example, value in replace.items():
+        line = line.replace(example, shlex.quote(value))
+    return ["bash", "-c", line]
+
+
 def test_dg_launch_reprocesses_one_episode(tmp_path, stack, db_conn, s3_client):
     ref, _ = uploaded(tmp_path, codebase_version="v3.0", cameras=1)
     assert process_episode(ref)
     before = state_of(db_conn, s3_client, stack.bucket, ref)
-    # From another directory, with only DAGSTER_HOME set, the stack's variables taken as the
-    # README tells an engineer: `eval "$(episode-pipeline stack env)"`.
-    env = {k: v for k, v in os.environ.items() if k != "EPISODE_PIPELINE_HOME"}
+    # What the README tells an engineer to type, from the repository's root, with only
+    # DAGSTER_HOME and no virtual environment activated (`.venv/bin/dg`), the stack's variables
+    # taken from `eval "$(episode-pipeline stack env)"` as the README says.
+    env = {k: v for k, v in os.environ.items() if k not in ("EPISODE_PIPELINE_HOME", "VIRTUAL_ENV")}
     env = {k: v for k, v in env.items() if not k.startswith(("DB_", "AWS_", "DATA_", "SQS_"))}
-    dg = Path(sys.executable).parent / "dg"
-    launch = [str(dg), "launch", "-m", "episode_pipeline.definitions", "--job", "process_episode"]
-    launch += ["--partition", ref.partition_key]
-    exports = (
-        f'eval "$({shlex.quote(str(Path(sys.executable).parent / "episode-pipeline"))} stack env)"'
-    )
-    command = ["bash", "-c", f"{exports} && exec {shlex.join(launch)}"]
+    command = readme_command("dg launch", {"acme/ep-42": ref.partition_key})
     done = subprocess.run(
-        command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600
+        command, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=600
     )
     assert done.returncode == 0, done.stderr[-3000:]
+    # Quiet: no virtual-environment warning, none of Dagster's DEBUG events; the steps' lines.
+    assert "virtual environment" not in done.stdout + done.stderr
+    assert " - DEBUG - " not in done.stderr and "STEP_START" not in done.stderr
+    assert " - INFO - process_episode - " in done.stderr
     assert state_of(db_conn, s3_client, stack.bucket, ref) == before
     # Tagged as the sensor's runs are (docs/operations.md#reprocess-an-episode).
     (run,) = DagsterInstance.get().get_runs(
@@ -397,4 +414,8 @@ def test_dg_launch_reprocesses_one_episode(tmp_path, stack, db_conn, s3_client):
     )
     assert run.job_name == "process_episode" and run.is_success
     assert (run.tags["org"], run.tags["episode"]) == (ref.org_id, ref.episode_id)
+    # It counts as the run of the object version it read (docs/contract.md#upload-queue).
+    listed = s3_client.list_objects_v2(Bucket=stack.bucket, Prefix=ref.prefix, Delimiter="/")
+    (etag,) = [item["ETag"].strip('"') for item in listed["Contents"]]  # the archive alone
+    assert run.tags[UPLOAD_TAG] == f"{ref.partition_key}@{etag}"
     assert "SupersessionWarning" not in done.stderr

@@ -208,3 +208,4 @@ def test_dg_launch_names_a_partition_dagster_does_not_know() -> None:
     assert missing.returncode != 0
     assert f"Could not find a partition with key `{ORG}/ep-never-seen`" in missing.stderr
     assert "DagsterInvalidSubsetError" not in missing.stderr
+    assert "virtual environment" not in missing.stderr  # `.venv/bin/dg` is the project's own

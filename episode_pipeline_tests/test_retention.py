@@ -65,7 +65,15 @@ from episode_pipeline.local import aws_setup
 from episode_pipeline.local.dev import WORKSPACE_FILE
 from episode_pipeline.local.stack import StackInfo
 from episode_pipeline.local.upload import upload_episode
-from episode_pipeline.reprocess import Selection, reprocess, selection_sql
+from episode_pipeline.reprocess import (
+    BACKFILL_DAEMON,
+    DAEMON_FRESH_SECONDS,
+    NO_DAEMON,
+    Selection,
+    backfill_daemon_running,
+    reprocess,
+    selection_sql,
+)
 from episode_pipeline.samples.writer import SampleSpec, write_sample
 from episode_pipeline.uploads.upload_queue import UploadQueue
 from episode_pipeline_tests.support.instances import private_instance_config
@@ -363,3 +371,48 @@ def test_the_reprocess_command_reads_names_and_filters() -> None:
     assert [ref.partition_key for ref in named.episodes] == ["acme/ep-1", "acme/ep-2"]
     with pytest.raises(SystemExit):
         build_parser().parse_args(["reprocess", "--since", "yesterday"])
+
+
+def test_the_backfill_daemon_runs_while_its_heartbeat_is_fresh(instance: DagsterInstance) -> None:
+    from dagster._daemon.daemon import BackfillDaemon
+    from dagster._daemon.types import DaemonHeartbeat
+
+    assert BackfillDaemon.daemon_type() == BACKFILL_DAEMON
+    assert not backfill_daemon_running(instance)  # no daemon ever ran against it
+    beat = time.time()
+    instance.add_daemon_heartbeat(DaemonHeartbeat(beat, BACKFILL_DAEMON, "daemon-1"))
+    assert backfill_daemon_running(instance, now=beat + DAEMON_FRESH_SECONDS)
+    assert not backfill_daemon_running(instance, now=beat + DAEMON_FRESH_SECONDS + 1)
+
+
+@pytest.mark.integration
+def test_reprocess_says_when_nothing_matches_and_when_no_daemon_will_launch_it(
+    stack: StackInfo,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from dagster._daemon.types import DaemonHeartbeat
+
+    from episode_pipeline import cli
+
+    org = f"org-{uuid.uuid4().hex[:6]}"
+    capsys.readouterr()
+    assert cli.main(["reprocess", "--org", org, "--status", "failed"]) == 0  # not bad input
+    out, err = capsys.readouterr()
+    assert (out, err) == (f"no episodes match org {org}, status failed: nothing to reprocess\n", "")
+
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path))  # an instance no daemon ever ran against
+    assert cli.main(["reprocess", f"{org}/ep-1"]) == 0
+    out, err = capsys.readouterr()
+    assert out.startswith("backfill ") and "1 episode(s)" in out
+    assert err == f"episode-pipeline: {NO_DAEMON}\n"
+    assert "start `episode-pipeline dev`" in err
+
+    # A daemon's backfill thread beats: the backfill will be launched, nothing more to say.
+    DagsterInstance.get().add_daemon_heartbeat(
+        DaemonHeartbeat(time.time(), BACKFILL_DAEMON, "daemon-1")
+    )
+    assert cli.main(["reprocess", f"{org}/ep-1"]) == 0
+    out, err = capsys.readouterr()
+    assert out.startswith("backfill ") and err == ""

@@ -283,6 +283,32 @@ def test_a_redelivery_after_the_run_succeeded_deletes_the_message_and_starts_not
     assert len(succeeded) == 1
 
 
+def test_an_upload_processed_by_hand_is_its_run_and_the_sensor_deletes_its_message(
+    private_queue: Callable[..., PrivateQueue], archive: Path
+) -> None:
+    """`upload`, then `process`, then the daemon starts: one successful run of the upload, not
+    two. On the stack's own instance (PostgreSQL), as `episode-pipeline dev` would see it."""
+    from episode_pipeline.runner import process_episode
+
+    instance = DagsterInstance.get()
+    private = private_queue()
+    ref = new_ref()
+    key = upload_episode(archive, ref, private.settings)
+    upload = f"{ref.partition_key}@{private.storage.head(key).etag}"
+
+    outcome = process_episode(ref, instance=instance, settings=private.settings, quiet=True)
+    assert outcome.success, outcome.errors
+    # The run read that object version: it carries the upload, as a sensor's run does.
+    assert instance.get_run_by_id(outcome.run_id).tags[UPLOAD_TAG] == upload
+
+    result = tick(instance, private.queue)  # the daemon's first tick: the upload's message
+
+    assert isinstance(result, SensorResult) and result.run_requests == []
+    assert depth(private.queue) == (0, 0)  # deleted: the test event and the upload's message
+    runs = instance.get_runs(RunsFilter(tags={"dagster/partition": ref.partition_key}))
+    assert [run.run_id for run in runs] == [outcome.run_id]
+
+
 def test_a_tick_logs_what_it_saw_requested_and_skipped(
     private_queue: Callable[..., PrivateQueue], instance: DagsterInstance, archive: Path
 ) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import sys
+import tomllib
 from pathlib import Path
 
 import psutil
@@ -212,3 +213,56 @@ def test_under_xdist_a_module_stays_in_one_worker_and_slow_tests_spread(
         assert [test for _, test in grouped] == [f"test_{i}@{module}" for i in (1, 2, 3)]
     slow_workers = {w for runs in ran.values() for w, test in runs if test.startswith("test_long")}
     assert len(slow_workers) == 2
+
+
+def _retention_options() -> dict[str, str]:
+    """The project's `tmp_path_retention_*` options (pyproject.toml), for a session of its own."""
+    options = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["pytest"]
+    return {k: v for k, v in options["ini_options"].items() if k.startswith("tmp_path_retention")}
+
+
+def run_in_temproot(
+    session: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, *args: str
+) -> tuple[pytest.RunResult, list[Path]]:
+    """A session whose basetemp pytest chooses itself, as in `make test` (not `--basetemp`, which
+    pytester's runpytest passes and which pytest never removes), under a temp root of its own;
+    returns the result and the basetemps left there."""
+    root = session.path / "temproot"
+    root.mkdir(exist_ok=True)
+    monkeypatch.setenv("PYTEST_DEBUG_TEMPROOT", str(root))
+    result = session.run(
+        sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *args, timeout=120
+    )
+    return result, sorted(root.glob("pytest-of-*/pytest-[0-9]*"))
+
+
+@pytest.mark.parametrize("workers", [[], ["-n", "2"]], ids=["one-process", "xdist"])
+def test_only_failed_tests_keep_their_temp_folders_and_a_leak_still_fails_the_session(
+    session: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, workers: list[str]
+) -> None:
+    options = _retention_options()
+    assert options["tmp_path_retention_policy"] == "failed"
+    session.makeini("[pytest]\n" + "".join(f"{k} = {v}\n" for k, v in options.items()))
+    session.makepyfile(
+        test_passes="def test_passes(tmp_path): (tmp_path / 'big.bin').write_bytes(b'x' * 9999)",
+        test_fails="def test_fails(tmp_path): (tmp_path / 'why.txt').write_text('x'); assert 0",
+    )
+    result, (failed_session,) = run_in_temproot(session, monkeypatch, *workers)
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    kept = {path.parent.name for path in failed_session.rglob("*.*") if path.is_file()}
+    assert "test_fails0" in kept and "test_passes0" not in kept, kept
+
+    Path(session.path / "test_fails.py").unlink()
+    result, left = run_in_temproot(session, monkeypatch, *workers)
+    assert result.ret == pytest.ExitCode.OK, result.stdout.str()
+    assert left == [failed_session], "a session that passed leaves no folder"
+
+    # Every test passes but one leaks a temp folder: pytest would remove the basetemp holding
+    # the evidence; the check still sees it, names it and fails the session.
+    session.makepyfile(
+        test_leaks="import tempfile\ndef test_leaks(): tempfile.mkdtemp(prefix='transcode-')"
+    )
+    result, left = run_in_temproot(session, monkeypatch, *workers)
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.stdout.fnmatch_lines(["*left behind by the suite*", "temporary path */tmp/transcode-*"])
+    assert len(left) == 2  # a failed session keeps its folder

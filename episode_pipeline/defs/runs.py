@@ -30,8 +30,9 @@ from episode_pipeline.transcode.placement import Placement
 ORG_TAG = "org"  # the run queue's per-org concurrency limit reads it (dagster.yaml)
 EPISODE_TAG = "episode"  # for filtering runs in the UI; the partition tag holds ORG/EP
 PARTITION_TAG = PARTITION_NAME_TAG  # "dagster/partition"
-# Which upload a run was started for: `ORG/EP@<object version>`. Every run the sensors start
-# carries it, so "has this object version been handled?" is one tag lookup.
+# Which upload a run is for: `ORG/EP@<object version>`. Every run the sensors start carries it,
+# and every other run gets it when it reads the archive (`claim_upload`), so "has this object
+# version been handled?" is one tag lookup, however the run was started.
 UPLOAD_TAG = "episode_pipeline/upload"
 HOST_TAG = "episode_pipeline/host"
 PID_TAG = "episode_pipeline/pid"
@@ -155,6 +156,22 @@ def retry_run_key(upload: str, failed_run_id: str) -> str:
 def reconciled_run_key(upload: str) -> str:
     """The run key of an upload found by reconciliation rather than by its S3 event."""
     return f"{upload}#reconciled"
+
+
+def claim_upload(instance: DagsterInstance, run: DagsterRun, upload: str) -> str | None:
+    """Make `run` count as the run of `upload`, the object version it read; returns the upload
+    the run was started for when that is another one (a re-upload since), else None.
+
+    A run started without an upload (`process`, `dg launch`, the Launchpad, a backfill) gets the
+    upload tag when it reads the archive, so the upload's queue message finds it by the same
+    keyed lookup as a sensor's run: a succeeded one is deleted, not run again; one in flight is
+    joined. A sensor's run keeps the upload it was started for (its run key and messages).
+    """
+    started_for = run.tags.get(UPLOAD_TAG)
+    if started_for is None:
+        instance.add_run_tags(run.run_id, {UPLOAD_TAG: upload})
+        return None
+    return started_for if started_for != upload else None
 
 
 def latest_run_of_upload(instance: DagsterInstance, upload: str) -> DagsterRun | None:

@@ -119,7 +119,7 @@ def run_demo() -> int:
     print(
         "\nSee it in the Dagster UI: `episode-pipeline dev`, then http://127.0.0.1:3000 —\n"
         "  Assets → robot_episodes (one partition per episode, with its checks and metadata;\n"
-        "  every processed episode is fresh), README.md#a-tour-of-the-ui for the rest,\n"
+        "  every processed episode is fresh), docs/operations.md#a-tour-of-the-ui for the rest,\n"
         "  Runs (one per upload, tagged org=demo-org), Automation → episode_uploads.\n"
         f"Daemon log: {Path(info.home) / 'demo-daemon.log'}"
     )

@@ -33,8 +33,12 @@ WORKSPACE_FILE = Path(__file__).with_name("workspace.yaml")
 
 
 def dagster_command(port: int = DEFAULT_PORT) -> list[str]:
-    executable = Path(sys.executable).parent / "dagster"
-    base = [str(executable)] if executable.exists() else [sys.executable, "-m", "dagster"]
+    """`dg dev` on the local workspace file: with `-w` it is `dagster dev`'s own server, and it
+    does not print the `SupersessionWarning` `dagster dev` prints at every start in 1.13."""
+    executable = Path(sys.executable).parent / "dg"
+    base = (
+        [str(executable)] if executable.exists() else [sys.executable, "-m", "dagster_dg_cli.cli"]
+    )
     return [*base, "dev", "-w", str(WORKSPACE_FILE), "-h", "127.0.0.1", "-p", str(port)]
 
 
@@ -110,6 +114,9 @@ def run_dev(port: int = DEFAULT_PORT) -> int:
     process = subprocess.Popen(
         dagster_command(port),
         env=dev_environment(info.env),
+        # From the instance's own folder: started where another dagster.yaml lies (the
+        # repository's, production's), the dev server warns that it is not the one used.
+        cwd=info.dagster_home,
         start_new_session=True,
         preexec_fn=_die_with_parent if sys.platform == "linux" else None,
     )

@@ -16,11 +16,13 @@ from typing import Any
 from dagster import (
     AssetExecutionContext,
     AssetObservation,
+    AssetsDefinition,
     DagsterInstance,
     DataVersion,
     DataVersionsByPartition,
     MetadataValue,
     Output,
+    map_asset_specs,
     observable_source_asset,
 )
 
@@ -30,6 +32,7 @@ from dagster._core.definitions.data_version import (
     get_input_data_version_tag,
     get_input_event_pointer_tag,
 )
+from dagster._core.definitions.external_asset import create_external_asset_from_source_asset
 
 from episode_pipeline.db.episodes import mark_processing
 from episode_pipeline.defs.asset_keys import RAW_ARCHIVE_KEY
@@ -37,6 +40,7 @@ from episode_pipeline.defs.event_log import latest_observation
 from episode_pipeline.defs.metadata import bucket_links, on_materialization, table
 from episode_pipeline.defs.partitions import (
     EPISODE_GROUP,
+    EPISODE_OWNERS,
     EPISODES_PARTITION_NAME,
     RAW,
     STAGING,
@@ -46,6 +50,7 @@ from episode_pipeline.defs.partitions import (
 from episode_pipeline.defs.resources.archive_limits import ArchiveLimitsResource
 from episode_pipeline.defs.resources.database import PostgresResource
 from episode_pipeline.defs.resources.s3 import S3BucketResource
+from episode_pipeline.defs.runs import claim_upload, upload_id
 from episode_pipeline.episodes.extracted_files import ArchiveObject, ExtractedFiles
 from episode_pipeline.episodes.extraction import (
     extract_archive,
@@ -126,23 +131,49 @@ def archive_provenance(
     }
 
 
+def _count_as_the_uploads_run(context: AssetExecutionContext, archive: ArchiveObject) -> None:
+    """One successful run per object version, however it was run: this run is the upload's."""
+    upload = upload_id(context.partition_key, archive.version)
+    started_for = claim_upload(context.instance, context.run, upload)
+    if started_for is not None:
+        context.log.info(f"run started for upload {started_for} reads {upload}, uploaded since")
+    else:
+        context.log.info(
+            f"this run is upload {upload}'s: its queue message is deleted once the run succeeds, "
+            "not run again"
+        )
+
+
 @observable_source_asset(
     key=RAW_ARCHIVE_KEY,
     partitions_def=episode_partitions,
     group_name=EPISODE_GROUP,
-    # A source asset takes no `kinds=`: a kind is the tag `dagster/kind/<kind>`. Its owner is the
-    # robot that uploads, not this pipeline's team.
+    # A source asset takes no `kinds=`: a kind is the tag `dagster/kind/<kind>`.
     tags={**RAW, "dagster/kind/s3": ""},
     description="The robot's upload of one episode: the newest `.tar.zst` under "
     "`orgs/<org>/episodes/<episode>/` in the data bucket. Its data version is the upload's "
     "ETag, so new bytes mark the episode's `extracted_files` stale. *Observe* re-reads the "
     "bucket listing for every known episode.",
 )
-def raw_archive(context, s3: S3BucketResource) -> DataVersionsByPartition:
+def observe_raw_archive(context, s3: S3BucketResource) -> DataVersionsByPartition:
     known = set(context.instance.get_dynamic_partitions(EPISODES_PARTITION_NAME))
     # The listing carries no version ids: these are the ETags, like every other observation.
     versions = latest_archive_versions(s3.get_client(), known)
     return DataVersionsByPartition({key: DataVersion(v) for key, v in versions.items()})
+
+
+def _owned_by_the_team(source: Any) -> AssetsDefinition:
+    """The source asset as the `AssetsDefinition` `Definitions` makes of it, with the owner every
+    asset of the graph has: a `SourceAsset` takes no `owners=` (only this per-partition observe
+    function needs one; a multi-asset observation cannot report partitions)."""
+    (owned,) = map_asset_specs(
+        lambda spec: spec.replace_attributes(owners=EPISODE_OWNERS),
+        [create_external_asset_from_source_asset(source)],
+    )
+    return owned
+
+
+raw_archive = _owned_by_the_team(observe_raw_archive)
 
 
 @episode_asset(
@@ -166,6 +197,7 @@ def extracted_files(
     bucket = s3.get_client()
     links = bucket_links(s3)
     archive = find_archive(bucket, ref)
+    _count_as_the_uploads_run(context, archive)
     provenance = archive_provenance(context, archive, links)
     with postgres.transaction() as conn:
         mark_processing(conn, postgres.database_schema(), ref)
