@@ -12,6 +12,7 @@ import sys
 import traceback
 from pathlib import Path
 
+from episode_pipeline.commands.campaign import add_campaign_parser
 from episode_pipeline.commands.common import EPISODE_HELP, episode_arg
 from episode_pipeline.commands.process import add_process_parser
 from episode_pipeline.commands.status import add_status_parser
@@ -277,6 +278,7 @@ def build_parser() -> argparse.ArgumentParser:
     dlq.set_defaults(handler=cmd_dlq)
 
     add_reprocess_command(commands)
+    add_campaign_parser(commands)
 
     demo = commands.add_parser("demo", help="the whole pipeline on sample episodes, locally")
     demo.add_argument(

@@ -30,6 +30,7 @@ from episode_pipeline.defs.resources.database import PostgresResource
 from episode_pipeline.defs.resources.s3 import S3BucketResource
 from episode_pipeline.defs.resources.sqs import UploadQueueResource
 from episode_pipeline.defs.resources.transcoder import HlsTranscoder
+from episode_pipeline.defs.sensors.campaign import campaign_driver
 from episode_pipeline.defs.sensors.reconcile import orphaned_runs, reconciliation_sensors
 from episode_pipeline.defs.sensors.retention import retention_sensor
 from episode_pipeline.defs.sensors.run_failure import episode_failed_on_run_failure
@@ -83,6 +84,7 @@ def build_definitions(settings: Settings) -> Definitions:
             orphaned_runs,
             *reconciliation_sensors(settings.reconcile),
             retention_sensor(settings.retention),
+            campaign_driver(settings.campaign),
         ],
         resources=build_resources(settings),
         # One episode is a handful of steps: in-process saves ~3.5 s of process start-up per

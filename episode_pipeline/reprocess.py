@@ -10,8 +10,6 @@ queue's limits) and the UI's Backfills page shows it.
 from __future__ import annotations
 
 import argparse
-import time
-import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -19,9 +17,6 @@ from typing import Any
 
 from episode_pipeline.episodes.keys import EpisodeRef, InvalidEpisodeKey, parse_partition_key
 
-# The code location as both workspace files name it (workspace.yaml, local/workspace.yaml): the
-# backfill daemon finds the episode job's partition set through it.
-CODE_LOCATION_NAME = "episode_pipeline"
 REPROCESS_TAG = "episode_pipeline/reprocess"
 STATUSES = ("uploaded", "processing", "processed", "failed")
 
@@ -34,6 +29,9 @@ class Selection:
     org: str | None = None
     status: str | None = None
     since: datetime | None = None
+    # The code-version digest now deployed: only episodes not recorded under it (episode_outputs;
+    # never recorded counts as stale).
+    stale_for: str | None = None
 
     def describe(self) -> str:
         if self.episodes:
@@ -44,6 +42,7 @@ class Selection:
             f"org {self.org}" if self.org else "",
             f"status {self.status}" if self.status else "",
             f"changed since {self.since:%Y-%m-%d %H:%M}" if self.since else "",
+            f"not processed by code version {self.stale_for}" if self.stale_for else "",
         ]
         return ", ".join(f for f in filters if f)
 
@@ -52,8 +51,8 @@ def selection_sql(selection: Selection, has_updated_at: bool) -> tuple[str, tupl
     """The query for a filter selection (pure); raises ValueError for one it cannot answer."""
     if selection.episodes:
         raise ValueError("named episodes need no query")
-    if not (selection.org or selection.status or selection.since):
-        raise ValueError("name episodes (ORG/EP ...) or give --org, --status or --since")
+    if not (selection.org or selection.status or selection.since or selection.stale_for):
+        raise ValueError("name episodes (ORG/EP ...) or give --org, --status, --since or --stale")
     where, params = [], []
     if selection.org:
         where.append("org_id = %s")
@@ -66,6 +65,12 @@ def selection_sql(selection: Selection, has_updated_at: bool) -> tuple[str, tupl
             raise ValueError("the episodes table has no updated_at column: --since cannot filter")
         where.append("updated_at >= %s")
         params.append(selection.since)
+    if selection.stale_for:
+        where.append(
+            "NOT EXISTS (SELECT 1 FROM episode_outputs o WHERE o.org_id = episodes.org_id"
+            " AND o.episode_id = episodes.id AND o.code_version = %s)"
+        )
+        params.append(selection.stale_for)
     return (
         f"SELECT org_id, id::text FROM episodes WHERE {' AND '.join(where)} ORDER BY org_id, id",
         tuple(params),
@@ -90,19 +95,7 @@ def launch_backfill(
 ) -> str:
     """Add the episodes' partitions that are missing, record one backfill of the episode job
     over them, and return its id (the daemon launches its runs)."""
-    from dagster._core.definitions.repository_definition import SINGLETON_REPOSITORY_NAME
-    from dagster._core.execution.backfill import BulkActionStatus, PartitionBackfill
-    from dagster._core.remote_origin import (
-        InProcessCodeLocationOrigin,
-        RemotePartitionSetOrigin,
-        RemoteRepositoryOrigin,
-    )
-    from dagster._core.remote_representation.external_data import (
-        partition_set_snap_name_for_job_name,
-    )
-    from dagster._core.types.loadable_target_origin import LoadableTargetOrigin
-
-    from episode_pipeline.defs.jobs import EPISODE_JOB_NAME
+    from episode_pipeline.defs.backfills import record_backfill
     from episode_pipeline.defs.partitions import EPISODES_PARTITION_NAME
 
     keys = list(dict.fromkeys(ref.partition_key for ref in refs))
@@ -112,32 +105,13 @@ def launch_backfill(
     missing = [key for key in keys if key not in known]
     if missing:
         instance.add_dynamic_partitions(EPISODES_PARTITION_NAME, missing)
-    origin = RemotePartitionSetOrigin(
-        repository_origin=RemoteRepositoryOrigin(
-            code_location_origin=InProcessCodeLocationOrigin(
-                LoadableTargetOrigin(module_name="episode_pipeline.definitions"),
-                location_name=CODE_LOCATION_NAME,
-            ),
-            repository_name=SINGLETON_REPOSITORY_NAME,
-        ),
-        partition_set_name=partition_set_snap_name_for_job_name(EPISODE_JOB_NAME),
+    return record_backfill(
+        instance,
+        keys,
+        title=title,
+        description=f"{len(keys)} episode(s), {len(missing)} partition(s) added back",
+        tags={REPROCESS_TAG: "true", **(tags or {})},
     )
-    backfill_id = uuid.uuid4().hex[:8]
-    instance.add_backfill(
-        PartitionBackfill(
-            backfill_id=backfill_id,
-            partition_set_origin=origin,
-            status=BulkActionStatus.REQUESTED,
-            partition_names=keys,
-            from_failure=False,
-            reexecution_steps=None,
-            tags={REPROCESS_TAG: "true", **(tags or {})},
-            backfill_timestamp=time.time(),
-            title=title,
-            description=f"{len(keys)} episode(s), {len(missing)} partition(s) added back",
-        )
-    )
-    return backfill_id
 
 
 def reprocess(selection: Selection, instance: Any = None, settings: Any = None) -> dict[str, Any]:

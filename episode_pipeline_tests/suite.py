@@ -37,7 +37,7 @@ MODULE_SECONDS = {
     "test_sync_check.py": 30,
     "test_benchmarks_smoke.py": 30,
     "test_sensor_sqs.py": 25,
-    "test_stack.py": 20,
+    "test_stack.py": 60,
 }
 
 _skipped: list[str] = []

@@ -33,6 +33,7 @@ from episode_pipeline.local.upload import upload_episode
 from episode_pipeline.runtime.injection_points import (
     MID_COPY,
     MID_EXTRACTION,
+    release,
 )
 from episode_pipeline.samples.writer import SampleSpec, write_sample
 from episode_pipeline.storage.bucket import Bucket
@@ -82,16 +83,25 @@ def test_after_a_sigkill_every_upload_is_processed_exactly_once(
     label = point.replace(".", "-")
 
     # At the heartbeat, strike once the run worker runs (killing the code server while it is
-    # still launching the worker would leave the run starting until run monitoring fails it).
-    about = f"{ref.partition_key}:STARTED" if point == sqs.BEFORE_HEARTBEAT else ref.partition_key
+    # still launching the worker would leave the run starting until run monitoring fails it),
+    # and while it works: the run is held mid-extraction until the daemon is dead (a 1-second
+    # episode's run ends in about 2 s, before a 3-second heartbeat would tick).
+    at_heartbeat = point == sqs.BEFORE_HEARTBEAT
+    about = f"{ref.partition_key}:STARTED" if at_heartbeat else ref.partition_key
     home = stage.queue_paused_home if point == AFTER_SUBMIT_RUN else stage.dagster_home
-    armed = Daemon(stage, f"{label}-armed", armed=point, about=about, dagster_home=home)
+    hold = (MID_EXTRACTION, ref.partition_key) if at_heartbeat else None
+    armed = Daemon(
+        stage, f"{label}-armed", armed=point, about=about, dagster_home=home, hold_run_at=hold
+    )
     spared: list[int] = []
     try:
         wait_until(
             armed.marker.exists, POINT_SECONDS, lambda: f"{point} not reached:\n{armed.tail()}"
         )
         spared = armed.crash()
+        if at_heartbeat:  # the run was still working: it reaches its hold, then finishes
+            wait_until(armed.run_marker.exists, POINT_SECONDS, lambda: "the run was not held")
+            release(armed.run_marker)
     finally:
         if armed.process.poll() is None:
             armed.stop()

@@ -155,6 +155,13 @@ def test_run_queue_limits_globally_and_per_org(production_env, instance_yaml) ->
     assert limits["org"]["value"] == {"applyLimitPerUniqueValue": True}
     assert 0 < limits["org"]["limit"] < queue.max_concurrent_runs
     assert limits["dagster/backfill"]["limit"] < queue.max_concurrent_runs
+    # Campaign runs have a lane of their own inside the backfills', as wide as the governor's
+    # maximum (docs/operations.md#reprocess-the-fleet).
+    from episode_pipeline.config.settings import CampaignSettings
+    from episode_pipeline.defs.campaigns import CAMPAIGN_TAG
+
+    campaign = limits[CAMPAIGN_TAG]["limit"]
+    assert CampaignSettings().concurrency_max <= campaign <= limits["dagster/backfill"]["limit"]
 
 
 def test_compute_logs_go_to_the_dagster_bucket(production_env, instance_yaml) -> None:

@@ -204,6 +204,130 @@ def test_deploy_workflow_pushes_both_images_as_latest_and_sha_on_project_changes
         assert service in script
 
 
+# --- Alarms and the dashboard (infra/alarms.tf) --------------------------------------------------
+
+# The metric contract the alarms and the dashboard read: the embedded-metric-format metrics the
+# pipeline prints (namespace EpisodePipeline, dimension Deployment = METRICS_DEPLOYMENT) and the
+# queue's own AWS/SQS metrics. infra/tests/alarms.tftest.hcl checks what each alarm does with them.
+METRIC_NAMESPACE = "EpisodePipeline"
+EMF_METRICS = {
+    # per episode
+    "EpisodesProcessed",
+    "EpisodesFailed",
+    "EpisodeLatencySeconds",
+    "RunWallSeconds",
+    "BytesIn",
+    "BytesOut",
+    "SyncFindings",
+    "DriftFindings",
+    # per sensor tick
+    "SensorTicks",
+    "SensorTickFailures",
+    "TickSeconds",
+    "UploadsReceived",
+    "RunsRequested",
+    "MessagesDeleted",
+    "LostUploadsFound",
+    "EpisodesPruned",
+    "LivePartitions",
+}
+SQS_METRICS = {
+    "ApproximateAgeOfOldestMessage",
+    "ApproximateNumberOfMessagesVisible",
+    "ApproximateNumberOfMessagesNotVisible",
+    "NumberOfMessagesSent",
+}
+# CamelCase strings of the alarm files that are not metric names.
+NOT_METRICS = {
+    METRIC_NAMESPACE,
+    "QueueName",
+    "GreaterThanThreshold",
+    "GreaterThanOrEqualToThreshold",
+    "LessThanThreshold",
+}
+
+
+def _alarm_files_text() -> str:
+    """alarms.tf and queue.tf (the dead-letter queue's alarm), without whole-line comments."""
+    text = tf_files()["alarms.tf"] + tf_files()["queue.tf"]
+    return re.sub(r"(?m)^\s*#.*$", "", text)
+
+
+def test_every_metric_the_alarms_and_the_dashboard_read_is_one_that_exists() -> None:
+    """A misspelt metric name would make an alarm that never fires: every CamelCase string of
+    the alarm files is a metric of the contract (or a known non-metric word)."""
+    text = _alarm_files_text()
+    namespace = re.search(r'^\s*metric_namespace\s*=\s*"([^"]+)"', text, re.M)
+    assert namespace and namespace.group(1) == METRIC_NAMESPACE
+    referenced = set(re.findall(r'"([A-Z][a-z]+(?:[A-Z][a-z0-9]*)+)"', text)) - NOT_METRICS
+    unknown = sorted(referenced - EMF_METRICS - SQS_METRICS)
+    assert not unknown, f"infra/alarms.tf names metrics nobody emits: {unknown}"
+    alarmed = {
+        "ApproximateAgeOfOldestMessage",
+        "NumberOfMessagesSent",
+        "EpisodesProcessed",
+        "EpisodesFailed",
+        "SensorTicks",
+        "SensorTickFailures",
+        "LostUploadsFound",
+    }
+    shown = {"EpisodeLatencySeconds", "RunWallSeconds", "LivePartitions", "EpisodesPruned"}
+    assert alarmed | shown <= referenced, sorted(alarmed | shown - referenced)
+
+
+def test_every_sensor_has_an_alarm_at_its_own_interval() -> None:
+    """infra/alarms.tf's sensor table is the code location's sensors, by name and interval, with
+    production's settings (the tasks' environment sets none of the intervals)."""
+    from episode_pipeline.definitions import build_definitions
+
+    block = re.search(r"^  sensor_intervals = \{\n(.*?)^  \}", tf_files()["alarms.tf"], re.M | re.S)
+    assert block, "infra/alarms.tf: locals.sensor_intervals not found"
+    in_terraform = {
+        name: int(seconds)
+        for name, seconds in re.findall(r"^\s*(\w+)\s*=\s*(\d+)", block.group(1), re.M)
+    }
+    settings = Settings.from_env({**PRODUCTION_ENV, "DB_HOST": "db", "DATA_BUCKET": "bucket"})
+    repository = build_definitions(settings).get_repository_def()
+    in_code = {sensor.name: sensor.minimum_interval_seconds for sensor in repository.sensor_defs}
+    assert in_terraform == in_code
+
+
+def test_the_metrics_carry_the_dimension_the_alarms_select() -> None:
+    """The tasks print their metrics with Deployment = METRICS_DEPLOYMENT, which Terraform sets
+    to the name prefix the alarms select (its value: queue_and_tasks.tftest.hcl)."""
+    assert "METRICS_DEPLOYMENT" in _task_environment_names()
+    assert re.search(r"^\s*METRICS_DEPLOYMENT\s*=\s*local\.prefix$", tf_files()["ecs.tf"], re.M)
+    assert re.search(
+        r"^\s*deployment\s*=\s*\{ Deployment = local\.prefix \}", tf_files()["alarms.tf"], re.M
+    )
+
+
+def _section(path: Path, heading: str) -> str:
+    text = path.read_text()
+    start = text.index(f"\n{heading}\n")
+    end = text.find("\n## ", start + 1)
+    return text[start : end if end > 0 else None]
+
+
+def test_every_alarm_and_its_threshold_is_documented() -> None:
+    """Each alarm has its runbook line in docs/operations.md (what it means, what to check, the
+    command), and each threshold variable is in both documents."""
+    names = {
+        name.replace("${local.prefix}", "<prefix>").replace("${each.key}", "<sensor>")
+        for text in tf_files().values()
+        for name in re.findall(r'^\s*alarm_name\s*=\s*"([^"]+)"', text, re.M)
+    }
+    assert len(names) == 7, names
+    runbook = _section(ROOT / "docs" / "operations.md", "## Alarms")
+    reference = _section(ROOT / "docs" / "deploy-aws.md", "## Alarms and the dashboard")
+    for name in names:
+        assert f"**`{name}`**" in runbook, f"docs/operations.md, Alarms: no line for {name}"
+    thresholds = re.findall(r'^variable "(alarm_\w+)"', tf_files()["variables.tf"], re.M)
+    assert len(thresholds) == 8, thresholds
+    for variable in thresholds:
+        assert f"`{variable}`" in runbook and f"`{variable}`" in reference, variable
+
+
 # --- Terraform -----------------------------------------------------------------------------------
 
 

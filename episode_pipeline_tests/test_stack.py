@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 import threading
@@ -24,8 +25,9 @@ from episode_pipeline.config.env import variables
 from episode_pipeline.config.settings import Settings
 from episode_pipeline.db.connection import connect
 from episode_pipeline.local import aws_setup
-from episode_pipeline.local.dagster_home import STORAGE_CLASSES, instance_config, storage_config
+from episode_pipeline.local.dagster_home import POOLED_STORAGE_CLASSES, instance_config
 from episode_pipeline.local.stack import (
+    PortTakenError,
     StackInfo,
     ensure_stack,
     stack_status,
@@ -40,6 +42,8 @@ from episode_pipeline.local.stack_env import (
 )
 
 pytestmark = pytest.mark.integration
+
+REPO = Path(__file__).parents[1]
 
 # What the stack publishes (declared on the settings), and where Dagster's instance is.
 CONTRACT_ENV = {v.name for v in variables(Settings) if v.declaration.stack} | {"DAGSTER_HOME"}
@@ -132,7 +136,9 @@ def test_dagster_instance_runs_on_the_embedded_postgres(stack: StackInfo) -> Non
     import dagster as dg
 
     config = instance_config("pw", 1)
-    assert all("psycopg2" in config[block]["config"]["postgres_url"] for block in STORAGE_CLASSES)
+    assert all(
+        "psycopg2" in config[block]["config"]["postgres_url"] for block in POOLED_STORAGE_CLASSES
+    )
 
     @dg.asset
     def stack_probe() -> int:
@@ -148,27 +154,43 @@ def test_dagster_instance_runs_on_the_embedded_postgres(stack: StackInfo) -> Non
         assert instance.run_coordinator.dequeue_interval_seconds == 1  # not the default 5
 
 
-def test_production_s_pooled_storages_run_on_the_embedded_postgres(
-    stack: StackInfo, tmp_path: Path
-) -> None:
-    """The three storages production names (defs/instance_storage.py) keep their connections."""
+def test_the_local_instance_runs_production_s_pooled_storages(stack: StackInfo) -> None:
+    """The local dagster.yaml names production's storages (defs/instance_storage.py); they keep
+    their connections, a forked child starts with none of its parent's, and the webserver's
+    pool replaces theirs without leaving it open."""
     import dagster as dg
     import yaml
 
     assert stack.dagster_home is not None
     local = yaml.safe_load((Path(stack.dagster_home) / "dagster.yaml").read_text())
-    config = {**local, **storage_config(local["run_storage"]["config"], pooled=True)}
-    (tmp_path / "dagster.yaml").write_text(yaml.safe_dump(config))
+    production = yaml.safe_load((REPO / "dagster.yaml").read_text())
+    for block in POOLED_STORAGE_CLASSES:
+        assert (local[block]["module"], local[block]["class"]) == (
+            production[block]["module"],
+            production[block]["class"],
+        )
 
     @dg.asset
     def pooled_probe() -> int:
         return 1
 
-    with dg.DagsterInstance.from_config(str(tmp_path)) as instance:
+    with dg.DagsterInstance.from_config(stack.dagster_home) as instance:
         assert dg.materialize([pooled_probe], instance=instance).success
         storages = (instance.run_storage, instance.event_log_storage, instance.schedule_storage)
-        assert {type(s._engine.pool).__name__ for s in storages} == {"QueuePool"}  # type: ignore[attr-defined]
-        assert instance.event_log_storage._engine.pool.checkedin() >= 1  # type: ignore[attr-defined]
+        engines = [s._engine for s in storages]  # type: ignore[attr-defined]
+        assert {type(e.pool).__name__ for e in engines} == {"QueuePool"}
+        assert engines[1].pool.checkedin() >= 1
+        child = os.fork()
+        if child == 0:  # the child: no inherited connection; its own work opens new ones
+            code = 0 if all(e.pool.checkedin() == 0 for e in engines) else 3
+            code = code or (0 if instance.get_runs_count() >= 1 else 4)
+            os._exit(code)
+        _, status = os.waitpid(child, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+        assert instance.get_runs_count() >= 1  # the parent's pooled connections still work
+        instance.optimize_for_webserver(15_000, 3600, 20)  # as the webserver and `process` do
+        assert [e.pool.checkedin() for e in engines] == [0, 0, 0]  # ours closed, not leaked
+        assert instance.get_runs_count() >= 1
 
 
 # --- a private stack: start in another process, restart, stop ------------------------------
@@ -386,3 +408,79 @@ def test_queue_timing_is_a_stack_setting_applied_to_a_running_stack(own_home: Pa
     assert timing(own_home)[:2] == ("20", "2")
     _stack_up(own_home, **aws_setup.QueueTiming().env())
     assert timing(own_home)[:2] == ("900", "3")
+
+
+# --- a dead server comes back where its clients look for it --------------------------------
+
+
+def _kill_postmaster(info: StackInfo) -> None:
+    """SIGKILL the postmaster, as a crash would; its backends exit on noticing (waited for)."""
+    assert info.postgres_pid is not None
+    postmaster = psutil.Process(info.postgres_pid)
+    family = [postmaster, *postmaster.children(recursive=True)]
+    postmaster.kill()
+    _, alive = psutil.wait_procs(family, timeout=30)
+    assert alive == []
+
+
+def _time_waits(port: int | None) -> list[Any]:
+    return [
+        c
+        for c in psutil.net_connections(kind="tcp")
+        if c.laddr and c.laddr.port == port and c.status == psutil.CONN_TIME_WAIT
+    ]
+
+
+def test_a_dead_postgres_comes_back_on_its_recorded_port(own_home: Path) -> None:
+    """Its clients (dev's daemon, code servers) keep the port they were given: `stack up`
+    starts PostgreSQL there again, although the dead server's connections sit in TIME_WAIT."""
+    info = start_stack(own_home)
+    dagster_yaml = Path(info.dagster_home or "") / "dagster.yaml"
+    written = dagster_yaml.read_text()
+    database = Settings.from_env(info.env, local=True).database
+    client = connect(database)  # a client of the server that dies
+    client.execute("SELECT 1")
+    _kill_postmaster(info)
+    client.close()  # the server's side closed first: it is the one left in TIME_WAIT
+    assert _time_waits(info.postgres_port), "the case under test: a port in TIME_WAIT"
+
+    restarted = start_stack(own_home)
+
+    assert restarted.postgres_port == info.postgres_port
+    assert restarted.postgres_pid != info.postgres_pid
+    assert restarted.moto_pid == info.moto_pid  # moto was alive: left alone
+    assert dagster_yaml.read_text() == written
+    with connect(database) as conn:  # the old settings reach the new server
+        assert conn.execute("SELECT 1").fetchone() == (1,)
+
+
+def test_a_dead_moto_comes_back_on_its_recorded_port(own_home: Path) -> None:
+    info = start_stack(own_home)
+    assert info.moto_pid is not None
+    psutil.Process(info.moto_pid).kill()
+    psutil.Process(info.moto_pid).wait(30)
+
+    restarted = start_stack(own_home)
+
+    assert (restarted.moto_port, restarted.s3_endpoint) == (info.moto_port, info.s3_endpoint)
+    assert restarted.moto_pid != info.moto_pid
+    s3 = aws_setup.client("s3", info.s3_endpoint or "")  # where its clients look
+    assert s3.head_bucket(Bucket=info.bucket)["ResponseMetadata"]["HTTPStatusCode"] == 200
+
+
+def test_another_process_on_the_recorded_port_is_a_named_error(own_home: Path) -> None:
+    info = start_stack(own_home)
+    _kill_postmaster(info)
+    squatter = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    squatter.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        squatter.bind(("127.0.0.1", info.postgres_port or 0))
+        squatter.listen()
+        with pytest.raises(PortTakenError) as raised:
+            start_stack(own_home)
+        message = str(raised.value)
+        assert f"PostgreSQL's port {info.postgres_port}" in message
+        assert f"pid {os.getpid()}" in message  # who holds it
+    finally:
+        squatter.close()
+    assert start_stack(own_home).postgres_port == info.postgres_port  # and once it is gone

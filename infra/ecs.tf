@@ -52,6 +52,9 @@ locals {
       TRANSCODE_TASK_DEFINITION   = local.transcode_family
       TRANSCODE_CONTAINER_NAME    = "transcode"
       TRANSCODE_TASK_ABOVE_BYTES  = var.transcode_task_above_bytes == null ? "" : tostring(var.transcode_task_above_bytes)
+      # The Deployment dimension of every EMF metric line the daemon, code server and runs print
+      # (infra/alarms.tf reads the metrics by it).
+      METRICS_DEPLOYMENT = local.prefix
     } : { name = name, value = value }
   ]
 
@@ -99,6 +102,9 @@ resource "aws_cloudwatch_log_group" "ecs" {
   name              = each.value
   retention_in_days = var.log_retention_days
   kms_key_id        = aws_kms_key.pipeline.arn
+  # CloudWatch extracts the tasks' EMF metric lines from these groups (infra/alarms.tf): the
+  # Standard class has every feature; Infrequent Access only a subset.
+  log_group_class = "STANDARD"
 }
 
 # --- Network -------------------------------------------------------------------------------------

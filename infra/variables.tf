@@ -108,7 +108,7 @@ variable "upload_topic_arn" {
 }
 
 variable "alerts_topic_arn" {
-  description = "ARN of an existing SNS topic (the application's alerts topic) that the dead-letter queue alarm notifies. It must let cloudwatch.amazonaws.com publish, and CloudWatch use its KMS key if it has one. Null (the default): the stack creates <prefix>-alerts and subscribes alert_emails to it."
+  description = "ARN of an existing SNS topic (the application's alerts topic) that every alarm notifies (infra/alarms.tf, the dead-letter queue's in queue.tf). It must let cloudwatch.amazonaws.com publish, and CloudWatch use its KMS key if it has one. Null (the default): the stack creates <prefix>-alerts and subscribes alert_emails to it."
   type        = string
   default     = null
 
@@ -119,7 +119,7 @@ variable "alerts_topic_arn" {
 }
 
 variable "alert_emails" {
-  description = "Email addresses subscribed to the alerts topic the stack creates (dead-letter queue not empty). Each must confirm the subscription email. Must be empty with alerts_topic_arn: subscribe people to that topic where it is managed."
+  description = "Email addresses subscribed to the alerts topic the stack creates (every alarm, docs/operations.md#alarms). Each must confirm the subscription email. Must be empty with alerts_topic_arn: subscribe people to that topic where it is managed."
   type        = list(string)
   default     = []
 
@@ -288,4 +288,94 @@ variable "log_retention_days" {
   description = "Retention of the ECS log groups, in days (the replaced worker kept its logs 7 days)."
   type        = number
   default     = 7
+}
+
+# --- Alarms (infra/alarms.tf; what each means and what to do: docs/operations.md#alarms) -------
+
+variable "alarm_upload_age_seconds" {
+  description = "Alarm when the upload queue's oldest message is older than this (s). A received message stays on the queue until its run succeeds, and a failing upload takes 3 receives of 15 min to reach the dead-letter queue: keep it above 2700 s plus a run's time. 300-345599 (the queue keeps a message 4 days)."
+  type        = number
+  default     = 3600
+
+  validation {
+    condition     = var.alarm_upload_age_seconds >= 300 && var.alarm_upload_age_seconds < 345600
+    error_message = "alarm_upload_age_seconds must be between 300 and 345599: the queue deletes a message after 4 days (345600 s), so an older threshold could never be reached."
+  }
+}
+
+variable "alarm_no_processing_hours" {
+  description = "Alarm when this many hours in a row each saw uploads sent to the queue and no episode processed. Whole hours, 1-24 (CloudWatch evaluates at most a day)."
+  type        = number
+  default     = 2
+
+  validation {
+    condition     = var.alarm_no_processing_hours >= 1 && var.alarm_no_processing_hours <= 24 && floor(var.alarm_no_processing_hours) == var.alarm_no_processing_hours
+    error_message = "alarm_no_processing_hours must be a whole number of hours from 1 to 24."
+  }
+}
+
+variable "alarm_failure_rate_percent" {
+  description = "Alarm when more than this percentage of the episodes that ended (processed or failed) in alarm_failure_rate_window_minutes failed. Above 0, at most 100."
+  type        = number
+  default     = 20
+
+  validation {
+    condition     = var.alarm_failure_rate_percent > 0 && var.alarm_failure_rate_percent <= 100
+    error_message = "alarm_failure_rate_percent must be above 0 and at most 100."
+  }
+}
+
+variable "alarm_failure_rate_window_minutes" {
+  description = "The window of the failure-rate alarm, in whole minutes (5-1440)."
+  type        = number
+  default     = 60
+
+  validation {
+    condition     = var.alarm_failure_rate_window_minutes >= 5 && var.alarm_failure_rate_window_minutes <= 1440 && floor(var.alarm_failure_rate_window_minutes) == var.alarm_failure_rate_window_minutes
+    error_message = "alarm_failure_rate_window_minutes must be a whole number of minutes from 5 to 1440."
+  }
+}
+
+variable "alarm_failure_rate_min_episodes" {
+  description = "The failure-rate alarm judges a window only when at least this many episodes ended in it, so that one failure among two episodes is not a 50% rate. A whole number, at least 1."
+  type        = number
+  default     = 5
+
+  validation {
+    condition     = var.alarm_failure_rate_min_episodes >= 1 && floor(var.alarm_failure_rate_min_episodes) == var.alarm_failure_rate_min_episodes
+    error_message = "alarm_failure_rate_min_episodes must be a whole number, at least 1."
+  }
+}
+
+variable "alarm_sensor_failed_ticks" {
+  description = "Alarm when a sensor's ticks all failed in this many of its periods in a row (a period is the sensor's interval rounded up to whole minutes: one tick for the slower sensors, several for the 10-15 s ones). A whole number, 1-20."
+  type        = number
+  default     = 3
+
+  validation {
+    condition     = var.alarm_sensor_failed_ticks >= 1 && var.alarm_sensor_failed_ticks <= 20 && floor(var.alarm_sensor_failed_ticks) == var.alarm_sensor_failed_ticks
+    error_message = "alarm_sensor_failed_ticks must be a whole number from 1 to 20."
+  }
+}
+
+variable "alarm_uploads_sensor_silent_minutes" {
+  description = "Alarm when the uploads sensor (episode_uploads, every 10 s) has not ticked for this many minutes: the daemon or the code server is down or wedged. A deploy stops the daemon before starting the new one (a cold start of a minute or two). A whole number, 2-1440."
+  type        = number
+  default     = 10
+
+  validation {
+    condition     = var.alarm_uploads_sensor_silent_minutes >= 2 && var.alarm_uploads_sensor_silent_minutes <= 1440 && floor(var.alarm_uploads_sensor_silent_minutes) == var.alarm_uploads_sensor_silent_minutes
+    error_message = "alarm_uploads_sensor_silent_minutes must be a whole number of minutes from 2 to 1440 (a deploy restarts the daemon within a minute or two)."
+  }
+}
+
+variable "alarm_lost_uploads_threshold" {
+  description = "Alarm when one reconciliation tick finds more lost uploads than this (archives no notification announced). 0, the default: any."
+  type        = number
+  default     = 0
+
+  validation {
+    condition     = var.alarm_lost_uploads_threshold >= 0 && floor(var.alarm_lost_uploads_threshold) == var.alarm_lost_uploads_threshold
+    error_message = "alarm_lost_uploads_threshold must be a whole number, 0 or more."
+  }
 }

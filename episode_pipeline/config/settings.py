@@ -386,6 +386,79 @@ class RetentionSettings(EnvSettings):
 
 
 @dataclass(frozen=True)
+class CampaignSettings(EnvSettings):
+    """How a reprocessing campaign is paced (docs/operations.md#reprocess-the-fleet). `campaign
+    start` copies them onto the campaign; the driver's tick interval is read where it runs."""
+
+    tick_seconds: int = setting(
+        "CAMPAIGN_TICK_SECONDS", "Between two ticks of the `campaign_driver` sensor.", 30
+    )
+    wave_size: int = setting(
+        "CAMPAIGN_WAVE_SIZE", "The most episodes one wave (one backfill) claims.", 500
+    )
+    max_live_partitions: int = setting(
+        "CAMPAIGN_MAX_LIVE_PARTITIONS",
+        "The most partitions a campaign has added and not yet pruned (one wave): the live count "
+        "stays within the retention window plus this.",
+        500,
+    )
+    episodes_per_run: int = setting(
+        "CAMPAIGN_EPISODES_PER_RUN", "K: episodes one campaign run processes.", 1
+    )
+    concurrency_start: int = setting(
+        "CAMPAIGN_CONCURRENCY_START", "Campaign runs in flight at the start (the governor's).", 4
+    )
+    concurrency_min: int = setting(
+        "CAMPAIGN_CONCURRENCY_MIN", "The fewest the governor halves down to.", 1
+    )
+    concurrency_max: int = setting(
+        "CAMPAIGN_CONCURRENCY_MAX",
+        "The most the governor adds up to; the run queue's `episode_pipeline/campaign` limit "
+        "caps it too (dagster.yaml).",
+        8,
+    )
+    increase_after: int = setting(
+        "CAMPAIGN_INCREASE_AFTER", "Successes in a row before the governor adds one run.", 20
+    )
+    pause_seconds: float = setting(
+        "CAMPAIGN_PAUSE_SECONDS", "The pause after backpressure that gave no Retry-After.", 60.0
+    )
+    failure_window: int = setting(
+        "CAMPAIGN_FAILURE_WINDOW", "Finished runs the failure rate is measured over.", 20
+    )
+    max_failure_rate: float = setting(
+        "CAMPAIGN_MAX_FAILURE_RATE", "A failure rate above this halves and pauses.", 0.5
+    )
+    max_attempts: int = setting(
+        "CAMPAIGN_MAX_ATTEMPTS", "Runs of one episode before it is `rejected`.", 3
+    )
+    retry_base_seconds: float = setting(
+        "CAMPAIGN_RETRY_BASE_SECONDS",
+        "A failed episode waits this, doubled per attempt (with jitter), before a retry.",
+        60.0,
+    )
+    stale_claim_seconds: float = setting(
+        "CAMPAIGN_STALE_CLAIM_SECONDS",
+        "A claimed episode with no run of its wave after this long goes back to `pending`.",
+        1800.0,
+    )
+    canary_episodes: int = setting(
+        "CAMPAIGN_CANARY_EPISODES", "The first (canary) wave's size at most.", 50
+    )
+    canary_fraction: float = setting(
+        "CAMPAIGN_CANARY_FRACTION", "... or this share of the selection, the smaller.", 0.01
+    )
+    canary_seconds_tolerance: float = setting(
+        "CAMPAIGN_CANARY_SECONDS_TOLERANCE",
+        "A camera's duration may move this much before the canary stops the campaign.",
+        0.5,
+    )
+    canary_frame_rows_tolerance: int = setting(
+        "CAMPAIGN_CANARY_FRAME_ROWS_TOLERANCE", "Frame rows may differ by this much.", 0
+    )
+
+
+@dataclass(frozen=True)
 class ArchiveLimits(EnvSettings):
     """Per-episode ceilings that stop a hostile or broken upload early, with a named error.
 
@@ -449,6 +522,7 @@ class Settings(EnvSettings):
     queue: QueueSettings = field(default_factory=QueueSettings)
     reconcile: ReconcileSettings = field(default_factory=ReconcileSettings)
     retention: RetentionSettings = field(default_factory=RetentionSettings)
+    campaign: CampaignSettings = field(default_factory=CampaignSettings)
     archive_limits: ArchiveLimits = field(default_factory=ArchiveLimits)
     sync_check_blocking: bool = setting(
         "SYNC_CHECK_BLOCKING",

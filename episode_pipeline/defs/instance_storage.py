@@ -7,12 +7,14 @@ connecting: a PostgreSQL connection costs ~30 ms here against ~0.7 ms a statemen
 each one is a TLS handshake and an IAM token too. These subclasses are the same storages with a
 `QueuePool` (`pool_size` kept open per storage and process, `max_overflow` more at a peak,
 checked before use and replaced after `pool_recycle_seconds`); docs/scale.md has the figures. The
-webserver still swaps in its own pool (`optimize_for_webserver`); `dispose` closes the pool, so an
-instance made for one sensor tick leaves no connection behind.
+webserver still swaps in its own pool (`optimize_for_webserver`, ours closed first); `dispose`
+closes the pool, so an instance made for one sensor tick leaves no connection behind.
 """
 
 from __future__ import annotations
 
+import os
+import weakref
 from typing import Any
 
 from dagster import Field, IntSource
@@ -34,6 +36,21 @@ MAX_OVERFLOW = 12
 # Connections are re-made after this long (an Aurora failover, an IAM token's 15 minutes only
 # matter at connect time); each is also pinged before use.
 POOL_RECYCLE_SECONDS = 600
+
+
+# Every pooled engine of this process. A child forked from it must not use the parent's
+# connections (two processes on one socket): SQLAlchemy's recipe is `dispose(close=False)` in the
+# child. Nothing of ours forks with a pool today (run workers are spawned, the executor runs in
+# process), so this keeps a later `fork` start method from becoming a corrupted connection.
+_ENGINES: weakref.WeakSet[Any] = weakref.WeakSet()
+
+
+def _forget_inherited_connections() -> None:
+    for engine in list(_ENGINES):
+        engine.dispose(close=False)
+
+
+os.register_at_fork(after_in_child=_forget_inherited_connections)
 
 
 def pool_config() -> dict[str, Field]:
@@ -79,6 +96,13 @@ class _Pooled:
             pool_recycle=config.get("pool_recycle_seconds", POOL_RECYCLE_SECONDS),
             pool_pre_ping=True,
         )
+        _ENGINES.add(self._engine)
+
+    def optimize_for_webserver(self, *args: Any, **kwargs: Any) -> None:
+        """Dagster's webserver pool replaces ours; ours is closed first, not left to the GC."""
+        self._engine.dispose()
+        super().optimize_for_webserver(*args, **kwargs)  # type: ignore[misc]
+        _ENGINES.add(self._engine)
 
     def dispose(self) -> None:
         super().dispose()  # type: ignore[misc]

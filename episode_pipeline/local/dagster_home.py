@@ -31,28 +31,26 @@ def storage_url(password: str, port: int, database: str = "dagster") -> str:
 
 # Dagster's three Postgres storages named one by one (not `storage: postgres`) so that the event
 # log is ours: Dagster's with the partitioned checks' statuses computed in one pass
-# (defs/event_log_storage.py); dagster.yaml names the same classes.
-STORAGE_CLASSES = {
-    "run_storage": ("dagster_postgres.run_storage", "PostgresRunStorage"),
-    "event_log_storage": ("episode_pipeline.defs.event_log_storage", "EpisodeEventLogStorage"),
-    "schedule_storage": ("dagster_postgres.schedule_storage", "PostgresScheduleStorage"),
-}
-
-
-# Production's: the same storages with a connection pool (defs/instance_storage.py), for the
-# benchmarks and tests that run a daemon as deployed. The local instance keeps them unpooled for
-# now: with the pool, the crash tests (a SIGKILL at an injection point) failed, not yet
-# understood (docs/scale.md).
+# (defs/event_log_storage.py). Each keeps a pool of connections (defs/instance_storage.py), as
+# production's dagster.yaml names them: the local instance and every crash test run these.
 POOLED_STORAGE_CLASSES = {
     "run_storage": ("episode_pipeline.defs.instance_storage", "PooledPostgresRunStorage"),
     "event_log_storage": ("episode_pipeline.defs.instance_storage", "PooledEpisodeEventLogStorage"),
     "schedule_storage": ("episode_pipeline.defs.instance_storage", "PooledPostgresScheduleStorage"),
 }
 
+# The same without the pool (a new connection per statement): the local instance before issue
+# 27, now only the baseline of benchmarks/local_burst.py.
+UNPOOLED_STORAGE_CLASSES = {
+    "run_storage": ("dagster_postgres.run_storage", "PostgresRunStorage"),
+    "event_log_storage": ("episode_pipeline.defs.event_log_storage", "EpisodeEventLogStorage"),
+    "schedule_storage": ("dagster_postgres.schedule_storage", "PostgresScheduleStorage"),
+}
 
-def storage_config(postgres: dict[str, Any], *, pooled: bool = False) -> dict[str, Any]:
+
+def storage_config(postgres: dict[str, Any], *, pooled: bool = True) -> dict[str, Any]:
     """The instance's storage blocks, all on one database (`postgres_url` or `postgres_db`)."""
-    classes = POOLED_STORAGE_CLASSES if pooled else STORAGE_CLASSES
+    classes = POOLED_STORAGE_CLASSES if pooled else UNPOOLED_STORAGE_CLASSES
     return {
         block: {"module": module, "class": cls, "config": postgres}
         for block, (module, cls) in classes.items()
@@ -92,7 +90,9 @@ def instance_config(
                 # One run per org at a time: an org's uploads are processed in arrival order
                 # and one busy org cannot take every slot.
                 "tag_concurrency_limits": [
-                    {"key": "org", "value": {"applyLimitPerUniqueValue": True}, "limit": 1}
+                    {"key": "org", "value": {"applyLimitPerUniqueValue": True}, "limit": 1},
+                    # Campaign runs, all campaigns together (dagster.yaml's, scaled down).
+                    {"key": "episode_pipeline/campaign", "limit": 2},
                 ],
             },
             "pools": {"default_limit": DEFAULT_POOL_LIMIT},

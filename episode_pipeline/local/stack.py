@@ -154,15 +154,67 @@ def _password(home: Path) -> str:
     return password
 
 
-def _port_free(port: int | None) -> bool:
-    if not port:
-        return False
+class PortTakenError(RuntimeError):
+    """The port a stack service is recorded on is held by another process."""
+
+
+def restart_port(
+    service: str, recorded: int | None, holder: str | None, *, stopped_cleanly: bool
+) -> int | None:
+    """The port to (re)start `service` on; None: pick a free one.
+
+    A server that died under a running stack comes back on the port recorded in the stack's
+    state, so the processes started against it (dev's daemon, code servers, run workers, which
+    read dagster.yaml and the environment once) reconnect. If another process (`holder`) listens
+    there, moving would strand them: that is an error naming it. After a clean `stack down`
+    nothing runs against the stack, so a taken port is simply replaced.
+    """
+    if recorded is None:
+        return None
+    if holder is None:
+        return recorded
+    if stopped_cleanly:
+        return None
+    raise PortTakenError(
+        f"{service}'s port {recorded} (recorded in the stack's {STACK_STATE_FILE}) is taken by "
+        f"{holder}; stop that process, or run `episode-pipeline stack down` (which stops "
+        "everything started against the stack) and the next start picks a free port"
+    )
+
+
+def _port_holder(port: int) -> str | None:
+    """What keeps `port` on 127.0.0.1 from being bound, or None when it can be.
+
+    With SO_REUSEADDR, as PostgreSQL and moto bind: connections of a dead server that sit in
+    TIME_WAIT do not hold the port, only a live socket does.
+    """
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind(("127.0.0.1", port))
         except OSError:
-            return False
-    return True
+            pass
+        else:
+            return None
+    with contextlib.suppress(psutil.Error):
+        for conn in psutil.net_connections(kind="tcp"):
+            if conn.laddr and conn.laddr.port == port and conn.status == psutil.CONN_LISTEN:
+                if conn.pid is None:
+                    return "a process listening on it"
+                with contextlib.suppress(psutil.Error):
+                    command = " ".join(psutil.Process(conn.pid).cmdline())[:120]
+                    return f"pid {conn.pid} ({command})"
+                return f"pid {conn.pid}"
+    return "another socket"
+
+
+def _service_port(
+    service: str, recorded: int | None, previous: StackInfo | None, exclude: int | None = None
+) -> int:
+    holder = _port_holder(recorded) if recorded else None
+    stopped_cleanly = previous is None or not previous.running  # `stop_stack` records that
+    port = restart_port(service, recorded, holder, stopped_cleanly=stopped_cleanly)
+    return port if port is not None else _free_port(exclude)
 
 
 def _free_port(exclude: int | None = None) -> int:
@@ -279,9 +331,7 @@ def _start_locked(
     fresh_moto = not (moto_pid and moto_port and moto_server.answers(moto_port, 5))
     if fresh_moto:
         moto_server.stop_moto(home)
-        if not _port_free(moto_port):
-            moto_port = _free_port()
-        assert moto_port is not None
+        moto_port = _service_port("moto", moto_port, previous)
         moto_pid = moto_server.start_moto(home, moto_port)
     assert moto_port is not None and moto_pid is not None
 
@@ -292,9 +342,7 @@ def _start_locked(
     pg_port = previous.postgres_port if previous else None
     if pg_pid is None or not _postgres_answers(password, pg_port):
         pg_server.stop_postgres(pgdata)  # a half-alive server from a crashed start
-        if not _port_free(pg_port) or pg_port == moto_port:
-            pg_port = _free_port(exclude=moto_port)
-        assert pg_port is not None
+        pg_port = _service_port("PostgreSQL", pg_port, previous, exclude=moto_port)
         pg_pid = pg_server.start_postgres(pgdata, pg_port)
     assert pg_port is not None
 

@@ -29,6 +29,7 @@ from episode_pipeline.local.stack import StackInfo
 from episode_pipeline.runtime.injection_points import (
     INJECTION_ABOUT_ENV,
     INJECTION_POINT_ENV,
+    arming_env,
 )
 from episode_pipeline.uploads.upload_queue import UploadQueue
 
@@ -149,12 +150,19 @@ class Daemon:
         armed: str | None = None,
         about: str = "",
         dagster_home: Path | None = None,
+        hold_run_at: tuple[str, str] | None = None,
     ) -> None:
+        """`armed` (about `about`: this test's episode, not another test's) is where the test
+        strikes; `hold_run_at` (a point, about what) holds the run worker too, until the test
+        `release`s `run_marker`, so the run is still working when `armed` is reached."""
         env = {**stage.env, "DAGSTER_HOME": str(dagster_home or stage.dagster_home)}
         self.marker = stage.logs / f"{label}.reached"
-        if armed:
-            env[INJECTION_POINT_ENV] = f"{armed}:{self.marker}"
-            env[INJECTION_ABOUT_ENV] = about  # this test's episode, not another test's
+        self.run_marker = stage.logs / f"{label}.run-held"
+        points = [(armed, self.marker, about)] if armed else []
+        if hold_run_at:
+            points.append((hold_run_at[0], self.run_marker, hold_run_at[1]))
+        if points:
+            env |= arming_env(points)
         self.log = stage.logs / f"{label}.log"
         executable = Path(sys.executable).parent / "dagster-daemon"
         self.process = subprocess.Popen(

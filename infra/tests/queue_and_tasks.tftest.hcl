@@ -251,6 +251,7 @@ run "tasks_services_logs_and_registry" {
       TRANSCODE_TASK_DEFINITION   = aws_ecs_task_definition.task["transcode"].family
       TRANSCODE_CONTAINER_NAME    = "transcode"
       TRANSCODE_TASK_ABOVE_BYTES  = ""
+      METRICS_DEPLOYMENT          = "episode-pipeline"
     }
     error_message = "The tasks' environment: ${jsonencode(output.environment)}"
   }

@@ -1,11 +1,29 @@
-"""`episode`: the row the application shows, marked `processed` once every output is complete."""
+"""`episode`: the row the application shows, marked `processed` once every output is complete.
 
+The same transaction replaces the episode's durable record (`episode_outputs`): the code
+versions that produced it and the figures a campaign's canary compares
+(docs/operations.md#reprocess-the-fleet).
+"""
+
+import time
+from collections import defaultdict
 from collections.abc import Iterable
+from typing import Any
 
-from dagster import AssetExecutionContext, MaterializeResult, MetadataValue
+from dagster import AssetCheckKey, AssetExecutionContext, MaterializeResult, MetadataValue
+from dagster._core.event_api import PartitionKeyFilter
 
-from episode_pipeline.db.episodes import mark_processed
+from episode_pipeline.campaign.canary import (
+    FRAME_ROWS,
+    RENDITIONS,
+    SECONDS_BY_CAMERA,
+    SYNC_FINDINGS,
+)
+from episode_pipeline.db.episodes import frame_rows, mark_processed
+from episode_pipeline.db.outputs import has_outputs_table, record_output
 from episode_pipeline.defs.asset_keys import FRAMES_KEY, HLS_RENDITIONS_KEY
+from episode_pipeline.defs.code_versions import code_versions
+from episode_pipeline.defs.event_log import latest_materialization_metadata
 from episode_pipeline.defs.metadata import bucket_links, materialized, table_schema
 from episode_pipeline.defs.partitions import SERVING, episode_asset
 from episode_pipeline.defs.resources.database import PostgresResource
@@ -44,6 +62,47 @@ def playlist_links(keys: Iterable[str], ref: EpisodeRef, links: BucketLinks) -> 
     return "\n".join(lines) or "(no playlist)"
 
 
+def renditions(keys: Iterable[str], ref: EpisodeRef) -> list[str]:
+    """Every playlist under the episode's HLS root (`front`, `front/720`, ...), sorted."""
+    return sorted(
+        key[len(ref.hls_root) :].removesuffix("/" + PLAYLIST_NAME)
+        for key in keys
+        if key.startswith(ref.hls_root) and key.endswith("/" + PLAYLIST_NAME)
+    )
+
+
+def seconds_by_camera(hls_metadata: dict[str, Any]) -> dict[str, float]:
+    """Each camera's source seconds as the transcode probed them (`sources` table)."""
+    seconds: dict[str, float] = defaultdict(float)
+    for record in getattr(hls_metadata.get("sources"), "records", None) or []:
+        if record.data.get("seconds") is not None:
+            seconds[record.data["camera"]] += float(record.data["seconds"])
+    return {camera: round(value, 3) for camera, value in sorted(seconds.items())}
+
+
+def sync_findings_of_run(context: AssetExecutionContext) -> int | None:
+    """The sync check's findings if it already ran in this run (None: not yet, or not here)."""
+    from episode_pipeline.defs.checks.sync import CHECK_NAME
+
+    key = AssetCheckKey(HLS_RENDITIONS_KEY, CHECK_NAME)
+    latest = context.instance.event_log_storage.get_latest_asset_check_execution_by_key(
+        [key], partition_filter=PartitionKeyFilter(key=context.partition_key)
+    ).get(key)
+    if latest is None or latest.run_id != context.run_id or latest.event is None:
+        return None
+    evaluation = (
+        latest.event.dagster_event.event_specific_data if latest.event.dagster_event else None
+    )
+    findings = getattr(evaluation, "metadata", {}).get("findings")
+    return len(findings.value) if findings is not None else None
+
+
+def run_wall_seconds(context: AssetExecutionContext) -> float | None:
+    record = context.instance.get_run_record_by_id(context.run_id)
+    started = record.start_time if record else None
+    return round(time.time() - started, 2) if started else None
+
+
 @episode_asset(
     deps=[FRAMES_KEY, HLS_RENDITIONS_KEY],
     kinds={"postgres"},
@@ -73,8 +132,32 @@ def episode(
         data_parquet_keys=[f.key for f in extracted_files.files if f.kind == DATA],
         info=extracted_files.dataset_info(),
     )
+    keys = bucket.list_keys(ref.hls_root)
+    versions = code_versions(context.job_def.asset_layer.asset_graph)
+    hls_metadata = latest_materialization_metadata(
+        context.instance, HLS_RENDITIONS_KEY, context.partition_key
+    )
     with postgres.transaction() as conn:
         processed_at = mark_processed(conn, postgres.database_schema(), ref, columns)
+        recorded = None
+        if has_outputs_table(conn):
+            figures = {
+                FRAME_ROWS: frame_rows(conn, ref),
+                SECONDS_BY_CAMERA: seconds_by_camera(hls_metadata),
+                RENDITIONS: renditions(keys, ref),
+                SYNC_FINDINGS: sync_findings_of_run(context),
+            }
+            recorded = record_output(
+                conn,
+                ref,
+                versions,
+                figures,
+                run_id=context.run_id,
+                wall_seconds=run_wall_seconds(context),
+                archive_bytes=extracted_files.archive.size,
+            )
+    if recorded is None:
+        context.log.warning("no episode_outputs table (migration 004): the record is not kept")
     return materialized(
         context,
         {
@@ -84,9 +167,8 @@ def episode(
             "fps": columns.fps,
             "duration_seconds": columns.duration_seconds,
             "cameras": ", ".join(extracted_files.cameras) or "(none)",
-            "playlists": MetadataValue.md(
-                playlist_links(bucket.list_keys(ref.hls_root), ref, links)
-            ),
+            "playlists": MetadataValue.md(playlist_links(keys, ref, links)),
+            "code_version_digest": recorded or "(not recorded)",
             "mp4_s3_path": MetadataValue.url(links.object(columns.mp4_s3_path))
             if columns.mp4_s3_path
             else "(none)",

@@ -151,3 +151,9 @@ mock_resource "aws_iam_policy" {
     arn = "arn:aws:iam::123456789012:policy/mock"
   }
 }
+
+mock_resource "aws_cloudwatch_metric_alarm" {
+  defaults = {
+    arn = "arn:aws:cloudwatch:us-west-2:123456789012:alarm:episode-pipeline-mock"
+  }
+}

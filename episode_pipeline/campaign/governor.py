@@ -1,0 +1,182 @@
+"""The campaign's governor (AIMD, seed 004's): how many campaign runs may be in flight.
+
+Backpressure halves the limit (never below `min_limit`) and pauses the campaign for the
+`Retry-After` given, or `pause_seconds`: S3 answering SlowDown/503, ECS RunTask throttling or
+reporting no capacity, or the campaign's run failure rate over the last `window` outcomes passing
+`max_failure_rate`. A streak of `increase_after` successes adds one (never above `max_limit`).
+Every change is a `Decision`, logged by the driver and shown by `campaign status`.
+
+How the signals arrive: a run that failed on S3 or ECS throttling failed with that error in its
+event log; the driver classifies each failed run's error (`classify_error`) and records the class
+on the ledger row, then feeds the outcomes here.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field, replace
+from datetime import datetime, timedelta
+from typing import Any
+
+THROTTLED = "throttled"  # S3 SlowDown / 503, ECS ThrottlingException, API rate exceeded
+NO_CAPACITY = "no_capacity"  # ECS could not place the task
+OTHER = "other"  # an ordinary failure: counted in the failure rate
+BACKPRESSURE = (THROTTLED, NO_CAPACITY)
+
+_THROTTLE_PATTERNS = re.compile(
+    r"SlowDown|Slow Down|\b503\b|ServiceUnavailable|Throttling|ThrottlingException|"
+    r"Rate exceeded|TooManyRequests|RequestLimitExceeded|\b429\b",
+    re.IGNORECASE,
+)
+_CAPACITY_PATTERNS = re.compile(
+    r"RESOURCE:(CPU|MEMORY|ENI)|Capacity is unavailable|insufficient capacity|"
+    r"No Container Instances|unable to place",
+    re.IGNORECASE,
+)
+_RETRY_AFTER = re.compile(r"Retry-After[\"']?\s*[:=]\s*[\"']?(\d+(?:\.\d+)?)", re.IGNORECASE)
+
+
+def classify_error(message: str | None) -> str:
+    """A failed run's error → THROTTLED, NO_CAPACITY or OTHER (the ledger's `error_class`)."""
+    text = message or ""
+    if _CAPACITY_PATTERNS.search(text):
+        return NO_CAPACITY
+    if _THROTTLE_PATTERNS.search(text):
+        return THROTTLED
+    return OTHER
+
+
+def retry_after_seconds(message: str | None) -> float | None:
+    """A `Retry-After: N` the error carried (delta-seconds), if any."""
+    match = _RETRY_AFTER.search(message or "")
+    return float(match.group(1)) if match else None
+
+
+@dataclass(frozen=True)
+class GovernorSettings:
+    start_limit: int = 4
+    min_limit: int = 1
+    max_limit: int = 16
+    increase_after: int = 20  # successes in a row
+    pause_seconds: float = 60.0  # when backpressure gives no Retry-After
+    window: int = 20  # outcomes the failure rate is measured over
+    max_failure_rate: float = 0.5
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.min_limit <= self.start_limit <= self.max_limit:
+            raise ValueError(
+                f"governor: need 1 <= min_limit ({self.min_limit}) <= start_limit "
+                f"({self.start_limit}) <= max_limit ({self.max_limit})"
+            )
+
+
+@dataclass(frozen=True)
+class GovernorState:
+    limit: int
+    ok_streak: int = 0
+    paused_until: datetime | None = None
+    recent: tuple[bool, ...] = field(default=())  # the last `window` outcomes, True = success
+
+    @classmethod
+    def start(cls, settings: GovernorSettings) -> GovernorState:
+        return cls(limit=settings.start_limit)
+
+    def is_paused(self, now: datetime) -> bool:
+        return self.paused_until is not None and now < self.paused_until
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["paused_until"] = self.paused_until.isoformat() if self.paused_until else None
+        data["recent"] = list(self.recent)
+        return data
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> GovernorState:
+        paused = data.get("paused_until")
+        return cls(
+            limit=int(data["limit"]),
+            ok_streak=int(data.get("ok_streak", 0)),
+            paused_until=datetime.fromisoformat(paused) if paused else None,
+            recent=tuple(bool(v) for v in data.get("recent", ())),
+        )
+
+
+@dataclass(frozen=True)
+class Observation:
+    """One finished run as the governor sees it."""
+
+    succeeded: bool
+    error_class: str | None = None
+    retry_after_seconds: float | None = None
+
+
+@dataclass(frozen=True)
+class Decision:
+    message: str
+    limit_before: int
+    limit_after: int
+    paused_until: datetime | None = None
+
+    def details(self) -> dict[str, Any]:
+        return {
+            "limit_before": self.limit_before,
+            "limit_after": self.limit_after,
+            "paused_until": self.paused_until.isoformat() if self.paused_until else None,
+        }
+
+
+def _back_off(
+    state: GovernorState, settings: GovernorSettings, now: datetime, seconds: float, why: str
+) -> tuple[GovernorState, Decision]:
+    limit = max(settings.min_limit, state.limit // 2)
+    until = now + timedelta(seconds=seconds)
+    if state.paused_until is not None and state.paused_until > until:
+        until = state.paused_until
+    decision = Decision(
+        f"{why}: concurrency {state.limit} → {limit}, paused {seconds:g} s",
+        state.limit,
+        limit,
+        until,
+    )
+    return replace(state, limit=limit, ok_streak=0, paused_until=until, recent=()), decision
+
+
+def observe(
+    state: GovernorState,
+    observations: Sequence[Observation],
+    settings: GovernorSettings,
+    now: datetime,
+) -> tuple[GovernorState, list[Decision]]:
+    """Fold one tick's finished runs into the state; the decisions taken, in order."""
+    decisions: list[Decision] = []
+    for seen in observations:
+        if not seen.succeeded and seen.error_class in BACKPRESSURE:
+            seconds = seen.retry_after_seconds or settings.pause_seconds
+            state, decision = _back_off(state, settings, now, seconds, seen.error_class or "")
+            decisions.append(decision)
+            continue
+        recent = (*state.recent, seen.succeeded)[-settings.window :]
+        state = replace(state, recent=recent)
+        failures = recent.count(False)
+        if len(recent) >= settings.window and failures / len(recent) > settings.max_failure_rate:
+            why = f"failure rate {failures}/{len(recent)} over the window"
+            state, decision = _back_off(state, settings, now, settings.pause_seconds, why)
+            decisions.append(decision)
+            continue
+        if not seen.succeeded:
+            state = replace(state, ok_streak=0)
+            continue
+        streak = state.ok_streak + 1
+        if streak >= settings.increase_after and state.limit < settings.max_limit:
+            decisions.append(
+                Decision(
+                    f"{streak} successes in a row: concurrency {state.limit} → {state.limit + 1}",
+                    state.limit,
+                    state.limit + 1,
+                )
+            )
+            state = replace(state, limit=state.limit + 1, ok_streak=0)
+        else:
+            state = replace(state, ok_streak=streak)
+    return state, decisions

@@ -1,0 +1,113 @@
+"""The ledger's states and transitions (seed 004's way): pure, the SQL is `db/campaigns.py`.
+
+An episode of a campaign is `pending` (to claim), `requested` (claimed into a wave: its run is
+asked for), `succeeded`, `failed` (claimable again after `retry_after`, exponential backoff with
+jitter) or `rejected` (out of attempts, or failed in a way a retry cannot fix). The primary key
+(campaign, org, episode) is the idempotency key: an episode is claimed into at most one wave at a
+time, and a wave's runs are found again by the wave's tag after any crash.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+PENDING = "pending"
+REQUESTED = "requested"
+SUCCEEDED = "succeeded"
+FAILED = "failed"
+REJECTED = "rejected"
+EPISODE_STATES = (PENDING, REQUESTED, SUCCEEDED, FAILED, REJECTED)
+SETTLED = (SUCCEEDED, REJECTED)  # never claimed again by this campaign
+CLAIMABLE = (PENDING, FAILED)  # FAILED only once its retry_after has passed
+
+# The campaign's own states.
+RUNNING = "running"
+PAUSED = "paused"
+STOPPED = "stopped"  # by the canary or the governor: the operator resumes it deliberately
+CANCELED = "canceled"
+DONE = "done"
+CAMPAIGN_STATES = (RUNNING, PAUSED, STOPPED, CANCELED, DONE)
+
+# What an operator may do from each state (`campaign pause|resume|cancel`).
+_ACTIONS = {
+    "pause": {RUNNING: PAUSED},
+    "resume": {PAUSED: RUNNING, STOPPED: RUNNING},
+    "cancel": {RUNNING: CANCELED, PAUSED: CANCELED, STOPPED: CANCELED},
+}
+
+
+class InvalidTransition(ValueError):
+    """An operator action the campaign's state does not allow."""
+
+
+def campaign_action(state: str, action: str) -> str:
+    """The campaign's state after `action`; raises InvalidTransition, naming both."""
+    allowed = _ACTIONS[action]
+    if state not in allowed:
+        raise InvalidTransition(
+            f"cannot {action} a campaign that is {state} (only from {', '.join(allowed)})"
+        )
+    return allowed[state]
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    max_attempts: int = 3
+    base_seconds: float = 60.0
+    max_seconds: float = 3600.0
+    jitter_seconds: float = 30.0
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What happened to one requested episode's run."""
+
+    succeeded: bool
+    error: str | None = None
+    error_class: str | None = None  # governor.classify_error's
+    retryable: bool = True
+
+
+@dataclass(frozen=True)
+class Transition:
+    """The ledger row's new values after an outcome."""
+
+    state: str
+    attempts: int
+    retry_after: datetime | None
+    last_error: str | None
+    error_class: str | None
+
+
+def backoff_seconds(attempts: int, policy: RetryPolicy, rng: random.Random) -> float:
+    """`base · 2^(attempts-1)`, capped, plus uniform jitter: a fleet's failures spread out."""
+    delay = min(policy.max_seconds, policy.base_seconds * 2 ** max(0, attempts - 1))
+    return delay + rng.uniform(0, policy.jitter_seconds)
+
+
+def after_outcome(
+    attempts: int, outcome: Outcome, now: datetime, policy: RetryPolicy, rng: random.Random
+) -> Transition:
+    """`requested` → succeeded | failed (with its retry time) | rejected; `attempts` counts runs."""
+    attempts += 1
+    if outcome.succeeded:
+        return Transition(SUCCEEDED, attempts, None, None, None)
+    error = (outcome.error or "run failed")[:500]
+    if not outcome.retryable or attempts >= policy.max_attempts:
+        return Transition(REJECTED, attempts, None, error, outcome.error_class)
+    retry_at = now + timedelta(seconds=backoff_seconds(attempts, policy, rng))
+    return Transition(FAILED, attempts, retry_at, error, outcome.error_class)
+
+
+def is_claimable(state: str, retry_after: datetime | None, now: datetime) -> bool:
+    """The claim's WHERE clause, as a rule (db/campaigns.claim_wave runs it in SQL)."""
+    if state == PENDING:
+        return True
+    return state == FAILED and (retry_after is None or retry_after <= now)
+
+
+def is_finished(counts: dict[str, int]) -> bool:
+    """Every episode settled: the campaign is done (failed ones would still be retried)."""
+    return sum(counts.get(state, 0) for state in (PENDING, REQUESTED, FAILED)) == 0

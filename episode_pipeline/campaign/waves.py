@@ -1,0 +1,109 @@
+"""Wave sizing and the plan's estimates (pure).
+
+A wave is the episodes one driver tick claims and hands to the run queue as one backfill. Its
+size is bounded by the governor's room (campaign runs in flight below the limit, each run K
+episodes), by the live-partition budget (the campaign's own live partitions stay within one
+wave: `max_live_partitions`) and by the wave size. The first wave is the canary's.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class WaveSettings:
+    wave_size: int = 500  # episodes per wave at most
+    episodes_per_run: int = 1  # K: episodes one campaign run processes (one cold start)
+    max_live_partitions: int = 500  # the campaign's own live partitions at most (one wave)
+
+    def __post_init__(self) -> None:
+        if min(self.wave_size, self.episodes_per_run, self.max_live_partitions) < 1:
+            raise ValueError(f"wave settings must be positive: {self}")
+
+
+def next_wave_size(
+    *,
+    settings: WaveSettings,
+    limit: int,
+    runs_in_flight: int,
+    campaign_live_partitions: int,
+    claimable: int,
+    canary_size: int | None,
+) -> int:
+    """Episodes to claim now (0: wait). A wave starts only with at least half the governor's
+    room free, so waves are not one episode each as runs trickle to an end."""
+    room_runs = limit - runs_in_flight
+    if room_runs <= 0 or room_runs < math.ceil(limit / 2):
+        return 0
+    size = min(
+        room_runs * settings.episodes_per_run,
+        settings.wave_size,
+        settings.max_live_partitions - campaign_live_partitions,
+        claimable,
+    )
+    if canary_size is not None:
+        size = min(size, canary_size)
+    return max(0, size)
+
+
+def batches(size: int, per_run: int) -> list[int]:
+    """Episodes per run for a wave of `size`: K each, the last one the remainder."""
+    return [min(per_run, size - start) for start in range(0, size, per_run)]
+
+
+# Documented defaults when no episode has a measured record yet (docs/operations.md).
+DEFAULT_RUN_SECONDS = 90.0  # one short episode's run, cold start included (docs/scale.md)
+DEFAULT_COLD_START_SECONDS = 60.0  # a Fargate task's start (AWS's figure)
+DEFAULT_S3_REQUESTS = 40.0  # GET archive + PUT per extracted file, HLS segments and playlists
+
+
+@dataclass(frozen=True)
+class Estimate:
+    episodes: int
+    waves: int
+    runs: int
+    task_hours: float
+    s3_requests: int
+    hours_to_finish: float
+    seconds_per_episode: float
+    measured_from: int  # episodes the per-episode figures come from (0: the defaults)
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def estimate(
+    *,
+    episodes: int,
+    settings: WaveSettings,
+    concurrency: int,
+    measured_run_seconds: float | None,
+    measured_from: int,
+    s3_requests_per_episode: float = DEFAULT_S3_REQUESTS,
+    canary_size: int = 0,
+) -> Estimate:
+    """Task-hours, S3 requests and time to finish at `concurrency` runs at once.
+
+    A measured run's wall time includes its cold start; K episodes in one run pay it once.
+    """
+    run_seconds = measured_run_seconds or DEFAULT_RUN_SECONDS
+    work = max(1.0, run_seconds - DEFAULT_COLD_START_SECONDS)
+    per_run = settings.episodes_per_run
+    runs = math.ceil(episodes / per_run) if episodes else 0
+    task_seconds_per_run = DEFAULT_COLD_START_SECONDS + work * per_run
+    rest = max(0, episodes - canary_size)
+    waves = (1 if canary_size and episodes else 0) + math.ceil(rest / settings.wave_size)
+    task_hours = runs * task_seconds_per_run / 3600
+    return Estimate(
+        episodes=episodes,
+        waves=waves,
+        runs=runs,
+        task_hours=round(task_hours, 2),
+        s3_requests=round(episodes * s3_requests_per_episode),
+        hours_to_finish=round(task_hours / max(1, concurrency), 2),
+        seconds_per_episode=round(task_seconds_per_run / per_run, 1),
+        measured_from=measured_from,
+    )

@@ -1,0 +1,371 @@
+"""`episode-pipeline campaign plan|start|status|pause|resume|cancel`: reprocess the fleet in paced
+waves (docs/operations.md#reprocess-the-fleet). The `campaign_driver` sensor does the work; these
+commands write the campaign and its ledger, and read them back."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import secrets
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from episode_pipeline.campaign import ledger
+from episode_pipeline.campaign.canary import FIGURES
+from episode_pipeline.campaign.config import CampaignConfig
+from episode_pipeline.campaign.governor import GovernorState
+from episode_pipeline.campaign.waves import estimate
+from episode_pipeline.commands.common import local_stack_unless_production
+from episode_pipeline.config.settings import Settings
+from episode_pipeline.episodes.code_versions import code_version_digest
+from episode_pipeline.reprocess import STATUSES, Selection, _episode, _since, selection_sql
+
+
+def current_code_versions(settings: Settings) -> dict[str, str]:
+    """The versions the code location deploys under these settings (defs/code_versions.py)."""
+    from episode_pipeline.definitions import build_definitions
+    from episode_pipeline.defs.code_versions import code_versions
+
+    return code_versions(build_definitions(settings).resolve_asset_graph())
+
+
+def selection_of(args: argparse.Namespace, target: str) -> Selection:
+    selection = Selection(
+        tuple(args.episodes), args.org, args.status, args.since, target if args.stale else None
+    )
+    if selection.episodes and (args.org or args.status or args.since):
+        raise ValueError("name episodes (with --stale or not) or give filters, not both")
+    return selection
+
+
+def episodes_query(conn: Any, selection: Selection) -> tuple[str, tuple[Any, ...]]:
+    """The selection as one query of (org_id, episode_id): the ledger is filled from it."""
+    if selection.episodes:
+        values = ", ".join(["(%s, %s)"] * len(selection.episodes))
+        params = tuple(v for ref in selection.episodes for v in (ref.org_id, ref.episode_id))
+        query = f"SELECT * FROM (VALUES {values}) AS named (org_id, episode_id)"
+        if selection.stale_for:  # the named ones not recorded under the target
+            query += (
+                " WHERE NOT EXISTS (SELECT 1 FROM episode_outputs o WHERE o.org_id ="
+                " named.org_id AND o.episode_id = named.episode_id AND o.code_version = %s)"
+            )
+            params += (selection.stale_for,)
+        return query, params
+    from episode_pipeline.db.schema_check import read_schema
+
+    schema = read_schema(conn)
+    return selection_sql(selection, schema.has("episodes", "updated_at"))
+
+
+def config_of(args: argparse.Namespace, settings: Settings) -> CampaignConfig:
+    return CampaignConfig.from_settings(
+        settings.campaign,
+        expect=tuple(args.expect or ()),
+        wave_size=args.wave_size,
+        episodes_per_run=args.episodes_per_run,
+        concurrency_start=args.concurrency,
+        concurrency_max=max(args.concurrency or 0, settings.campaign.concurrency_max),
+        canary_episodes=args.canary_episodes,
+    )
+
+
+def campaign_id_for(name: str) -> str:
+    slug = re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")[:32] or "campaign"
+    return f"{slug}-{secrets.token_hex(3)}"
+
+
+def plan(conn: Any, settings: Settings, args: argparse.Namespace) -> dict[str, Any]:
+    from episode_pipeline.db.outputs import measured_run_seconds
+
+    versions = current_code_versions(settings)
+    target = code_version_digest(versions)
+    selection = selection_of(args, target)
+    query, params = episodes_query(conn, selection)
+    count = conn.execute(f"SELECT count(*) FROM ({query}) AS s", params).fetchone()[0]
+    sample = conn.execute(f"SELECT * FROM ({query}) AS s LIMIT 5", params).fetchall()
+    config = config_of(args, settings)
+    run_seconds, measured = measured_run_seconds(conn)
+    canary = config.canary.wave_size(count) if count else 0
+    figures = estimate(
+        episodes=count,
+        settings=config.waves,
+        concurrency=config.governor.start_limit,
+        measured_run_seconds=run_seconds,
+        measured_from=measured,
+        canary_size=canary,
+    )
+    return {
+        "selection": selection.describe(),
+        "target_code_version": target,
+        "code_versions": versions,
+        "episodes": count,
+        "examples": [f"{org}/{ep}" for org, ep in sample],
+        "canary_wave": canary,
+        "config": config.to_json(),
+        "estimate": figures.as_dict(),
+        "_query": (query, params, selection),
+    }
+
+
+def format_plan(planned: dict[str, Any]) -> str:
+    e, waves = planned["estimate"], planned["config"]["waves"]
+    measured = (
+        f"measured over {e['measured_from']} recorded run(s)"
+        if e["measured_from"]
+        else "documented defaults (no run recorded yet)"
+    )
+    return "\n".join(
+        [
+            f"selection: {planned['selection']}",
+            f"target code version: {planned['target_code_version']}",
+            f"episodes selected: {planned['episodes']}"
+            + (f" (e.g. {', '.join(planned['examples'])})" if planned["examples"] else ""),
+            f"waves: {e['waves']} (canary {planned['canary_wave']}, then up to "
+            f"{waves['wave_size']} each), {e['runs']} run(s) of K={waves['episodes_per_run']}",
+            f"estimate ({measured}): {e['task_hours']} task-hours, {e['s3_requests']} S3 "
+            f"requests, {e['hours_to_finish']} h to finish at concurrency "
+            f"{planned['config']['governor']['start_limit']} "
+            f"({e['seconds_per_episode']} task-s per episode)",
+        ]
+    )
+
+
+def status(conn: Any, campaign_id: str, now: datetime | None = None) -> dict[str, Any]:
+    from episode_pipeline.db import campaigns as db
+
+    now = now or datetime.now(UTC)
+    campaign = db.get_campaign(conn, campaign_id)
+    if campaign is None:
+        raise ValueError(
+            f"no campaign {campaign_id!r} (episode-pipeline campaign status lists them)"
+        )
+    counts = db.state_counts(conn, campaign_id)
+    total = sum(counts.values())
+    done = counts.get(ledger.SUCCEEDED, 0)
+    hour = db.succeeded_since(conn, campaign_id, now - timedelta(hours=1))
+    elapsed = max(1.0, (now - campaign.created_at).total_seconds())
+    rate = hour if elapsed >= 3600 else done * 3600 / elapsed  # episodes per hour
+    remaining = total - done - counts.get(ledger.REJECTED, 0)
+    governor = GovernorState.from_json(campaign.governor)
+    return {
+        "id": campaign.id,
+        "name": campaign.name,
+        "state": campaign.state,
+        "selection": campaign.selection,
+        "target_code_version": campaign.target_code_version,
+        "episodes": total,
+        "counts": {state: counts.get(state, 0) for state in ledger.EPISODE_STATES},
+        "rate_per_hour": round(rate, 1),
+        "eta_hours": round(remaining / rate, 2)
+        if rate and remaining
+        else (0 if not remaining else None),
+        "concurrency": governor.limit,
+        "paused_until": governor.paused_until.isoformat() if governor.is_paused(now) else None,
+        "waves_started": campaign.next_wave,
+        "report": campaign.report,
+        "errors_by_class": db.errors_by_class(conn, campaign_id),
+        "decisions": db.decisions(conn, campaign_id, limit=10),
+    }
+
+
+def format_status(s: dict[str, Any]) -> str:
+    c = s["counts"]
+    lines = [
+        f"campaign {s['id']} ({s['name']}): {s['state']}",
+        f"  {c['succeeded']} done, {c['failed']} failed (to retry), {c['rejected']} rejected, "
+        f"{c['requested']} in flight, {c['pending']} pending of {s['episodes']}",
+        f"  rate {s['rate_per_hour']}/h, ETA "
+        + (f"{s['eta_hours']} h" if s["eta_hours"] is not None else "unknown")
+        + f"; concurrency {s['concurrency']}"
+        + (f", paused until {s['paused_until']}" if s["paused_until"] else "")
+        + f"; {s['waves_started']} wave(s) started",
+    ]
+    if s["report"]:
+        lines.append(f"  report: {json.dumps(s['report'])[:2000]}")
+    for error in s["errors_by_class"]:
+        lines.append(f"  errors {error['class']}: {error['episodes']} — {error['last_error']}")
+    for decision in s["decisions"]:
+        lines.append(f"  {decision['at'][:19]} {decision['kind']}: {decision['message']}")
+    return "\n".join(lines)
+
+
+def act(conn: Any, campaign_id: str, action: str) -> str:
+    """pause | resume | cancel: the new state (resume after the canary accepts its findings)."""
+    from episode_pipeline.db import campaigns as db
+
+    campaign = db.lock_campaign(conn, campaign_id)
+    if campaign is None:
+        raise ValueError(f"no campaign {campaign_id!r}")
+    new_state = ledger.campaign_action(campaign.state, action)
+    values: dict[str, Any] = {"state": new_state}
+    if action == "resume" and (campaign.report or {}).get("canary") == "stopped":
+        values["report"] = {**campaign.report, "canary": "resumed"}
+    db.update_campaign(conn, campaign_id, **values)
+    db.log_decision(conn, campaign_id, "state", f"{action} by the operator: {new_state}")
+    return new_state
+
+
+def cancel_backfills(campaign_id: str, waves: int) -> int:
+    """Cancel the campaign's waves still requested in Dagster (their queued runs go too)."""
+    from dagster import DagsterInstance
+    from dagster._core.execution.backfill import BulkActionStatus
+
+    from episode_pipeline.defs.campaigns import wave_backfill_id
+
+    canceled = 0
+    with DagsterInstance.get() as instance:
+        for wave in range(waves):
+            backfill = instance.get_backfill(wave_backfill_id(campaign_id, wave))
+            if backfill is not None and backfill.status == BulkActionStatus.REQUESTED:
+                instance.update_backfill(backfill.with_status(BulkActionStatus.CANCELING))
+                canceled += 1
+    return canceled
+
+
+def cmd_campaign(args: argparse.Namespace) -> int:
+    from episode_pipeline.db.connection import connect
+    from episode_pipeline.local.stack_env import apply_local_stack_env, load_settings
+
+    local_stack_unless_production()
+    apply_local_stack_env()  # the local instance's DAGSTER_HOME, unless production's are set
+    settings = load_settings()
+    with connect(settings.database) as conn:
+        if args.action in ("plan", "start"):
+            planned = plan(conn, settings, args)
+            query, params, selection = planned.pop("_query")
+            if args.action == "plan":
+                print(json.dumps(planned, indent=2) if args.json else format_plan(planned))
+                return 0
+            from dagster import DagsterInstance
+
+            with DagsterInstance.get() as instance:
+                campaign_id, count = start(conn, instance, planned, query, params, selection, args)
+                conn.commit()
+            print(
+                f"campaign {campaign_id}: {count} episode(s); the `campaign_driver` sensor runs it"
+            )
+            print(format_plan(planned))
+            return 0
+        if args.action == "status":
+            if args.campaign is None:
+                from episode_pipeline.db import campaigns as db
+
+                rows = [
+                    {"id": c.id, "name": c.name, "state": c.state, "created_at": c.created_at}
+                    for c in db.all_campaigns(conn)
+                ]
+                if args.json:
+                    print(json.dumps(rows, indent=2, default=str))
+                else:
+                    for row in rows:
+                        print(
+                            f"{row['id']}  {row['state']:9}  "
+                            f"{row['created_at']:%Y-%m-%d %H:%M}  {row['name']}"
+                        )
+                return 0
+            result = status(conn, args.campaign)
+            print(json.dumps(result, indent=2, default=str) if args.json else format_status(result))
+            return 0
+        if args.campaign is None:
+            raise ValueError(f"campaign {args.action} needs the campaign's id")
+        new_state = act(conn, args.campaign, args.action)
+        conn.commit()
+        print(f"campaign {args.campaign}: {new_state}")
+        if args.action == "cancel":
+            from episode_pipeline.db import campaigns as db
+
+            campaign = db.get_campaign(conn, args.campaign)
+            assert campaign is not None
+            print(
+                f"canceled {cancel_backfills(args.campaign, campaign.next_wave)} wave backfill(s)"
+            )
+    return 0
+
+
+def start(
+    conn: Any,
+    instance: Any,
+    planned: dict[str, Any],
+    query: str,
+    params: tuple[Any, ...],
+    selection: Selection,
+    args: argparse.Namespace,
+) -> tuple[str, int]:
+    """Write the campaign and its ledger (the caller commits) and register it with this Dagster
+    instance, whose driver runs it; (its id, its episodes)."""
+    from episode_pipeline.db import campaigns as db
+    from episode_pipeline.defs.campaigns import register_campaign
+
+    if not planned["episodes"]:
+        raise ValueError(f"no episode matches {selection.describe()}: nothing to start")
+    config = CampaignConfig.from_json(planned["config"])
+    name = args.name or f"reprocess {selection.describe()}"
+    campaign_id = campaign_id_for(args.name or "campaign")
+    count = db.create_campaign(
+        conn,
+        campaign_id,
+        name,
+        {"describe": selection.describe(), **_selection_json(args)},
+        planned["target_code_version"],
+        config.to_json(),
+        GovernorState.start(config.governor).to_json(),
+        query,
+        params,
+    )
+    db.log_decision(conn, campaign_id, "state", f"started over {count} episode(s)")
+    register_campaign(instance, campaign_id)
+    return campaign_id, count
+
+
+def _selection_json(args: argparse.Namespace) -> dict[str, Any]:
+    return {
+        "episodes": [ref.partition_key for ref in args.episodes],
+        "org": args.org,
+        "status": args.status,
+        "since": args.since.isoformat() if args.since else None,
+        "stale": bool(args.stale),
+    }
+
+
+def add_campaign_parser(commands: argparse._SubParsersAction) -> None:
+    parser = commands.add_parser(
+        "campaign",
+        help="reprocess the fleet in paced, resumable waves (plan first)",
+        description="A campaign reprocesses a selection (the `reprocess` filters, or --stale: "
+        "every episode not recorded under the code version now deployed) in waves the "
+        "`campaign_driver` sensor paces: a canary wave first, a governor (AIMD) on the "
+        "concurrency, a ledger in PostgreSQL (docs/operations.md#reprocess-the-fleet).",
+    )
+    parser.add_argument("action", choices=["plan", "start", "status", "pause", "resume", "cancel"])
+    parser.add_argument("campaign", nargs="?", help="the campaign's id (status, pause, ...)")
+    parser.add_argument(
+        "--episode",
+        dest="episodes",
+        action="append",
+        type=_episode,
+        default=[],
+        metavar="ORG/EP",
+        help="a named episode (repeatable)",
+    )
+    parser.add_argument("--org", help="every episode of this org")
+    parser.add_argument("--status", choices=STATUSES, help="episodes with this status")
+    parser.add_argument("--since", type=_since, help="episodes whose row changed since (UTC)")
+    parser.add_argument(
+        "--stale",
+        action="store_true",
+        help="episodes not processed by the code version now deployed",
+    )
+    parser.add_argument("--name", help="the campaign's name (titles its waves' backfills)")
+    parser.add_argument("--wave-size", type=int, help="episodes per wave at most")
+    parser.add_argument("--episodes-per-run", type=int, help="K: episodes per campaign run")
+    parser.add_argument("--concurrency", type=int, help="campaign runs in flight at the start")
+    parser.add_argument("--canary-episodes", type=int, help="the canary wave's size at most")
+    parser.add_argument(
+        "--expect",
+        action="append",
+        choices=FIGURES,
+        help="a figure the change means to change: the canary ignores it",
+    )
+    parser.add_argument("--json", action="store_true", help="machine-readable output")
+    parser.set_defaults(handler=cmd_campaign)

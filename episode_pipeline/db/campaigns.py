@@ -1,0 +1,371 @@
+"""The campaigns' SQL (migration 004): the ledger, its claim, the decisions log. The caller owns
+the transaction unless a function says otherwise; the rules are `campaign/`'s."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import psycopg
+from psycopg.types.json import Jsonb
+
+from episode_pipeline.campaign.ledger import (
+    FAILED,
+    PENDING,
+    REQUESTED,
+    RUNNING,
+    SUCCEEDED,
+    Transition,
+)
+from episode_pipeline.episodes.batches import batch_key
+from episode_pipeline.episodes.keys import EpisodeRef
+
+
+@dataclass(frozen=True)
+class Campaign:
+    id: str
+    name: str
+    selection: dict[str, Any]
+    target_code_version: str
+    state: str
+    settings: dict[str, Any]
+    governor: dict[str, Any]
+    next_wave: int
+    report: dict[str, Any] | None
+    created_at: datetime
+    updated_at: datetime
+
+
+_CAMPAIGN_COLUMNS = (
+    "id, name, selection, target_code_version, state, settings, governor, next_wave, report,"
+    " created_at, updated_at"
+)
+
+
+@dataclass(frozen=True)
+class LedgerRow:
+    ref: EpisodeRef
+    state: str
+    attempts: int
+    wave: int | None
+    batch_key: str | None
+    run_id: str | None
+    partition_added: bool
+    updated_at: datetime
+
+
+_ROW_COLUMNS = (
+    "org_id, episode_id, state, attempts, wave, batch_key, run_id, partition_added, updated_at"
+)
+
+
+def _ledger_row(row: Sequence[Any]) -> LedgerRow:
+    return LedgerRow(EpisodeRef(row[0], row[1]), *row[2:])
+
+
+def create_campaign(
+    conn: psycopg.Connection,
+    campaign_id: str,
+    name: str,
+    selection: Mapping[str, Any],
+    target_code_version: str,
+    settings: Mapping[str, Any],
+    governor: Mapping[str, Any],
+    episodes_query: str,
+    params: Sequence[Any],
+) -> int:
+    """The campaign and one `pending` row per selected episode (INSERT … SELECT: a million
+    episodes never pass through this process); returns how many."""
+    conn.execute(
+        "INSERT INTO campaigns (id, name, selection, target_code_version, state, settings,"
+        " governor) VALUES (%s, %s, %s, %s, %s, %s, %s)",
+        (
+            campaign_id,
+            name,
+            Jsonb(dict(selection)),
+            target_code_version,
+            RUNNING,
+            Jsonb(dict(settings)),
+            Jsonb(dict(governor)),
+        ),
+    )
+    cursor = conn.execute(
+        f"""
+        INSERT INTO campaign_episodes (campaign_id, org_id, episode_id, position)
+        SELECT %s, s.org_id, s.episode_id, row_number() OVER (ORDER BY s.org_id, s.episode_id)
+          FROM ({episodes_query}) AS s (org_id, episode_id)
+        """,
+        (campaign_id, *params),
+    )
+    return cursor.rowcount
+
+
+def get_campaign(conn: psycopg.Connection, campaign_id: str) -> Campaign | None:
+    row = conn.execute(
+        f"SELECT {_CAMPAIGN_COLUMNS} FROM campaigns WHERE id = %s", (campaign_id,)
+    ).fetchone()
+    return Campaign(*row) if row else None
+
+
+def campaigns_in(conn: psycopg.Connection, states: Iterable[str]) -> list[Campaign]:
+    rows = conn.execute(
+        f"SELECT {_CAMPAIGN_COLUMNS} FROM campaigns WHERE state = ANY(%s) ORDER BY created_at",
+        (list(states),),
+    ).fetchall()
+    return [Campaign(*row) for row in rows]
+
+
+def all_campaigns(conn: psycopg.Connection, limit: int = 20) -> list[Campaign]:
+    rows = conn.execute(
+        f"SELECT {_CAMPAIGN_COLUMNS} FROM campaigns ORDER BY created_at DESC LIMIT %s", (limit,)
+    ).fetchall()
+    return [Campaign(*row) for row in rows]
+
+
+def update_campaign(conn: psycopg.Connection, campaign_id: str, **values: Any) -> None:
+    """Set `state`, `governor`, `report` (jsonb values wrapped here) and touch updated_at."""
+    allowed = {"state", "governor", "report", "next_wave"}
+    unknown = set(values) - allowed
+    if unknown:
+        raise ValueError(f"update_campaign: unknown column(s) {sorted(unknown)}")
+    names = sorted(values)
+    assignments = ", ".join(f"{name} = %s" for name in names)
+    params = [Jsonb(values[n]) if isinstance(values[n], dict) else values[n] for n in names]
+    conn.execute(
+        f"UPDATE campaigns SET {assignments}, updated_at = now() WHERE id = %s",
+        (*params, campaign_id),
+    )
+
+
+def lock_campaign(conn: psycopg.Connection, campaign_id: str) -> Campaign | None:
+    """The campaign, locked until the transaction ends: one tick works a campaign at a time."""
+    row = conn.execute(
+        f"SELECT {_CAMPAIGN_COLUMNS} FROM campaigns WHERE id = %s FOR UPDATE", (campaign_id,)
+    ).fetchone()
+    return Campaign(*row) if row else None
+
+
+def state_counts(conn: psycopg.Connection, campaign_id: str) -> dict[str, int]:
+    rows = conn.execute(
+        "SELECT state, count(*) FROM campaign_episodes WHERE campaign_id = %s GROUP BY state",
+        (campaign_id,),
+    ).fetchall()
+    return {state: int(n) for state, n in rows}
+
+
+def claimable_count(conn: psycopg.Connection, campaign_id: str, now: datetime) -> int:
+    row = conn.execute(
+        "SELECT count(*) FROM campaign_episodes WHERE campaign_id = %s AND (state = %s OR"
+        " (state = %s AND (retry_after IS NULL OR retry_after <= %s)))",
+        (campaign_id, PENDING, FAILED, now),
+    ).fetchone()
+    return int(row[0]) if row else 0
+
+
+def claim_wave(
+    conn: psycopg.Connection,
+    campaign_id: str,
+    wave: int,
+    size: int,
+    episodes_per_run: int,
+    now: datetime,
+) -> list[LedgerRow]:
+    """Flip up to `size` claimable rows to `requested` in wave `wave`, in selection order, each
+    with its batch key (`<campaign>.w<wave>.b<n>`, K episodes each). `FOR UPDATE SKIP LOCKED`:
+    two ticks at once never claim the same row."""
+    rows = conn.execute(
+        """
+        SELECT org_id, episode_id FROM campaign_episodes
+         WHERE campaign_id = %s
+           AND (state = %s OR (state = %s AND (retry_after IS NULL OR retry_after <= %s)))
+         ORDER BY attempts, position
+         LIMIT %s
+           FOR UPDATE SKIP LOCKED
+        """,
+        (campaign_id, PENDING, FAILED, now, size),
+    ).fetchall()
+    claimed = []
+    for index, (org_id, episode_id) in enumerate(rows):
+        claimed.append(
+            (org_id, episode_id, batch_key(campaign_id, wave, index // episodes_per_run))
+        )
+    if claimed:
+        conn.cursor().executemany(
+            "UPDATE campaign_episodes c SET state = %s, wave = %s, batch_key = %s, run_id = NULL,"
+            " previous_figures = (SELECT o.figures FROM episode_outputs o"
+            " WHERE o.org_id = c.org_id AND o.episode_id = c.episode_id),"
+            " updated_at = now() WHERE campaign_id = %s AND org_id = %s AND episode_id = %s",
+            [(REQUESTED, wave, key, campaign_id, org, ep) for org, ep, key in claimed],
+        )
+    return [
+        LedgerRow(EpisodeRef(org, ep), REQUESTED, 0, wave, key, None, False, now)
+        for org, ep, key in claimed
+    ]
+
+
+def requested_rows(conn: psycopg.Connection, campaign_id: str) -> list[LedgerRow]:
+    rows = conn.execute(
+        f"SELECT {_ROW_COLUMNS} FROM campaign_episodes WHERE campaign_id = %s AND state = %s"
+        " ORDER BY wave, position",
+        (campaign_id, REQUESTED),
+    ).fetchall()
+    return [_ledger_row(row) for row in rows]
+
+
+def wave_rows(conn: psycopg.Connection, campaign_id: str, wave: int) -> list[LedgerRow]:
+    rows = conn.execute(
+        f"SELECT {_ROW_COLUMNS} FROM campaign_episodes WHERE campaign_id = %s AND wave = %s"
+        " ORDER BY position",
+        (campaign_id, wave),
+    ).fetchall()
+    return [_ledger_row(row) for row in rows]
+
+
+def mark_partitions_added(
+    conn: psycopg.Connection, campaign_id: str, refs: Iterable[EpisodeRef]
+) -> None:
+    """Remember which partitions the campaign added: it prunes those once they settle."""
+    conn.cursor().executemany(
+        "UPDATE campaign_episodes SET partition_added = true"
+        " WHERE campaign_id = %s AND org_id = %s AND episode_id = %s",
+        [(campaign_id, ref.org_id, ref.episode_id) for ref in refs],
+    )
+
+
+def apply_outcome(
+    conn: psycopg.Connection,
+    campaign_id: str,
+    ref: EpisodeRef,
+    transition: Transition,
+    run_id: str | None,
+) -> None:
+    """`requested` → the transition's state; a row no longer `requested` is left alone."""
+    conn.execute(
+        """
+        UPDATE campaign_episodes
+           SET state = %s, attempts = %s, retry_after = %s, last_error = %s, error_class = %s,
+               run_id = %s, updated_at = now()
+         WHERE campaign_id = %s AND org_id = %s AND episode_id = %s AND state = %s
+        """,
+        (
+            transition.state,
+            transition.attempts,
+            transition.retry_after,
+            transition.last_error,
+            transition.error_class,
+            run_id,
+            campaign_id,
+            ref.org_id,
+            ref.episode_id,
+            REQUESTED,
+        ),
+    )
+
+
+def release(conn: psycopg.Connection, campaign_id: str, refs: Iterable[EpisodeRef]) -> int:
+    """Stale claims back to `pending` (their run never came): seed 004's releaseStale."""
+    cursor = conn.cursor()
+    cursor.executemany(
+        "UPDATE campaign_episodes SET state = %s, wave = NULL, batch_key = NULL,"
+        " updated_at = now() WHERE campaign_id = %s AND org_id = %s AND episode_id = %s"
+        " AND state = %s",
+        [(PENDING, campaign_id, ref.org_id, ref.episode_id, REQUESTED) for ref in refs],
+    )
+    return max(cursor.rowcount, 0)
+
+
+def settled_added_partitions(conn: psycopg.Connection, campaign_id: str, limit: int) -> list[str]:
+    """Partitions the campaign added whose episode succeeded: the driver prunes them."""
+    rows = conn.execute(
+        "SELECT org_id || '/' || episode_id FROM campaign_episodes WHERE campaign_id = %s"
+        " AND partition_added AND state = %s LIMIT %s",
+        (campaign_id, SUCCEEDED, limit),
+    ).fetchall()
+    return [row[0] for row in rows]
+
+
+def forget_partitions(conn: psycopg.Connection, campaign_id: str, keys: Iterable[str]) -> None:
+    conn.cursor().executemany(
+        "UPDATE campaign_episodes SET partition_added = false"
+        " WHERE campaign_id = %s AND org_id || '/' || episode_id = %s",
+        [(campaign_id, key) for key in keys],
+    )
+
+
+def live_added_partitions(conn: psycopg.Connection, campaign_id: str) -> int:
+    row = conn.execute(
+        "SELECT count(*) FROM campaign_episodes WHERE campaign_id = %s AND partition_added",
+        (campaign_id,),
+    ).fetchone()
+    return int(row[0]) if row else 0
+
+
+def log_decision(
+    conn: psycopg.Connection,
+    campaign_id: str,
+    kind: str,
+    message: str,
+    details: Mapping[str, Any] | None = None,
+) -> None:
+    conn.execute(
+        "INSERT INTO campaign_decisions (campaign_id, kind, message, details)"
+        " VALUES (%s, %s, %s, %s)",
+        (campaign_id, kind, message, Jsonb(dict(details)) if details else None),
+    )
+
+
+def decisions(conn: psycopg.Connection, campaign_id: str, limit: int = 10) -> list[dict[str, Any]]:
+    rows = conn.execute(
+        "SELECT at, kind, message, details FROM campaign_decisions WHERE campaign_id = %s"
+        " ORDER BY id DESC LIMIT %s",
+        (campaign_id, limit),
+    ).fetchall()
+    return [
+        {"at": at.isoformat(), "kind": kind, "message": message, "details": details}
+        for at, kind, message, details in reversed(rows)
+    ]
+
+
+def errors_by_class(conn: psycopg.Connection, campaign_id: str) -> list[dict[str, Any]]:
+    """Failed and rejected episodes by error class, with the newest error of each."""
+    rows = conn.execute(
+        """
+        SELECT coalesce(error_class, 'other'), count(*),
+               (array_agg(last_error ORDER BY updated_at DESC))[1]
+          FROM campaign_episodes
+         WHERE campaign_id = %s AND last_error IS NOT NULL
+         GROUP BY 1 ORDER BY 2 DESC
+        """,
+        (campaign_id,),
+    ).fetchall()
+    return [{"class": c, "episodes": int(n), "last_error": e} for c, n, e in rows]
+
+
+def canary_pairs(
+    conn: psycopg.Connection, campaign_id: str, wave: int
+) -> list[tuple[EpisodeRef, dict[str, Any] | None, dict[str, Any] | None, str | None]]:
+    """Each succeeded episode of the wave: its figures before, after, and the code version now."""
+    rows = conn.execute(
+        """
+        SELECT c.org_id, c.episode_id, c.previous_figures, o.figures, o.code_version
+          FROM campaign_episodes c
+          LEFT JOIN episode_outputs o ON o.org_id = c.org_id AND o.episode_id = c.episode_id
+         WHERE c.campaign_id = %s AND c.wave = %s AND c.state = %s
+         ORDER BY c.position
+        """,
+        (campaign_id, wave, SUCCEEDED),
+    ).fetchall()
+    return [
+        (EpisodeRef(org, ep), before, after, version) for org, ep, before, after, version in rows
+    ]
+
+
+def succeeded_since(conn: psycopg.Connection, campaign_id: str, since: datetime) -> int:
+    row = conn.execute(
+        "SELECT count(*) FROM campaign_episodes WHERE campaign_id = %s AND state = %s"
+        " AND updated_at >= %s",
+        (campaign_id, SUCCEEDED, since),
+    ).fetchone()
+    return int(row[0]) if row else 0

@@ -1,0 +1,68 @@
+"""Recording a job backfill over partitions, as the UI's Launchpad would: the backfill daemon
+launches its runs (each under the run queue's limits) and the UI's Backfills page shows it.
+`episode-pipeline reprocess` records one; a campaign one per wave, under an id of its own so a
+tick repeated after a crash finds the wave's backfill instead of making a second."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Mapping, Sequence
+
+from dagster import DagsterInstance
+from dagster._core.definitions.repository_definition import SINGLETON_REPOSITORY_NAME
+from dagster._core.execution.backfill import BulkActionStatus, PartitionBackfill
+from dagster._core.remote_origin import (
+    InProcessCodeLocationOrigin,
+    RemotePartitionSetOrigin,
+    RemoteRepositoryOrigin,
+)
+from dagster._core.remote_representation.external_data import (
+    partition_set_snap_name_for_job_name,
+)
+from dagster._core.types.loadable_target_origin import LoadableTargetOrigin
+
+from episode_pipeline.defs.jobs import EPISODE_JOB_NAME
+
+# The code location as both workspace files name it (workspace.yaml, local/workspace.yaml): the
+# backfill daemon finds the job's partition set through it.
+CODE_LOCATION_NAME = "episode_pipeline"
+
+
+def record_backfill(
+    instance: DagsterInstance,
+    partition_keys: Sequence[str],
+    *,
+    title: str,
+    description: str,
+    tags: Mapping[str, str],
+    backfill_id: str | None = None,
+    job_name: str = EPISODE_JOB_NAME,
+) -> str:
+    """One requested backfill of `job_name` over these (existing) partitions; its id."""
+    origin = RemotePartitionSetOrigin(
+        repository_origin=RemoteRepositoryOrigin(
+            code_location_origin=InProcessCodeLocationOrigin(
+                LoadableTargetOrigin(module_name="episode_pipeline.definitions"),
+                location_name=CODE_LOCATION_NAME,
+            ),
+            repository_name=SINGLETON_REPOSITORY_NAME,
+        ),
+        partition_set_name=partition_set_snap_name_for_job_name(job_name),
+    )
+    backfill_id = backfill_id or uuid.uuid4().hex[:8]
+    instance.add_backfill(
+        PartitionBackfill(
+            backfill_id=backfill_id,
+            partition_set_origin=origin,
+            status=BulkActionStatus.REQUESTED,
+            partition_names=list(partition_keys),
+            from_failure=False,
+            reexecution_steps=None,
+            tags=dict(tags),
+            backfill_timestamp=time.time(),
+            title=title,
+            description=description,
+        )
+    )
+    return backfill_id

@@ -1,0 +1,446 @@
+"""The campaign driver's work, one tick (docs/operations.md#reprocess-the-fleet).
+
+Per campaign: (1) reconcile the finished runs of its waves into the ledger and feed the governor;
+(2) repair a wave whose backfill a crash left unrecorded, release claims whose run never came;
+(3) prune the partitions the campaign added once their episode succeeded; (4) judge the canary
+wave; (5) claim the next wave and hand it to the run queue as one backfill titled
+`<campaign> · wave N`. Every step is idempotent: a tick killed at any point is finished by the
+next one — the ledger is committed before the backfill, whose id is derived from
+(campaign, wave), and runs are matched to episodes by their campaign and wave tags.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from dagster import DagsterEventType, DagsterInstance, DagsterRun, DagsterRunStatus, RunsFilter
+from dagster._core.execution.backfill import BulkActionStatus
+from dagster._core.storage.tags import PRIORITY_TAG, WILL_RETRY_TAG
+
+from episode_pipeline.campaign import ledger
+from episode_pipeline.campaign.canary import compare
+from episode_pipeline.campaign.config import CampaignConfig
+from episode_pipeline.campaign.governor import (
+    GovernorState,
+    Observation,
+    classify_error,
+    observe,
+    retry_after_seconds,
+)
+from episode_pipeline.campaign.waves import next_wave_size
+from episode_pipeline.db import campaigns as db
+from episode_pipeline.defs.backfills import record_backfill
+from episode_pipeline.defs.jobs import EPISODE_JOB_NAME
+from episode_pipeline.defs.partitions import EPISODES_PARTITION_NAME
+from episode_pipeline.defs.resources.database import PostgresResource
+from episode_pipeline.defs.retention import _connect, delete_episodes
+from episode_pipeline.defs.runs import IN_FLIGHT_STATUSES, PARTITION_TAG, known_partitions
+from episode_pipeline.runtime.injection_points import reach
+
+CAMPAIGN_TAG = "episode_pipeline/campaign"  # the run queue's campaign limit reads it
+CAMPAIGN_WAVE_TAG = "episode_pipeline/campaign_wave"
+# Below the uploads' (Dagster's default 0): a fresh upload's run is dequeued first.
+CAMPAIGN_PRIORITY = "-10"
+AFTER_CLAIM = "campaign.after_claim"  # injection point: the wave committed, no backfill yet
+PRUNE_PER_TICK = 2_000
+FINISHED = (DagsterRunStatus.SUCCESS, DagsterRunStatus.FAILURE, DagsterRunStatus.CANCELED)
+CANARY_WAVE = 0
+
+
+# A campaign belongs to the Dagster deployment that started it: its id is kept in that instance's
+# key-value table, and a driver drives only its own (another deployment — staging, or a test's
+# private instance — on the same application database leaves it alone).
+REGISTRY_PREFIX = "episode_pipeline/campaign/"
+
+
+def register_campaign(instance: DagsterInstance, campaign_id: str) -> None:
+    instance.run_storage.set_cursor_values({REGISTRY_PREFIX + campaign_id: "1"})
+
+
+def registered(instance: DagsterInstance, campaign_ids: Iterable[str]) -> set[str]:
+    keys = {REGISTRY_PREFIX + campaign_id for campaign_id in campaign_ids}
+    if not keys:
+        return set()
+    return {
+        key.removeprefix(REGISTRY_PREFIX) for key in instance.run_storage.get_cursor_values(keys)
+    }
+
+
+def wave_backfill_id(campaign_id: str, wave: int) -> str:
+    """The wave's backfill id, the same on every tick: a repeated tick finds it."""
+    return "c" + hashlib.sha256(f"{campaign_id}.w{wave}".encode()).hexdigest()[:11]
+
+
+def wave_title(name: str, wave: int) -> str:
+    return f"{name} · wave {wave}" + (" (canary)" if wave == CANARY_WAVE else "")
+
+
+def campaign_tags(campaign_id: str, wave: int) -> dict[str, str]:
+    return {
+        CAMPAIGN_TAG: campaign_id,
+        CAMPAIGN_WAVE_TAG: str(wave),
+        PRIORITY_TAG: CAMPAIGN_PRIORITY,
+    }
+
+
+@dataclass
+class TickReport:
+    """What one tick did to one campaign: the sensor's log line and metadata."""
+
+    campaign: str
+    state: str = ""
+    reconciled: dict[str, int] = field(default_factory=dict)
+    released: int = 0
+    repaired_waves: list[int] = field(default_factory=list)
+    pruned: int = 0
+    claimed: int = 0
+    wave: int | None = None
+    limit: int = 0
+    counts: dict[str, int] = field(default_factory=dict)
+    decisions: list[str] = field(default_factory=list)
+
+    def describe(self) -> str:
+        done = self.counts.get(ledger.SUCCEEDED, 0)
+        total = sum(self.counts.values())
+        parts = [f"campaign {self.campaign} ({self.state}): {done}/{total} succeeded"]
+        if self.reconciled:
+            parts.append("reconciled " + ", ".join(f"{n} {s}" for s, n in self.reconciled.items()))
+        if self.claimed:
+            parts.append(f"wave {self.wave}: {self.claimed} episode(s)")
+        if self.repaired_waves:
+            parts.append(f"repaired wave(s) {self.repaired_waves}")
+        if self.released:
+            parts.append(f"released {self.released} stale claim(s)")
+        if self.pruned:
+            parts.append(f"pruned {self.pruned} partition(s)")
+        parts.append(f"concurrency {self.limit}")
+        return "; ".join(parts + self.decisions)
+
+
+def run_error(instance: DagsterInstance, run: DagsterRun) -> str:
+    """The failed run's first step error (or its own), as one line of text."""
+    records = instance.get_records_for_run(
+        run.run_id, of_type={DagsterEventType.STEP_FAILURE, DagsterEventType.RUN_FAILURE}
+    ).records
+    for record in records:
+        event = record.event_log_entry.dagster_event
+        data = event.event_specific_data if event else None
+        error = getattr(data, "error", None)
+        if error is not None:
+            while error.cause is not None and error.cls_name in (
+                "DagsterExecutionStepExecutionError",
+                "DagsterUserCodeExecutionError",
+            ):
+                error = error.cause
+            step = f"{event.step_key}: " if event and event.step_key else ""
+            return f"{step}{error.cls_name}: {error.message.strip()}"[:1000]
+        if record.event_log_entry.message:
+            return record.event_log_entry.message[:1000]
+    return f"run {run.status.value.lower()}"
+
+
+def _runs_by_episode(
+    instance: DagsterInstance, campaign_id: str, waves: Iterable[int]
+) -> dict[tuple[str, int], list[DagsterRun]]:
+    wanted = sorted({str(w) for w in waves})
+    if not wanted:
+        return {}
+    runs = instance.get_runs(
+        RunsFilter(tags={CAMPAIGN_TAG: campaign_id, CAMPAIGN_WAVE_TAG: wanted})
+    )
+    found: dict[tuple[str, int], list[DagsterRun]] = defaultdict(list)
+    for run in runs:  # newest first
+        partition = run.tags.get(PARTITION_TAG)
+        if partition:
+            found[(partition, int(run.tags[CAMPAIGN_WAVE_TAG]))].append(run)
+    return found
+
+
+def _settled_run(runs: list[DagsterRun]) -> DagsterRun | None:
+    """The run that decides the episode, or None while one may still do work."""
+    for run in runs:
+        if run.status in IN_FLIGHT_STATUSES:
+            return None
+        if run.status == DagsterRunStatus.FAILURE and run.tags.get(WILL_RETRY_TAG) == "true":
+            return None  # run_retries will make another
+    succeeded = [run for run in runs if run.status == DagsterRunStatus.SUCCESS]
+    return succeeded[0] if succeeded else (runs[0] if runs else None)
+
+
+def drive(
+    instance: DagsterInstance,
+    postgres: PostgresResource,
+    now: datetime | None = None,
+    rng: random.Random | None = None,
+) -> list[TickReport]:
+    """One tick over every campaign not finished (running ones also claim)."""
+    now = now or datetime.now(UTC)
+    rng = rng or random.Random()
+    with postgres.transaction() as conn:
+        active = db.campaigns_in(
+            conn, (ledger.RUNNING, ledger.PAUSED, ledger.STOPPED, ledger.CANCELED)
+        )
+    ours = registered(instance, [campaign.id for campaign in active])
+    reports = []
+    for campaign in (c for c in active if c.id in ours):
+        reports.append(drive_campaign(instance, postgres, campaign.id, now, rng))
+    return [report for report in reports if report is not None]
+
+
+def drive_campaign(
+    instance: DagsterInstance,
+    postgres: PostgresResource,
+    campaign_id: str,
+    now: datetime,
+    rng: random.Random,
+) -> TickReport:
+    report = TickReport(campaign_id)
+    repair: dict[int, list[db.LedgerRow]] = defaultdict(list)
+    with postgres.transaction() as conn:
+        campaign = db.lock_campaign(conn, campaign_id)
+        assert campaign is not None
+        config = CampaignConfig.from_json(campaign.settings)
+        governor = GovernorState.from_json(campaign.governor)
+        requested = db.requested_rows(conn, campaign_id)
+        runs = _runs_by_episode(
+            instance, campaign_id, {row.wave for row in requested if row.wave is not None}
+        )
+        observations = []
+        for row in requested:
+            assert row.wave is not None
+            episode_runs = runs.get((row.ref.partition_key, row.wave), [])
+            batch_runs = runs.get((row.batch_key or "", row.wave), [])
+            if not episode_runs and not batch_runs:
+                repair[row.wave].append(row)
+                continue
+            # K > 1 and no run of the episode yet: its batch run has not reached it (wait), or
+            # ended before it (a failure of the episode's).
+            run = _settled_run(episode_runs or batch_runs)
+            if run is None:
+                continue
+            if run.status == DagsterRunStatus.SUCCESS and episode_runs:
+                outcome = ledger.Outcome(succeeded=True)
+                observations.append(Observation(succeeded=True))
+            else:
+                error = run_error(instance, run)
+                if not episode_runs:
+                    error = f"its batch run {run.run_id} ended before it ran: {error}"
+                error_class = classify_error(error)
+                outcome = ledger.Outcome(False, error, error_class)
+                observations.append(Observation(False, error_class, retry_after_seconds(error)))
+            transition = ledger.after_outcome(row.attempts, outcome, now, config.retry, rng)
+            db.apply_outcome(conn, campaign_id, row.ref, transition, run.run_id)
+            report.reconciled[transition.state] = report.reconciled.get(transition.state, 0) + 1
+        governor, decisions = observe(governor, observations, config.governor, now)
+        for decision in decisions:
+            db.log_decision(conn, campaign_id, "governor", decision.message, decision.details())
+            report.decisions.append(decision.message)
+        db.update_campaign(conn, campaign_id, governor=governor.to_json())
+
+    per_run = config.waves.episodes_per_run
+    # (2) A wave whose rows have no run: its backfill missing (a crash after the claim) is
+    # recorded now; one whose backfill has ended without their run releases them.
+    for wave, rows in sorted(repair.items()):
+        backfill = instance.get_backfill(wave_backfill_id(campaign_id, wave))
+        if backfill is None and campaign.state == ledger.RUNNING:
+            launch_wave(instance, postgres, campaign.name, campaign_id, wave, rows, per_run)
+            report.repaired_waves.append(wave)
+            continue
+        # Paused, stopped or canceled before the wave's backfill was recorded: back to pending.
+        ended = backfill is None or backfill.status != BulkActionStatus.REQUESTED
+        stale = [
+            row
+            for row in rows
+            if ended or row.updated_at < now - timedelta(seconds=config.stale_claim_seconds)
+        ]
+        if stale:
+            with postgres.transaction() as conn:
+                report.released += db.release(conn, campaign_id, [row.ref for row in stale])
+                db.log_decision(
+                    conn,
+                    campaign_id,
+                    "ledger",
+                    f"released {len(stale)} claim(s) of wave {wave}: no run came "
+                    f"(backfill {backfill.status.value if backfill else 'never recorded'})",
+                )
+
+    report.pruned = prune_settled(instance, postgres, campaign_id)
+
+    with postgres.transaction() as conn:
+        campaign = db.lock_campaign(conn, campaign_id)
+        assert campaign is not None
+        counts = db.state_counts(conn, campaign_id)
+        report.counts, report.state, report.limit = counts, campaign.state, governor.limit
+        if campaign.state == ledger.CANCELED:
+            return report
+        if ledger.is_finished(counts):
+            if campaign.state == ledger.RUNNING:
+                db.update_campaign(conn, campaign_id, state=ledger.DONE)
+                db.log_decision(conn, campaign_id, "state", f"done: {counts}")
+                report.state = ledger.DONE
+            return report
+        if campaign.state != ledger.RUNNING:
+            return report
+        canary = judge_canary(conn, campaign, config)
+        if canary == "stopped":
+            report.state = ledger.STOPPED
+            report.decisions.append("canary stopped the campaign")
+            return report
+        if governor.is_paused(now):
+            return report
+        in_flight = db.requested_rows(conn, campaign_id)
+        runs_in_flight = len({row.batch_key for row in in_flight})
+        claimable = db.claimable_count(conn, campaign_id, now)
+        size = next_wave_size(
+            settings=config.waves,
+            limit=governor.limit,
+            runs_in_flight=runs_in_flight,
+            campaign_live_partitions=db.live_added_partitions(conn, campaign_id) + len(in_flight),
+            claimable=claimable,
+            canary_size=config.canary.wave_size(sum(counts.values()))
+            if campaign.next_wave == CANARY_WAVE
+            else None,
+        )
+        if canary == "waiting" and campaign.next_wave > CANARY_WAVE:
+            size = 0
+        if size <= 0:
+            return report
+        wave = campaign.next_wave
+        claimed = db.claim_wave(conn, campaign_id, wave, size, config.waves.episodes_per_run, now)
+        if config.waves.episodes_per_run > 1:
+            create_batches(conn, claimed)
+        db.update_campaign(conn, campaign_id, next_wave=wave + 1)
+        db.log_decision(
+            conn,
+            campaign_id,
+            "wave",
+            f"wave {wave}: {len(claimed)} episode(s) at concurrency {governor.limit}",
+            {
+                "wave": wave,
+                "episodes": len(claimed),
+                "backfill": wave_backfill_id(campaign_id, wave),
+            },
+        )
+    report.claimed, report.wave = len(claimed), wave
+    reach(AFTER_CLAIM, about=f"{campaign_id}.w{wave}")
+    launch_wave(
+        instance, postgres, campaign.name, campaign_id, wave, claimed, config.waves.episodes_per_run
+    )
+    return report
+
+
+def launch_wave(
+    instance: DagsterInstance,
+    postgres: PostgresResource,
+    name: str,
+    campaign_id: str,
+    wave: int,
+    rows: list[db.LedgerRow],
+    episodes_per_run: int,
+) -> str:
+    """Add the wave's missing partitions (remembered as the campaign's, to prune), then record
+    its backfill under the wave's id."""
+    keys = [row.ref.partition_key for row in rows]
+    known = known_partitions(instance, keys)
+    missing = [row.ref for row in rows if row.ref.partition_key not in known]
+    if missing:
+        with postgres.transaction() as conn:
+            db.mark_partitions_added(conn, campaign_id, missing)
+        instance.add_dynamic_partitions(EPISODES_PARTITION_NAME, [r.partition_key for r in missing])
+    # K = 1: the episode job over the episodes; K > 1: the batch job over the wave's batches.
+    batch_keys = list(dict.fromkeys(row.batch_key for row in rows if row.batch_key))
+    partition_keys, job_name = keys, EPISODE_JOB_NAME
+    if episodes_per_run > 1:
+        from episode_pipeline.defs.batches import BATCH_JOB_NAME
+        from episode_pipeline.defs.partitions import BATCHES_PARTITION_NAME
+
+        known_batches = instance.get_existing_dynamic_partitions(BATCHES_PARTITION_NAME, batch_keys)
+        new_batches = [key for key in batch_keys if key not in known_batches]
+        if new_batches:
+            instance.add_dynamic_partitions(BATCHES_PARTITION_NAME, new_batches)
+        partition_keys, job_name = batch_keys, BATCH_JOB_NAME
+    backfill_id = wave_backfill_id(campaign_id, wave)
+    if instance.get_backfill(backfill_id) is None:
+        record_backfill(
+            instance,
+            partition_keys,
+            title=wave_title(name, wave),
+            description=f"campaign {campaign_id}: {len(keys)} episode(s) in "
+            f"{len(partition_keys)} run(s), {len(missing)} partition(s) added "
+            "(episode-pipeline campaign status)",
+            tags=campaign_tags(campaign_id, wave),
+            backfill_id=backfill_id,
+            job_name=job_name,
+        )
+    return backfill_id
+
+
+def create_batches(conn: Any, rows: list[db.LedgerRow]) -> None:
+    """The wave's batches (`episode_batches`), in the transaction that claims the wave."""
+    from episode_pipeline.db.batches import create_batch
+
+    by_batch: dict[str, list[Any]] = defaultdict(list)
+    for row in rows:
+        assert row.batch_key is not None
+        by_batch[row.batch_key].append(row.ref)
+    for key, refs in by_batch.items():
+        create_batch(conn, key, refs)
+
+
+def prune_settled(instance: DagsterInstance, postgres: PostgresResource, campaign_id: str) -> int:
+    """Delete what Dagster holds of the partitions this campaign added once their episode
+    succeeded (retention's statements): the campaign's live partitions stay within a wave."""
+    with postgres.transaction() as conn:
+        keys = db.settled_added_partitions(conn, campaign_id, PRUNE_PER_TICK)
+    if not keys:
+        return 0
+    with _connect(instance) as dagster_conn:
+        counts = delete_episodes(dagster_conn, keys)
+    with postgres.transaction() as conn:
+        db.forget_partitions(conn, campaign_id, keys)
+    return counts.get("partitions", 0)
+
+
+def judge_canary(conn: Any, campaign: db.Campaign, config: CampaignConfig) -> str:
+    """`passed`, `waiting` (wave 0 still running) or `stopped` (the campaign is now stopped,
+    with the findings as its report). An operator's resume counts as passed."""
+    verdict = (campaign.report or {}).get("canary")
+    if verdict in ("passed", "resumed"):
+        return "passed"
+    if campaign.next_wave == CANARY_WAVE:
+        return "waiting"
+    rows = db.wave_rows(conn, campaign.id, CANARY_WAVE)
+    if any(row.state == ledger.REQUESTED for row in rows):
+        return "waiting"
+    findings: dict[str, list[str]] = {}
+    for ref, before, after, version in db.canary_pairs(conn, campaign.id, CANARY_WAVE):
+        found = compare(before, after, config.canary)
+        if version != campaign.target_code_version:
+            target = campaign.target_code_version
+            found.append(f"recorded code version {version}, not the campaign's {target}")
+        if found:
+            findings[ref.partition_key] = found
+    succeeded = sum(row.state == ledger.SUCCEEDED for row in rows)
+    if succeeded * 2 < len(rows):
+        findings["(wave)"] = [f"only {succeeded} of {len(rows)} canary episode(s) succeeded"]
+    if findings:
+        report = {"canary": "stopped", "findings": findings, "episodes": len(rows)}
+        db.update_campaign(conn, campaign.id, state=ledger.STOPPED, report=report)
+        db.log_decision(
+            conn,
+            campaign.id,
+            "canary",
+            f"stopped: {len(findings)} episode(s) changed beyond tolerance",
+            report,
+        )
+        return "stopped"
+    report = {"canary": "passed", "episodes": len(rows), "succeeded": succeeded}
+    db.update_campaign(conn, campaign.id, report=report)
+    db.log_decision(conn, campaign.id, "canary", f"passed: {succeeded} episode(s) compared", report)
+    return "passed"

@@ -1,0 +1,47 @@
+"""`campaign_driver`: paces every reprocessing campaign, one tick at a time (defs/campaigns.py)."""
+
+from __future__ import annotations
+
+from dagster import (
+    DefaultSensorStatus,
+    SensorDefinition,
+    SensorEvaluationContext,
+    SkipReason,
+    sensor,
+)
+
+from episode_pipeline.config.settings import CampaignSettings
+from episode_pipeline.defs.campaigns import drive
+from episode_pipeline.defs.resources.database import PostgresResource
+
+CAMPAIGN_SENSOR_NAME = "campaign_driver"
+
+
+def campaign_driver(settings: CampaignSettings | None = None) -> SensorDefinition:
+    settings = settings or CampaignSettings()
+
+    @sensor(
+        name=CAMPAIGN_SENSOR_NAME,
+        default_status=DefaultSensorStatus.RUNNING,
+        minimum_interval_seconds=settings.tick_seconds,
+        description="Drives `episode-pipeline campaign` reprocessing: reconciles each wave's "
+        "runs into the ledger, applies the governor and the canary, prunes settled partitions "
+        "and records the next wave as a backfill titled `<campaign> · wave N`.",
+    )
+    def campaign_driver_sensor(
+        context: SensorEvaluationContext, postgres: PostgresResource
+    ) -> SkipReason:
+        from episode_pipeline.db.outputs import has_outputs_table
+
+        with postgres.connect() as conn:
+            if not has_outputs_table(conn):
+                return SkipReason("no campaigns table (migration 004): nothing to drive")
+        reports = drive(context.instance, postgres)
+        for report in reports:
+            context.log.info(report.describe())
+        if not reports:
+            return SkipReason("no campaign running")
+        # A SkipReason still records the tick, with each campaign's progress in the tick log.
+        return SkipReason(" | ".join(report.describe() for report in reports))
+
+    return campaign_driver_sensor

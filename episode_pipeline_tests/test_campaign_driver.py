@@ -1,0 +1,188 @@
+"""The campaign driver's tick against a Dagster instance of its own in the session's PostgreSQL,
+with the runs a daemon would leave (no FFmpeg: test_campaign_daemon.py runs real episodes).
+
+One campaign over four recorded episodes: the canary wave's backfill (title, tags, priority),
+the canary stopping on a duration drift and resuming deliberately, the partitions it added
+pruned once their episode succeeded, a throttled failure halving and pausing the governor, a
+wave whose backfill a crash left unrecorded repaired under the same id, and `status`."""
+
+from __future__ import annotations
+
+import random
+import uuid
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+
+import psycopg
+import pytest
+import yaml
+from dagster import DagsterInstance, DagsterRunStatus
+from dagster._core.test_utils import create_run_for_test
+
+from episode_pipeline.cli import build_parser
+from episode_pipeline.commands import campaign as commands
+from episode_pipeline.config.settings import Settings
+from episode_pipeline.db import campaigns as db
+from episode_pipeline.db.outputs import record_output
+from episode_pipeline.defs.campaigns import (
+    CAMPAIGN_PRIORITY,
+    CAMPAIGN_TAG,
+    CAMPAIGN_WAVE_TAG,
+    drive,
+    wave_backfill_id,
+)
+from episode_pipeline.defs.jobs import EPISODE_JOB_NAME
+from episode_pipeline.defs.partitions import EPISODES_PARTITION_NAME
+from episode_pipeline.defs.resources.database import PostgresResource
+from episode_pipeline.defs.runs import PARTITION_TAG
+from episode_pipeline.episodes.keys import EpisodeRef
+from episode_pipeline.local.stack import StackInfo
+from episode_pipeline_tests.support.instances import private_instance_config
+
+pytestmark = pytest.mark.integration
+
+OLD = {"frame_rows": 30, "seconds_by_camera": {"front": 1.0}, "renditions": ["front"]}
+
+
+@pytest.fixture
+def instance(
+    stack: StackInfo, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[DagsterInstance]:
+    home = tmp_path_factory.mktemp("campaign-dagster")
+    (home / "dagster.yaml").write_text(yaml.safe_dump(private_instance_config(stack, "campaign")))
+    with DagsterInstance.from_config(str(home)) as private:
+        yield private
+
+
+def finish(
+    instance: DagsterInstance,
+    campaign_id: str,
+    wave: int,
+    ref: EpisodeRef,
+    ok: bool,
+    error: str = "",
+) -> str:
+    """The run a daemon would have made for the wave's backfill, ended."""
+    tags = {
+        CAMPAIGN_TAG: campaign_id,
+        CAMPAIGN_WAVE_TAG: str(wave),
+        PARTITION_TAG: ref.partition_key,
+    }
+    status = DagsterRunStatus.SUCCESS if ok else DagsterRunStatus.STARTED
+    run = create_run_for_test(instance, job_name=EPISODE_JOB_NAME, status=status, tags=tags)
+    if not ok:
+        instance.report_run_failed(run, error)
+    return run.run_id
+
+
+def test_one_campaign_through_the_drivers_ticks(
+    instance: DagsterInstance, settings: Settings, db_conn: psycopg.Connection
+) -> None:
+    postgres = PostgresResource.from_settings(settings.database)
+    org = f"drv-{uuid.uuid4().hex[:6]}"
+    refs = [EpisodeRef(org, f"{org}-ep-{i}") for i in range(4)]
+    for ref in refs:
+        db_conn.execute(
+            "INSERT INTO episodes (id, org_id, status) VALUES (%s, %s, 'processed')",
+            (ref.episode_id, org),
+        )
+        record_output(
+            db_conn, ref, {"episode": "0"}, OLD, run_id=None, wall_seconds=30.0, archive_bytes=1
+        )
+    instance.add_dynamic_partitions(
+        EPISODES_PARTITION_NAME, [refs[0].partition_key]
+    )  # live already
+
+    args = build_parser().parse_args(
+        [
+            "campaign",
+            "start",
+            "--org",
+            org,
+            "--stale",
+            "--name",
+            "drv",
+            "--concurrency",
+            "2",
+            "--canary-episodes",
+            "1",
+        ]
+    )
+    planned = commands.plan(db_conn, settings, args)
+    query, params, selection = planned.pop("_query")
+    assert planned["episodes"] == 4 and planned["estimate"]["measured_from"] >= 4
+    campaign_id, _ = commands.start(db_conn, instance, planned, query, params, selection, args)
+    target = planned["target_code_version"]
+    versions = planned["code_versions"]
+    now = datetime.now(UTC)
+    rng = random.Random(5)
+
+    # Tick 1: the canary wave, one episode, as one backfill titled and tagged for the campaign.
+    # Campaigns of other Dagster instances on this database (other tests') are not driven here.
+    assert [report.campaign for report in drive(instance, postgres, now, rng)] == [campaign_id]
+    backfill = instance.get_backfill(wave_backfill_id(campaign_id, 0))
+    assert backfill is not None and backfill.title == "drv · wave 0 (canary)"
+    assert backfill.partition_names == [refs[0].partition_key]
+    assert (
+        backfill.tags[CAMPAIGN_TAG] == campaign_id
+        and backfill.tags["dagster/priority"] == CAMPAIGN_PRIORITY
+    )
+
+    # Its run succeeds, but the camera's duration drifted by 0.8 s: the canary stops it.
+    run_id = finish(instance, campaign_id, 0, refs[0], ok=True)
+    drifted = {**OLD, "seconds_by_camera": {"front": 1.8}}
+    record_output(
+        db_conn, refs[0], versions, drifted, run_id=run_id, wall_seconds=30.0, archive_bytes=1
+    )
+    drive(instance, postgres, now, rng)
+    result = commands.status(db_conn, campaign_id)
+    assert result["state"] == "stopped"
+    assert "drift +0.800 s" in result["report"]["findings"][refs[0].partition_key][0]
+    assert instance.get_backfill(wave_backfill_id(campaign_id, 1)) is None
+    assert commands.act(db_conn, campaign_id, "resume") == "running"
+
+    # Tick 3: wave 1, two episodes (the governor's limit); their partitions are the campaign's.
+    drive(instance, postgres, now, rng)
+    wave1 = db.wave_rows(db_conn, campaign_id, 1)
+    assert len(wave1) == 2 and all(row.partition_added for row in wave1)
+    assert instance.get_backfill(wave_backfill_id(campaign_id, 1)).title == "drv · wave 1"
+
+    # One succeeds (its partition is pruned), one is throttled by S3: halved, paused, retried later.
+    ok, throttled = wave1[0].ref, wave1[1].ref
+    run_id = finish(instance, campaign_id, 1, ok, ok=True)
+    record_output(db_conn, ok, versions, OLD, run_id=run_id, wall_seconds=30.0, archive_bytes=1)
+    finish(
+        instance,
+        campaign_id,
+        1,
+        throttled,
+        ok=False,
+        error="An error occurred (SlowDown) when calling PutObject; Retry-After: 40",
+    )
+    drive(instance, postgres, now, rng)
+    assert not instance.has_dynamic_partition(EPISODES_PARTITION_NAME, ok.partition_key)
+    assert instance.has_dynamic_partition(
+        EPISODES_PARTITION_NAME, refs[0].partition_key
+    )  # not ours
+    result = commands.status(db_conn, campaign_id)
+    assert result["counts"]["succeeded"] == 2 and result["counts"]["failed"] == 1
+    assert result["concurrency"] == 1 and result["paused_until"] is not None
+    assert result["errors_by_class"][0]["class"] == "throttled"
+    assert any(
+        "throttled: concurrency 2 → 1, paused 40 s" in d["message"] for d in result["decisions"]
+    )
+    assert instance.get_backfill(wave_backfill_id(campaign_id, 2)) is None  # paused
+
+    # After the pause: wave 2 is claimed; a crash before its backfill is repaired by the next tick.
+    later = now + timedelta(minutes=5)
+    with postgres.transaction() as conn:
+        claimed = db.claim_wave(conn, campaign_id, 2, 1, 1, later)
+        db.update_campaign(conn, campaign_id, next_wave=3)
+    drive(instance, postgres, later, rng)
+    repaired = instance.get_backfill(wave_backfill_id(campaign_id, 2))
+    assert repaired is not None and repaired.partition_names == [claimed[0].ref.partition_key]
+    result = commands.status(db_conn, campaign_id)
+    # The throttled episode may be retried now, but the governor's one slot is taken.
+    assert (result["state"], result["counts"]["requested"]) == ("running", 1)
+    assert result["target_code_version"] == target
+    assert "2 done, 1 failed (to retry)" in commands.format_status(result)

@@ -1,0 +1,117 @@
+"""The ledger's SQL on the stack's PostgreSQL: the stale selection, a claim that cannot pick a
+row twice, outcomes, stale claims released, the canary's pairs."""
+
+from __future__ import annotations
+
+import random
+import threading
+import uuid
+from datetime import UTC, datetime
+
+import psycopg
+import pytest
+
+from episode_pipeline.campaign import ledger
+from episode_pipeline.config.settings import Settings
+from episode_pipeline.db import campaigns as db
+from episode_pipeline.db.connection import connect
+from episode_pipeline.db.outputs import output_record, record_output
+from episode_pipeline.episodes.keys import EpisodeRef
+from episode_pipeline.reprocess import Selection, selection_sql
+
+pytestmark = pytest.mark.integration
+
+FIGURES = {"frame_rows": 30, "seconds_by_camera": {"front": 1.0}, "renditions": ["front"]}
+
+
+def make_campaign(conn: psycopg.Connection, org: str, target: str) -> str:
+    campaign_id = f"test-{uuid.uuid4().hex[:6]}"
+    query, params = selection_sql(Selection(org=org, stale_for=target), has_updated_at=True)
+    db.create_campaign(conn, campaign_id, "test", {}, target, {}, {"limit": 2}, query, params)
+    return campaign_id
+
+
+def test_the_stale_selection_and_a_claim_that_cannot_pick_twice(
+    db_conn: psycopg.Connection, settings: Settings
+) -> None:
+    org = f"org-{uuid.uuid4().hex[:6]}"
+    refs = [EpisodeRef(org, f"{org}-ep-{i}") for i in range(6)]
+    for ref in refs:
+        db_conn.execute(
+            "INSERT INTO episodes (id, org_id, status) VALUES (%s, %s, 'processed')",
+            (ref.episode_id, ref.org_id),
+        )
+    # ep-0 is recorded under the target already; ep-1 under an older one; the rest never.
+    record_output(
+        db_conn, refs[0], {"a": "2"}, FIGURES, run_id="r0", wall_seconds=9.0, archive_bytes=1
+    )
+    record_output(
+        db_conn, refs[1], {"a": "1"}, FIGURES, run_id="r1", wall_seconds=9.0, archive_bytes=1
+    )
+    target = output_record(db_conn, refs[0])["code_version"]
+    campaign_id = make_campaign(db_conn, org, target)
+    assert db.state_counts(db_conn, campaign_id) == {ledger.PENDING: 5}
+
+    # Two claims at once, each holding its transaction open: no row is claimed twice.
+    now = datetime.now(UTC)
+    claimed: list[list[EpisodeRef]] = []
+    barrier = threading.Barrier(2)
+
+    def claim(wave: int) -> None:
+        with connect(settings.database) as conn:
+            rows = db.claim_wave(conn, campaign_id, wave, 3, 2, now)
+            barrier.wait(timeout=30)  # both claimed before either commits
+            claimed.append([row.ref for row in rows])
+            conn.commit()
+
+    threads = [threading.Thread(target=claim, args=(w,)) for w in (0, 1)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    picked = [ref for rows in claimed for ref in rows]
+    assert sorted(len(rows) for rows in claimed) == [2, 3]
+    assert len(set(picked)) == 5 and refs[0] not in picked
+
+    # The previous figures are kept on the row (ep-1 had a record), batch keys K = 2.
+    rows = {row.ref: row for w in (0, 1) for row in db.wave_rows(db_conn, campaign_id, w)}
+    assert {row.batch_key.rsplit(".", 1)[-1] for row in rows.values()} <= {"b0", "b1"}
+
+    # Outcomes: one succeeds, one fails with its backoff; a stale claim goes back to pending.
+    rng = random.Random(3)
+    policy = ledger.RetryPolicy()
+    done, failed, stale = refs[1], refs[2], refs[3]
+    db.apply_outcome(
+        db_conn,
+        campaign_id,
+        done,
+        ledger.after_outcome(0, ledger.Outcome(True), now, policy, rng),
+        "run-ok",
+    )
+    db.apply_outcome(
+        db_conn,
+        campaign_id,
+        failed,
+        ledger.after_outcome(0, ledger.Outcome(False, "SlowDown", "throttled"), now, policy, rng),
+        "run-bad",
+    )
+    assert db.release(db_conn, campaign_id, [stale]) == 1
+    counts = db.state_counts(db_conn, campaign_id)
+    assert counts == {ledger.SUCCEEDED: 1, ledger.FAILED: 1, ledger.PENDING: 1, ledger.REQUESTED: 2}
+    assert db.claimable_count(db_conn, campaign_id, now) == 1  # the failed one waits its backoff
+    assert db.errors_by_class(db_conn, campaign_id) == [
+        {"class": "throttled", "episodes": 1, "last_error": "SlowDown"}
+    ]
+    # A second outcome for a row no longer requested changes nothing.
+    db.apply_outcome(
+        db_conn,
+        campaign_id,
+        done,
+        ledger.after_outcome(5, ledger.Outcome(False), now, policy, rng),
+        "x",
+    )
+    assert db.state_counts(db_conn, campaign_id)[ledger.SUCCEEDED] == 1
+
+    wave_of_done = rows[done].wave
+    (pair,) = db.canary_pairs(db_conn, campaign_id, wave_of_done)
+    assert pair[0] == done and pair[1] == FIGURES and pair[2] == FIGURES

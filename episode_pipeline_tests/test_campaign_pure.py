@@ -1,0 +1,290 @@
+"""The campaign's pure rules: wave sizing, the ledger's transitions, the governor, the canary."""
+
+from __future__ import annotations
+
+import random
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from episode_pipeline.campaign import ledger
+from episode_pipeline.campaign.canary import CanarySettings, compare
+from episode_pipeline.campaign.config import CampaignConfig
+from episode_pipeline.campaign.governor import (
+    NO_CAPACITY,
+    OTHER,
+    THROTTLED,
+    GovernorSettings,
+    GovernorState,
+    Observation,
+    classify_error,
+    observe,
+    retry_after_seconds,
+)
+from episode_pipeline.campaign.waves import WaveSettings, batches, estimate, next_wave_size
+from episode_pipeline.config.settings import CampaignSettings
+from episode_pipeline.episodes.code_versions import code_version_digest
+
+NOW = datetime(2026, 12, 1, 12, tzinfo=UTC)
+
+
+# -- waves --------------------------------------------------------------------------------------
+
+
+def size(**overrides: object) -> int:
+    values: dict = {
+        "settings": WaveSettings(wave_size=100, episodes_per_run=1, max_live_partitions=100),
+        "limit": 8,
+        "runs_in_flight": 0,
+        "campaign_live_partitions": 0,
+        "claimable": 1000,
+        "canary_size": None,
+    }
+    return next_wave_size(**{**values, **overrides})
+
+
+def test_a_wave_fills_the_governors_room_in_runs_of_k_episodes() -> None:
+    assert size() == 8
+    assert size(settings=WaveSettings(wave_size=100, episodes_per_run=5)) == 40
+    assert size(runs_in_flight=3) == 5
+
+
+def test_no_wave_until_half_the_room_is_free_nor_beyond_the_live_budget() -> None:
+    assert size(runs_in_flight=5) == 0  # 3 free of 8: wait for more
+    assert size(runs_in_flight=8) == 0
+    assert size(campaign_live_partitions=97) == 3  # one wave's budget
+    assert size(campaign_live_partitions=100) == 0
+    assert size(claimable=2) == 2
+
+
+def test_the_first_wave_is_the_canary() -> None:
+    assert size(canary_size=3) == 3
+    assert CanarySettings(episodes=50, fraction=0.01).wave_size(100_000) == 50
+    assert CanarySettings(episodes=50, fraction=0.01).wave_size(2_000) == 20
+    assert CanarySettings(episodes=50, fraction=0.01).wave_size(20) == 1
+
+
+def test_batches_split_a_wave_into_runs_of_k() -> None:
+    assert batches(12, 5) == [5, 5, 2]
+    assert batches(3, 1) == [1, 1, 1]
+
+
+def test_the_estimate_pays_one_cold_start_per_run() -> None:
+    one = estimate(
+        episodes=1000,
+        settings=WaveSettings(wave_size=100, episodes_per_run=1),
+        concurrency=10,
+        measured_run_seconds=90.0,
+        measured_from=40,
+        canary_size=10,
+    )
+    ten = estimate(
+        episodes=1000,
+        settings=WaveSettings(wave_size=100, episodes_per_run=10),
+        concurrency=10,
+        measured_run_seconds=90.0,
+        measured_from=40,
+    )
+    assert (one.runs, one.waves, one.task_hours) == (1000, 11, 25.0)  # 90 s each
+    assert (ten.runs, ten.task_hours) == (100, 10.0)  # 60 s + 10 x 30 s per run
+    assert one.hours_to_finish == 2.5 and one.s3_requests == 40_000
+
+
+# -- the ledger ---------------------------------------------------------------------------------
+
+
+POLICY = ledger.RetryPolicy(max_attempts=3, base_seconds=60, max_seconds=600, jitter_seconds=10)
+
+
+def test_a_failure_waits_exponentially_with_jitter_then_is_rejected() -> None:
+    rng = random.Random(7)
+    failed = ledger.Outcome(False, "boom", OTHER)
+    first = ledger.after_outcome(0, failed, NOW, POLICY, rng)
+    assert first.state == ledger.FAILED and first.attempts == 1
+    assert timedelta(seconds=60) <= first.retry_after - NOW <= timedelta(seconds=70)
+    second = ledger.after_outcome(1, failed, NOW, POLICY, rng)
+    assert timedelta(seconds=120) <= second.retry_after - NOW <= timedelta(seconds=130)
+    third = ledger.after_outcome(2, failed, NOW, POLICY, rng)
+    assert (third.state, third.attempts, third.last_error) == (ledger.REJECTED, 3, "boom")
+    assert ledger.backoff_seconds(10, POLICY, rng) <= 610  # capped
+
+
+def test_success_clears_the_error_and_a_non_retryable_failure_is_rejected_at_once() -> None:
+    rng = random.Random(1)
+    done = ledger.after_outcome(1, ledger.Outcome(True), NOW, POLICY, rng)
+    assert (done.state, done.attempts, done.last_error, done.retry_after) == (
+        ledger.SUCCEEDED,
+        2,
+        None,
+        None,
+    )
+    bad = ledger.after_outcome(
+        0, ledger.Outcome(False, "bad archive", retryable=False), NOW, POLICY, rng
+    )
+    assert bad.state == ledger.REJECTED
+
+
+def test_claimable_rows_and_the_end_of_a_campaign() -> None:
+    assert ledger.is_claimable(ledger.PENDING, None, NOW)
+    assert not ledger.is_claimable(ledger.FAILED, NOW + timedelta(seconds=1), NOW)
+    assert ledger.is_claimable(ledger.FAILED, NOW, NOW)
+    assert not ledger.is_claimable(ledger.REQUESTED, None, NOW)
+    assert not ledger.is_finished({ledger.SUCCEEDED: 3, ledger.FAILED: 1})
+    assert ledger.is_finished({ledger.SUCCEEDED: 3, ledger.REJECTED: 1})
+
+
+def test_operator_actions_follow_the_states() -> None:
+    assert ledger.campaign_action(ledger.RUNNING, "pause") == ledger.PAUSED
+    assert ledger.campaign_action(ledger.STOPPED, "resume") == ledger.RUNNING
+    assert ledger.campaign_action(ledger.PAUSED, "cancel") == ledger.CANCELED
+    with pytest.raises(ledger.InvalidTransition, match="cannot resume a campaign that is done"):
+        ledger.campaign_action(ledger.DONE, "resume")
+
+
+# -- the governor -------------------------------------------------------------------------------
+
+GOVERNOR = GovernorSettings(
+    start_limit=8, min_limit=1, max_limit=10, increase_after=3, pause_seconds=30, window=4
+)
+
+
+def test_backpressure_halves_and_pauses_for_its_retry_after() -> None:
+    state, decisions = observe(
+        GovernorState.start(GOVERNOR), [Observation(False, THROTTLED, 12.0)], GOVERNOR, NOW
+    )
+    assert state.limit == 4 and state.paused_until == NOW + timedelta(seconds=12)
+    assert state.is_paused(NOW) and not state.is_paused(NOW + timedelta(seconds=12))
+    assert decisions[0].limit_before == 8 and "throttled" in decisions[0].message
+    state, _ = observe(state, [Observation(False, NO_CAPACITY)] * 5, GOVERNOR, NOW)
+    assert state.limit == 1  # never below the minimum
+    assert state.paused_until == NOW + timedelta(seconds=30)  # no Retry-After: the default
+
+
+def test_a_streak_of_successes_adds_one_up_to_the_maximum() -> None:
+    state = GovernorState(limit=9)
+    state, decisions = observe(state, [Observation(True)] * 3, GOVERNOR, NOW)
+    assert state.limit == 10 and len(decisions) == 1
+    state, decisions = observe(state, [Observation(True)] * 6, GOVERNOR, NOW)
+    assert state.limit == 10 and decisions == []
+    # An ordinary failure breaks the streak without halving.
+    state, _ = observe(
+        GovernorState(limit=5), [Observation(True)] * 2 + [Observation(False, OTHER)], GOVERNOR, NOW
+    )
+    assert (state.limit, state.ok_streak) == (5, 0)
+
+
+def test_a_failure_rate_over_the_window_halves() -> None:
+    seen = [Observation(True), Observation(False, OTHER), Observation(False, OTHER)]
+    state, decisions = observe(GovernorState(limit=8), seen, GOVERNOR, NOW)
+    assert state.limit == 8 and not decisions  # the window is not full yet
+    state, decisions = observe(state, [Observation(False, OTHER)], GOVERNOR, NOW)
+    assert state.limit == 4 and "failure rate 3/4" in decisions[0].message
+
+
+def test_the_state_round_trips_through_json() -> None:
+    state = GovernorState(limit=3, ok_streak=2, paused_until=NOW, recent=(True, False))
+    assert GovernorState.from_json(state.to_json()) == state
+
+
+@pytest.mark.parametrize(
+    ("message", "expected"),
+    [
+        (
+            "ClientError: An error occurred (SlowDown) when calling the PutObject operation",
+            THROTTLED,
+        ),
+        ("botocore 503 Service Unavailable", THROTTLED),
+        ("ThrottlingException: Rate exceeded (RunTask)", THROTTLED),
+        ("Capacity is unavailable at this time", NO_CAPACITY),
+        ("RESOURCE:MEMORY", NO_CAPACITY),
+        ("frames: ValueError: bad parquet", OTHER),
+        (None, OTHER),
+    ],
+)
+def test_run_errors_are_classified(message: str | None, expected: str) -> None:
+    assert classify_error(message) == expected
+
+
+def test_a_retry_after_in_the_error_is_read() -> None:
+    assert retry_after_seconds("SlowDown ... 'Retry-After': '7'") == 7.0
+    assert retry_after_seconds("SlowDown") is None
+
+
+# -- the canary ---------------------------------------------------------------------------------
+
+BEFORE = {
+    "frame_rows": 30,
+    "seconds_by_camera": {"front": 1.0, "wrist": 1.0},
+    "renditions": ["front", "front/240", "wrist"],
+    "sync_findings": 0,
+}
+
+
+def test_the_canary_passes_within_tolerance_and_names_what_drifted() -> None:
+    settings = CanarySettings(seconds_tolerance=0.5)
+    assert (
+        compare(BEFORE, {**BEFORE, "seconds_by_camera": {"front": 1.4, "wrist": 1.0}}, settings)
+        == []
+    )
+    drifted = {**BEFORE, "seconds_by_camera": {"front": 1.6, "wrist": 1.0}}
+    assert compare(BEFORE, drifted, settings) == [
+        "camera front: duration 1.000 s → 1.600 s (drift +0.600 s > 0.5 s)"
+    ]
+    changed = {**BEFORE, "frame_rows": 29, "renditions": ["front", "wrist"], "sync_findings": 2}
+    assert compare(BEFORE, changed, settings) == [
+        "frame rows 30 → 29",
+        "renditions: gone ['front/240'], new -",
+        "sync findings 0 → 2",
+    ]
+
+
+def test_the_canary_ignores_what_the_change_means_to_change_and_the_unrecorded() -> None:
+    settings = CanarySettings(expect=("renditions",))
+    assert (
+        compare(BEFORE, {**BEFORE, "renditions": ["front", "front/240", "front/480"]}, settings)
+        == []
+    )
+    assert compare(None, BEFORE, settings) == []
+    assert compare(BEFORE, {**BEFORE, "sync_findings": None}, settings) == []
+    with pytest.raises(ValueError, match="unknown figure"):
+        CanarySettings(expect=("colour",))
+
+
+def test_the_config_round_trips_and_the_digest_ignores_order() -> None:
+    config = CampaignConfig.from_settings(CampaignSettings(), expect=("renditions",), wave_size=20)
+    assert CampaignConfig.from_json(config.to_json()) == config
+    assert config.waves.wave_size == 20 and config.waves.max_live_partitions >= 20
+    assert code_version_digest({"a": "1", "b": "2"}) == code_version_digest({"b": "2", "a": "1"})
+    assert code_version_digest({"a": "1"}) != code_version_digest({"a": "2"})
+
+
+def test_the_campaign_command_reads_its_selection_and_pacing() -> None:
+    from episode_pipeline.cli import build_parser
+    from episode_pipeline.commands.campaign import campaign_id_for, selection_of
+
+    args = build_parser().parse_args(
+        [
+            "campaign",
+            "plan",
+            "--stale",
+            "--org",
+            "acme",
+            "--wave-size",
+            "200",
+            "--expect",
+            "renditions",
+        ]
+    )
+    selection = selection_of(args, "abc123")
+    assert (selection.org, selection.stale_for, args.wave_size, args.expect) == (
+        "acme",
+        "abc123",
+        200,
+        ["renditions"],
+    )
+    status = build_parser().parse_args(["campaign", "status", "ladder-1a2b3c", "--json"])
+    assert (status.action, status.campaign, status.json) == ("status", "ladder-1a2b3c", True)
+    named = build_parser().parse_args(["campaign", "plan", "--episode", "acme/ep-1", "--org", "x"])
+    with pytest.raises(ValueError, match="not both"):
+        selection_of(named, "abc123")
+    assert campaign_id_for("Ladder 1080p!").startswith("ladder-1080p-")
