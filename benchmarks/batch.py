@@ -10,6 +10,9 @@ H.264), each processed as its own child run in that one process.
   (K = 1: each episode pays the process start, imports and instance alone).
 - `task_s_per_episode_cold`: the same with an ECS cold start added to each task, the ~60 s
   platform-notes.md gives for Fargate (never cached images); not measured here, added per task.
+- `cpu_s_per_episode`: the same as CPU seconds of the run worker and the children it waited
+  for (the transcode program, FFmpeg; not the stack's PostgreSQL and moto): steadier than wall
+  time on a shared machine, where the wall grows with the load.
 - `batch_of_one`: the batch of one against the uploads' own run, `process_episode` of the same
   episode by the same command: what the batch job adds at K = 1 (uploads keep K = 1 and this
   job is not theirs).
@@ -21,6 +24,7 @@ already processed); the sides run interleaved.
 from __future__ import annotations
 
 import os
+import resource
 import subprocess
 import sys
 import time
@@ -36,8 +40,15 @@ RUN_TIMEOUT_SECONDS = 1800  # one batch process; a hang fails the stage
 REPOSITORY = "__repository__"
 
 
-def run_worker(env: dict[str, str], command: list[str]) -> float:
-    """Exec the run worker's command and wait for its exit: its wall seconds."""
+def children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def run_worker(env: dict[str, str], command: list[str]) -> tuple[float, float]:
+    """Exec the run worker's command and wait for its exit: its wall seconds, and the CPU
+    seconds of it and every child it waited for (the transcode program, FFmpeg)."""
+    cpu_before = children_cpu()
     started = time.perf_counter()
     out = subprocess.run(
         command, env=env, capture_output=True, text=True, timeout=RUN_TIMEOUT_SECONDS, check=False
@@ -45,7 +56,7 @@ def run_worker(env: dict[str, str], command: list[str]) -> float:
     wall = time.perf_counter() - started
     if out.returncode != 0:
         raise RuntimeError(f"{NAME}: run worker failed:\n{(out.stdout + out.stderr)[-3000:]}")
-    return wall
+    return wall, children_cpu() - cpu_before
 
 
 def cold_share(walls: list[float]) -> float:
@@ -151,7 +162,7 @@ def measure(ctx: BenchContext) -> list[Result]:
         instance.add_dynamic_partitions(EPISODES_PARTITION_NAME, [refs[0].partition_key])
     campaign = f"bench{uuid.uuid4().hex[:6]}"
 
-    def batch(repeat: int, episodes: list[Any]) -> tuple[str, float]:
+    def batch(repeat: int, episodes: list[Any]) -> tuple[str, tuple[float, float]]:
         key = batch_key(campaign, repeat, len(episodes))
         with connect(settings.database) as conn:
             create_batch(conn, key, episodes)
@@ -161,20 +172,22 @@ def measure(ctx: BenchContext) -> list[Result]:
         return run_id, run_worker(env, command)
 
     walls: dict[str, list[float]] = {"k": [], "one": [], "upload": []}
+    cpus: dict[str, list[float]] = {"k": [], "one": [], "upload": []}
     run_ids: list[str] = []
+
+    def measured(side: str, run_id: str, wall_cpu: tuple[float, float]) -> None:
+        walls[side].append(wall_cpu[0])
+        cpus[side].append(wall_cpu[1])
+        run_ids.append(run_id)
+
     for repeat in range(ctx.config.repeats):
         with ctx.phase(f"ours: K={k}"):
-            run_id, wall = batch(repeat, refs)
-            walls["k"].append(wall)
-            run_ids.append(run_id)
+            measured("k", *batch(repeat, refs))
         with ctx.phase("baseline: K=1"):
-            run_id, wall = batch(repeat, refs[:1])
-            walls["one"].append(wall)
-            run_ids.append(run_id)
+            measured("one", *batch(repeat, refs[:1]))
         with ctx.phase("baseline: the uploads' run"):
             run_id, command = runs.command(EPISODE_JOB_NAME, refs[0].partition_key)
-            walls["upload"].append(run_worker(env, command))
-            run_ids.append(run_id)
+            measured("upload", run_id, run_worker(env, command))
     statuses = {instance.get_run_by_id(run_id).status for run_id in run_ids}  # type: ignore[union-attr]
     if statuses != {DagsterRunStatus.SUCCESS}:
         raise RuntimeError(f"{NAME}: runs ended {statuses}")
@@ -184,6 +197,9 @@ def measure(ctx: BenchContext) -> list[Result]:
         "episode": f"1 camera, {ctx.config.batch_seconds:g} s, 320x240 H.264",
         "k": k,
         "process_seconds": {name: [round(w, 2) for w in values] for name, values in walls.items()},
+        "process_cpu_seconds": {
+            name: [round(c, 2) for c in values] for name, values in cpus.items()
+        },
         "cold_start_s": COLD_START_SECONDS,
     }
     per_episode = seconds_result(
@@ -198,8 +214,13 @@ def measure(ctx: BenchContext) -> list[Result]:
         details={"cold_start_share": {f"K={k}": cold_share(walls["k"]),
                                       "K=1": cold_share(walls["one"])}},
     )  # fmt: skip
+    cpu = seconds_result(
+        NAME, f"cpu_s_per_episode@K={k}", [c / k for c in cpus["k"]], cpus["one"],
+        baseline_name="a batch of one (K = 1): CPU of the worker and its children",
+    )  # fmt: skip
+    cpu.unit = "CPU s"
     of_one = seconds_result(
         NAME, "batch_of_one", walls["one"], walls["upload"],
         baseline_name="the uploads' run (process_episode) of the same episode, same command",
     )  # fmt: skip
-    return [per_episode, cold, of_one]
+    return [per_episode, cold, cpu, of_one]
