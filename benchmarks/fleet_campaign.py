@@ -397,6 +397,7 @@ def measure_pages(ctx: Any, fleet: Any, server: Any, backfill_id: str, episode: 
             EPISODES_PARTITION_NAME, [f"{FRESH_ORG}/ep-added-{uuid.uuid4().hex[:8]}"]
         )
         after = fleet_ui.replay(server, requests, episode, document["episode"])
+        profiled = profile_after_add(ctx, fleet, server, page, requests, episode, document)
         found[page] = {
             "live_partitions": count,
             "cold_seconds": round(cold["seconds"], 3),
@@ -406,8 +407,40 @@ def measure_pages(ctx: Any, fleet: Any, server: Any, backfill_id: str, episode: 
             "after_add_slowest": after["slowest"],
             "errors": cold["errors"] + after["errors"],
             "load_average": [at_load, load()],
+            "profile": profiled,
         }
     return found
+
+
+def profile_after_add(
+    ctx: Any, fleet: Any, server: Any, page: str, requests: Any, episode: str, document: Any
+) -> str | None:
+    """One more partition added and the page replayed under py-spy (the webserver sampled;
+    collapsed stacks in the scratch directory), when py-spy is installed: where the time after
+    an added partition goes. Not a figure (the profiler is attached)."""
+    from benchmarks import fleet_ui
+    from episode_pipeline.defs.partitions import EPISODES_PARTITION_NAME
+
+    spy = Path(sys.executable).parent / "py-spy"
+    if not spy.exists():
+        return None
+    out = ctx.workdir / f"pyspy-after-add-{page}.txt"
+    fleet.instance.add_dynamic_partitions(
+        EPISODES_PARTITION_NAME, [f"{FRESH_ORG}/ep-added-{uuid.uuid4().hex[:8]}"]
+    )
+    command = [str(spy), "record", "--pid", str(server.process.pid), "--rate", "100",
+               "--format", "raw", "--nonblocking", "--subprocesses", "-o", str(out)]  # fmt: skip
+    spying = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        time.sleep(1.0)
+        fleet_ui.replay(server, requests, episode, document["episode"])
+    finally:
+        spying.send_signal(signal.SIGINT)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            spying.wait(30)
+        if spying.poll() is None:
+            spying.kill()
+    return str(out)
 
 
 class Sampler(threading.Thread):
