@@ -225,9 +225,10 @@ def cancel_backfills(campaign_id: str, waves: int) -> int:
 
 def cmd_campaign(args: argparse.Namespace) -> int:
     from episode_pipeline.db.connection import connect
-    from episode_pipeline.local.stack_env import load_settings
+    from episode_pipeline.local.stack_env import apply_local_stack_env, load_settings
 
     local_stack_unless_production()
+    apply_local_stack_env()  # the local instance's DAGSTER_HOME, unless production's are set
     settings = load_settings()
     with connect(settings.database) as conn:
         if args.action in ("plan", "start"):
