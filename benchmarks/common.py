@@ -193,6 +193,10 @@ class Config:
     fleet_all_events: int = 0  # 1: clone every event of the template run, not only assets'
     fleet_daemon_uploads: int = 100  # uploads queued at once until their runs exist (300)
     fleet_ui: int = 1  # 0: skip the UI's GraphQL queries (no webserver, no browser); 2: only them
+    # > 0: only the campaign figures at each size, over a slice of this many seconds
+    # (fleet_campaign.py; results/fleet-campaign/)
+    fleet_campaign_seconds: int = 0
+    fleet_campaign_ceiling_runs: int = 120  # stand-in runs of the run queue's ceiling
     archive_padding_mb: int = 64  # incompressible mp4-named members added to the sample
     big_archive_mb: int = 2048  # the big archive whose extraction's peak RSS is checked (0: skip)
     padding_files: int = 4

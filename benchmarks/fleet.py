@@ -515,6 +515,12 @@ def measure_size(ctx: BenchContext, fleet: Any, size: int, archive: Path) -> Sam
         if fleet.state.settled
         else {"kind": "unpruned: every run kept", "runs": size}
     )
+    if ctx.config.fleet_campaign_seconds:  # the campaign figures alone (fleet_campaign.py)
+        from benchmarks import fleet_campaign
+
+        fleet_campaign.measure(ctx, fleet, sample, archive)
+        sample.details["load_average"].append(round(os.getloadavg()[0], 2))
+        return sample
     with ctx.phase(f"measure at {size:,}"):
         ui_only = ctx.config.fleet_ui == UI_ONLY
         if not ui_only:
@@ -749,7 +755,9 @@ def run(ctx: BenchContext) -> list[Result]:
                     from benchmarks import fleet_ui
 
                     fleet_ui.close(fleet)
-    return [*figures(samples), *storage_figures(fleet)]
+    from benchmarks import fleet_campaign
+
+    return [*figures(samples), *fleet_campaign.figures(samples), *storage_figures(fleet)]
 
 
 def write_profile(report: dict[str, Any], target: Path) -> None:

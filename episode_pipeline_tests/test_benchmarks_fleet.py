@@ -135,3 +135,42 @@ def test_a_settled_store_holds_the_window_and_the_records_of_what_was_pruned() -
     small = fleet_state.SettledPlan.of(20_000, 40_000, 10_000, retention)
     assert small.pruned == range(0, 10_000) and small.new_runs == range(20_000, 40_000)
     assert small.new_records == range(10_000, 10_000)  # the pruned ones' records are kept
+
+
+def test_the_campaign_figures_hold_their_targets_and_the_rate_runs_from_the_canarys_end() -> None:
+    from types import SimpleNamespace
+
+    from benchmarks import fleet_campaign
+
+    def sample_at(t: float, succeeded: int, wave: int, live: int) -> dict:
+        return {"t": t, "load": 1.0, "live_partitions": live,
+                "counts": {"succeeded": succeeded}, "next_wave": wave}  # fmt: skip
+
+    integrity = {"counts": {"succeeded": 10}, "standin_runs": 12, "episodes_run_twice": 0,
+                 "succeeded_without_its_run": 0,
+                 "run_but_not_succeeded_nor_in_flight": 0}  # fmt: skip
+    details = {
+        "standin": "stand-in", "episodes": 1000,
+        "samples": [sample_at(0, 0, 1, 30_000), sample_at(10, 4, 2, 30_004),
+                    sample_at(50, 8, 3, 30_600), sample_at(110, 20, 5, 30_002)],
+        "kill": {"killed_at": 60.0, "before": {**integrity, "counts": {"succeeded": 8}},
+                 "after": integrity},
+        "ceiling": {"runs_per_second": 0.25},
+        "upload_idle": [{"seconds": 10.0}] * 3, "upload_during": [{"seconds": 16.0}] * 3,
+        "ui": {"asset_page": {"warm_seconds": [2.0], "cold_seconds": 9.0,
+                              "after_add_seconds": 4.0}},
+    }  # fmt: skip
+    state = SimpleNamespace(size=100_000, settled={"window_episodes": 30_000})
+    fleet_campaign.summarise(details, SimpleNamespace(state=state))
+    assert details["summary"]["steady_rate_episodes_per_second"] == 0.16  # (20 - 4) / 100 s
+    assert details["summary"]["extrapolated_hours_to_finish"] == round(980 / 0.16 / 3600, 1)
+    sample = fleet.Sample(100_000, details={"campaign": details})
+    met = {r.metric.split("@")[0]: r.met for r in fleet_campaign.figures([sample])}
+    assert met == {
+        "campaign_live_partitions_max": False,  # 30,600 > 30,000 + 500
+        "campaign_ui_asset_page": True,
+        "campaign_ui_asset_page_after_add": False,
+        "campaign_throughput": False,  # 0.16 < 0.9 x 0.25
+        "campaign_upload_to_launch": False,  # 16 > 1.5 x 10
+        "campaign_kill_lost_or_doubled": True,
+    }
