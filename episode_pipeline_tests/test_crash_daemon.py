@@ -195,9 +195,13 @@ def test_a_killed_run_worker_fails_its_run_and_the_retry_converges(
                 (entry.dagster_event.message if entry.dagster_event else None) or entry.message
                 for entry in instance.all_logs(failed.run_id)
             ]
-            notice = RUN_MONITORING_NOTICES if machine_crash else CODE_SERVER_NOTICES
-            expected = notice.format(pid=worker.pid)
-            assert any(expected in message for message in messages), messages[-5:]
+            # A worker killed alone is reported by whichever notices first: its code server
+            # or the daemon's run monitoring (a race under load); a machine crash only by the
+            # restarted daemon's run monitoring.
+            notices = [RUN_MONITORING_NOTICES.format(pid=worker.pid)]
+            if not machine_crash:
+                notices.append(CODE_SERVER_NOTICES)
+            assert any(n in message for message in messages for n in notices), messages[-8:]
     finally:
         daemon.stop()
     with connect(stage.settings.database) as conn:

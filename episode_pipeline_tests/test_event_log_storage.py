@@ -204,7 +204,7 @@ def instances(
         DagsterInstance.from_config(str(homes[0])) as ours,
         DagsterInstance.from_config(str(homes[1])) as dagsters,
     ):
-        assert type(ours.event_log_storage) is EpisodeEventLogStorage
+        assert isinstance(ours.event_log_storage, EpisodeEventLogStorage)
         assert type(dagsters.event_log_storage).__name__ == "PostgresEventLogStorage"
         yield ours, dagsters
 

@@ -57,6 +57,7 @@ from episode_pipeline.defs.sensors import sqs
 from episode_pipeline.local import aws_setup
 from episode_pipeline.local.upload import upload_episode
 from episode_pipeline.samples.writer import SampleSpec, write_sample
+from episode_pipeline.storage.bucket import Bucket
 from episode_pipeline.uploads.upload_queue import UploadQueue
 from episode_pipeline_tests import test_hls
 from episode_pipeline_tests.dagster_ui import REPOSITORIES_QUERY, DagsterDev, free_port
@@ -380,7 +381,8 @@ def test_an_episode_run_executes_in_the_run_image_as_ecs_run_launcher_starts_it(
     with DagsterInstance.from_config(str(dagster_home)) as instance:
         context = SimpleNamespace(instance=instance, log=logging.getLogger("episode_uploads"))
         queue = UploadQueue(resources.queue_url, own.aws)
-        (request,) = sqs.evaluate_uploads(context, queue).run_requests  # type: ignore[arg-type]
+        bucket = Bucket(resources.bucket, own.aws)
+        (request,) = sqs.evaluate_uploads(context, queue, bucket).run_requests  # type: ignore[arg-type]
         instance.add_dynamic_partitions(EPISODES_PARTITION_NAME, [request.partition_key])
         # As the daemon does: the job (and its origin, the image's Python) from the code server.
         with code_server.origin.create_location(instance) as location:

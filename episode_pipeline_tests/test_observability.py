@@ -36,7 +36,7 @@ from episode_pipeline.local.upload import upload_episode
 from episode_pipeline.runner import process_episode
 from episode_pipeline_tests.support import new_ref
 from episode_pipeline_tests.support.instances import private_instance_config
-from episode_pipeline_tests.support.queues import PrivateQueue, queue_resource
+from episode_pipeline_tests.support.queues import PrivateQueue, bucket_resource, queue_resource
 
 SENSORS = ["episode_uploads", "waiting_uploads"]
 
@@ -215,7 +215,10 @@ def test_a_sensor_evaluation_writes_its_line(
         instance.add_dynamic_partitions(EPISODES_PARTITION_NAME, [episode])
         context = build_sensor_context(
             instance=instance,
-            resources={"upload_queue": queue_resource(private.queue)},
+            resources={
+                "upload_queue": queue_resource(private.queue),
+                "s3": bucket_resource(private.storage),
+            },
             definitions=defs,
         )
         with partition_loading_context(dynamic_partitions_store=instance):

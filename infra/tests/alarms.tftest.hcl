@@ -212,8 +212,8 @@ run "each_alarm_watches_its_metric_and_the_dashboard_shows_them" {
         [for name in ["upload_age", "no_processing", "failure_rate", "uploads_sensor_silent", "lost_uploads", "dlq_not_empty"] :
         "arn:aws:cloudwatch:us-west-2:123456789012:alarm:${name}"],
         [for alarm in aws_cloudwatch_metric_alarm.sensor_failing : alarm.arn],
-    ) && length(aws_cloudwatch_metric_alarm.sensor_failing) == 8)
-    error_message = "The top widget shows the 14 alarms (6, and one per sensor)."
+    ) && length(aws_cloudwatch_metric_alarm.sensor_failing) == 9)
+    error_message = "The top widget shows the 15 alarms (6, and one per sensor)."
   }
 
   assert {
