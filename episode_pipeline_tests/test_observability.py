@@ -41,6 +41,16 @@ from episode_pipeline_tests.support.queues import PrivateQueue, bucket_resource,
 SENSORS = ["episode_uploads", "waiting_uploads"]
 
 
+@pytest.fixture(autouse=True, scope="module")
+def metric_lines_on() -> Iterator[None]:
+    """The lines go to stdout here, whatever an in-process `process`/`check` of an earlier test
+    left in this worker's environment (they default METRICS_OUTPUT to `off`). Module-scoped:
+    the module's fixtures run a real episode before any test."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("METRICS_OUTPUT", "stdout")
+        yield
+
+
 @contextlib.contextmanager
 def stdout_lines() -> Iterator[list[str]]:
     """What this process writes to fd 1 meanwhile (the metric lines bypass sys.stdout)."""
