@@ -62,7 +62,7 @@ def links(path: Path) -> list[str]:
 
 def tracked_files() -> list[Path]:
     listed = subprocess.run(
-        ["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, text=True, check=True
+        ["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, text=True, check=True, timeout=60
     ).stdout
     return [ROOT / name for name in listed.split("\0") if name and (ROOT / name).is_file()]
 
