@@ -47,7 +47,7 @@ def deploy_daemon_config(dagster_home: str) -> str:
     path = Path(dagster_home) / "dagster.yaml"
     original = path.read_text()
     config = yaml.safe_load(original)
-    config.setdefault("concurrency", {}).setdefault("runs", {})["max_concurrent_runs"] = 0
+    config["run_coordinator"].setdefault("config", {})["max_concurrent_runs"] = 0
     config["sensors"] = yaml.safe_load(PRODUCTION_YAML.read_text())["sensors"]
     config.update(storage_config(config["run_storage"]["config"], pooled=True))
     path.write_text(yaml.safe_dump(config, sort_keys=False))

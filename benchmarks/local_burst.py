@@ -40,7 +40,7 @@ def local_config(dagster_home: str, *, pooled: bool) -> str:
     path = Path(dagster_home) / "dagster.yaml"
     original = path.read_text()
     config = yaml.safe_load(original)
-    config["concurrency"]["runs"]["max_concurrent_runs"] = 0
+    config["run_coordinator"]["config"]["max_concurrent_runs"] = 0
     config.update(storage_config(config["run_storage"]["config"], pooled=pooled))
     path.write_text(yaml.safe_dump(config, sort_keys=False))
     return original

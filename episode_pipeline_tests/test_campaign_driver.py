@@ -75,6 +75,17 @@ def finish(
     return run.run_id
 
 
+def launch_limit(instance: DagsterInstance, campaign_id: str) -> int | None:
+    """What the run queue's next dequeue holds the campaign to (the coordinator's config)."""
+    limits = instance.get_concurrency_config().run_queue_config.tag_concurrency_limits
+    found = [
+        entry["limit"]
+        for entry in limits
+        if entry["key"] == CAMPAIGN_TAG and entry.get("value") == campaign_id
+    ]
+    return found[0] if found else None
+
+
 def test_one_campaign_through_the_drivers_ticks(
     instance: DagsterInstance, settings: Settings, db_conn: psycopg.Connection
 ) -> None:
@@ -141,11 +152,13 @@ def test_one_campaign_through_the_drivers_ticks(
     assert instance.get_backfill(wave_backfill_id(campaign_id, 1)) is None
     assert commands.act(db_conn, campaign_id, "resume") == "running"
 
-    # Tick 3: wave 1, two episodes (the governor's limit); their partitions are the campaign's.
+    # Tick 3: wave 1, all three left: the governor's limit (2) to launch and as many more
+    # queued behind them. The run queue launches two at a time; the partitions are the campaign's.
     drive(instance, postgres, now, rng)
     wave1 = db.wave_rows(db_conn, campaign_id, 1)
-    assert len(wave1) == 2 and all(row.partition_added for row in wave1)
+    assert len(wave1) == 3 and all(row.partition_added for row in wave1)
     assert instance.get_backfill(wave_backfill_id(campaign_id, 1)).title == "drv · wave 1"
+    assert launch_limit(instance, campaign_id) == 2
 
     # One succeeds (its partition is pruned), one is throttled by S3: halved, paused, retried later.
     ok, throttled = wave1[0].ref, wave1[1].ref
@@ -172,17 +185,20 @@ def test_one_campaign_through_the_drivers_ticks(
         "throttled: concurrency 2 → 1, paused 40 s" in d["message"] for d in result["decisions"]
     )
     assert instance.get_backfill(wave_backfill_id(campaign_id, 2)) is None  # paused
+    assert launch_limit(instance, campaign_id) == 0  # its queued run waits out the pause
 
-    # After the pause: wave 2 is claimed; a crash before its backfill is repaired by the next tick.
+    # After the pause: wave 2, the throttled episode's retry, is claimed; a crash before its
+    # backfill is repaired by the next tick. The budget (1 to launch, 1 queued) is then full.
     later = now + timedelta(minutes=5)
     with postgres.transaction() as conn:
         claimed = db.claim_wave(conn, campaign_id, 2, 1, 1, later)
         db.update_campaign(conn, campaign_id, next_wave=3)
+    assert [row.ref for row in claimed] == [throttled]
     drive(instance, postgres, later, rng)
     repaired = instance.get_backfill(wave_backfill_id(campaign_id, 2))
-    assert repaired is not None and repaired.partition_names == [claimed[0].ref.partition_key]
+    assert repaired is not None and repaired.partition_names == [throttled.partition_key]
     result = commands.status(db_conn, campaign_id)
-    # The throttled episode may be retried now, but the governor's one slot is taken.
-    assert (result["state"], result["counts"]["requested"]) == ("running", 1)
+    assert (result["state"], result["counts"]["requested"]) == ("running", 2)
+    assert launch_limit(instance, campaign_id) == 1
     assert result["target_code_version"] == target
-    assert "2 done, 1 failed (to retry)" in commands.format_status(result)
+    assert "2 done, 0 failed (to retry), 0 rejected, 2 in flight" in commands.format_status(result)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import random
 from datetime import UTC, datetime, timedelta
 
@@ -21,7 +22,14 @@ from episode_pipeline.campaign.governor import (
     observe,
     retry_after_seconds,
 )
-from episode_pipeline.campaign.waves import WaveSettings, batches, estimate, next_wave_size
+from episode_pipeline.campaign.waves import (
+    WaveSettings,
+    batches,
+    estimate,
+    measured_rate,
+    next_wave_size,
+    runs_to_keep_in_flight,
+)
 from episode_pipeline.config.settings import CampaignSettings
 from episode_pipeline.episodes.code_versions import code_version_digest
 
@@ -35,6 +43,7 @@ def size(**overrides: object) -> int:
     values: dict = {
         "settings": WaveSettings(wave_size=100, episodes_per_run=1, max_live_partitions=100),
         "limit": 8,
+        "runs_budget": 8,
         "runs_in_flight": 0,
         "campaign_live_partitions": 0,
         "claimable": 1000,
@@ -43,18 +52,39 @@ def size(**overrides: object) -> int:
     return next_wave_size(**{**values, **overrides})
 
 
-def test_a_wave_fills_the_governors_room_in_runs_of_k_episodes() -> None:
+def test_a_wave_fills_the_runs_budget_in_runs_of_k_episodes() -> None:
     assert size() == 8
     assert size(settings=WaveSettings(wave_size=100, episodes_per_run=5)) == 40
     assert size(runs_in_flight=3) == 5
+    assert size(runs_budget=30, runs_in_flight=10) == 20  # queued beyond the limit
 
 
-def test_no_wave_until_half_the_room_is_free_nor_beyond_the_live_budget() -> None:
-    assert size(runs_in_flight=5) == 0  # 3 free of 8: wait for more
+def test_no_wave_until_half_the_limit_has_room_nor_beyond_the_live_budget() -> None:
+    assert size(runs_in_flight=5) == 0  # room for 3, half the limit is 4: wait for more
     assert size(runs_in_flight=8) == 0
+    assert size(runs_budget=40, runs_in_flight=36) == 4
     assert size(campaign_live_partitions=97) == 3  # one wave's budget
     assert size(campaign_live_partitions=100) == 0
     assert size(claimable=2) == 2
+
+
+def test_the_budget_keeps_the_limit_busy_through_a_claims_lead_time() -> None:
+    # Slow runs: one more limit's worth queued. Fast runs: what finishes in the lead time.
+    assert runs_to_keep_in_flight(8, runs_per_second=0.05, lead_seconds=90) == 16
+    assert runs_to_keep_in_flight(8, runs_per_second=0.8, lead_seconds=90) == 8 + 72
+    assert runs_to_keep_in_flight(1, runs_per_second=0.0, lead_seconds=90) == 2
+
+
+def test_the_measured_rate_follows_the_settled_episodes_per_second() -> None:
+    assert measured_rate(0.0, None, 50, NOW) == 0.0  # the first tick: nothing to divide by
+    rate = 0.0
+    for tick in range(1, 61):  # 10 minutes of 10 s ticks, 8 episodes each: 0.8/s
+        before, after = (NOW + timedelta(seconds=10 * t) for t in (tick - 1, tick))
+        rate = measured_rate(rate, before, 8, after)
+    assert 0.79 < rate <= 0.8
+    slower = measured_rate(rate, NOW, 0, NOW + timedelta(seconds=120))  # one time constant idle
+    assert abs(slower - rate / math.e) < 1e-9
+    assert measured_rate(0.3, NOW, 5, NOW) == 0.3  # no time passed
 
 
 def test_the_first_wave_is_the_canary() -> None:

@@ -164,6 +164,16 @@ def test_run_queue_limits_globally_and_per_org(production_env, instance_yaml) ->
     assert CampaignSettings().concurrency_max <= campaign <= limits["dagster/backfill"]["limit"]
 
 
+def test_the_static_run_limits_leave_room_for_each_campaigns(instance_yaml) -> None:
+    """`concurrency: runs:` would replace the coordinator's limits, and with them each campaign's
+    launch limit (defs/campaign_queue.py): production's and the laptop's keep theirs there."""
+    from episode_pipeline.local.dagster_home import instance_config
+
+    for config in (instance_yaml, instance_config("password", 5432)):
+        assert "runs" not in config.get("concurrency", {})
+        assert config["run_coordinator"]["config"]["tag_concurrency_limits"]
+
+
 def test_compute_logs_go_to_the_dagster_bucket(production_env, instance_yaml) -> None:
     from dagster_aws.s3.compute_log_manager import S3ComputeLogManager
 

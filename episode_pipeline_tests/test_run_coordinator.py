@@ -17,10 +17,15 @@ from dagster._core.test_utils import (
     create_test_daemon_workspace_context,
     instance_for_test,
 )
-from dagster._core.workspace.load_target import ModuleTarget
+from dagster._core.workspace.load_target import EmptyWorkspaceTarget, ModuleTarget
 from dagster._daemon.backfill import execute_backfill_iteration
+from dagster._daemon.run_coordinator.queued_run_coordinator_daemon import (
+    QueuedRunCoordinatorDaemon,
+)
 
 from episode_pipeline.config.settings import ECS, SUBPROCESS
+from episode_pipeline.defs.campaign_queue import CAMPAIGN_TAG, publish_limits, published_limits
+from episode_pipeline.defs.jobs import EPISODE_JOB_NAME
 from episode_pipeline.defs.run_coordinator import PLACEMENT_TAGS, is_placed, missing_episode_tags
 from episode_pipeline.defs.runs import (
     ECS_CPU_TAG,
@@ -209,3 +214,41 @@ def test_the_runs_of_a_reprocess_backfill_are_sized_by_the_queue(
     )
     assert by_episode[missing.partition_key][TRANSCODER_TAG] == SUBPROCESS
     assert ECS_CPU_TAG not in by_episode[missing.partition_key]  # the launcher's default
+
+
+# -- each campaign's launch limit ---------------------------------------------------------------
+
+
+def queued_campaign_run(instance, campaign_id: str) -> DagsterRun:
+    return create_run_for_test(
+        instance,
+        job_name=EPISODE_JOB_NAME,
+        tags={CAMPAIGN_TAG: campaign_id, PARTITION_TAG: new_ref().partition_key},
+        status=DagsterRunStatus.QUEUED,
+        remote_job_origin=JOB_ORIGIN,
+    )
+
+
+def test_the_queue_launches_a_campaigns_runs_up_to_the_limit_its_driver_published() -> None:
+    """Dagster's own dequeue, with the campaign lane of 4 as dagster.yaml's: a campaign held to
+    2 launches 2 of its 5 queued runs, one held to 0 (paused) none, and a campaign with no limit
+    published (the benchmark's ceiling) the lane's rest. The launcher records launches only."""
+    coordinator = {
+        **COORDINATOR,
+        "config": {"tag_concurrency_limits": [{"key": CAMPAIGN_TAG, "limit": 4}]},
+    }
+    launcher = {"module": "dagster._core.test_utils", "class": "MockedRunLauncher"}
+    overrides = {"run_coordinator": coordinator, "run_launcher": launcher}
+    with instance_for_test(overrides=overrides) as instance:
+        for campaign_id, runs in (("held-to-2", 5), ("paused", 3), ("unlimited", 5)):
+            for _ in range(runs):
+                queued_campaign_run(instance, campaign_id)
+        publish_limits(instance, {"held-to-2": 2, "paused": 0})
+        assert published_limits(instance) == {"held-to-2": 2, "paused": 0}
+        with create_test_daemon_workspace_context(EmptyWorkspaceTarget(), instance) as workspace:
+            list(QueuedRunCoordinatorDaemon(interval_seconds=1).run_iteration(workspace))
+        launched: dict[str, int] = {}
+        for run in instance.get_runs():
+            if run.status != DagsterRunStatus.QUEUED:
+                launched[run.tags[CAMPAIGN_TAG]] = launched.get(run.tags[CAMPAIGN_TAG], 0) + 1
+    assert launched == {"held-to-2": 2, "unlimited": 2}

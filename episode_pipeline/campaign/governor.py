@@ -1,4 +1,4 @@
-"""The campaign's governor (AIMD, seed 004's): how many campaign runs may be in flight.
+"""The campaign's governor (AIMD, seed 004's): how many of its runs are launched at once.
 
 Backpressure halves the limit (never below `min_limit`) and pauses the campaign for the
 `Retry-After` given, or `pause_seconds`: S3 answering SlowDown/503, ECS RunTask throttling or
@@ -77,6 +77,9 @@ class GovernorState:
     ok_streak: int = 0
     paused_until: datetime | None = None
     recent: tuple[bool, ...] = field(default=())  # the last `window` outcomes, True = success
+    # The pace the driver measured (waves.measured_rate): how many runs to keep queued.
+    episodes_per_second: float = 0.0
+    measured_at: datetime | None = None
 
     @classmethod
     def start(cls, settings: GovernorSettings) -> GovernorState:
@@ -88,17 +91,20 @@ class GovernorState:
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
         data["paused_until"] = self.paused_until.isoformat() if self.paused_until else None
+        data["measured_at"] = self.measured_at.isoformat() if self.measured_at else None
         data["recent"] = list(self.recent)
         return data
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> GovernorState:
-        paused = data.get("paused_until")
+        paused, measured = data.get("paused_until"), data.get("measured_at")
         return cls(
             limit=int(data["limit"]),
             ok_streak=int(data.get("ok_streak", 0)),
             paused_until=datetime.fromisoformat(paused) if paused else None,
             recent=tuple(bool(v) for v in data.get("recent", ())),
+            episodes_per_second=float(data.get("episodes_per_second", 0.0)),
+            measured_at=datetime.fromisoformat(measured) if measured else None,
         )
 
 

@@ -1,15 +1,20 @@
-"""Wave sizing and the plan's estimates (pure).
+"""Wave sizing, the campaign's pace and the plan's estimates (pure).
 
-A wave is the episodes one driver tick claims and hands to the run queue as one backfill. Its
-size is bounded by the governor's room (campaign runs in flight below the limit, each run K
-episodes), by the live-partition budget (the campaign's own live partitions stay within one
-wave: `max_live_partitions`) and by the wave size. The first wave is the canary's.
+A wave is the episodes one driver tick claims and hands to the run queue as one backfill. The
+governor's limit is how many campaign runs the run queue launches at once (the driver publishes
+it as a tag limit, defs/campaign_queue.py). To keep those slots busy while the next wave is on
+its way (a driver tick, then the backfill daemon's), the campaign keeps more runs claimed than it
+launches: the limit plus the runs that finish in that lead time (Little's law), at least one more
+limit's worth (`runs_to_keep_in_flight`). A wave fills that budget, bounded by the live-partition
+budget (the campaign's own live partitions stay within `max_live_partitions`) and by the wave
+size. The first wave is the canary's.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
+from datetime import datetime
 from typing import Any
 
 
@@ -24,18 +29,40 @@ class WaveSettings:
             raise ValueError(f"wave settings must be positive: {self}")
 
 
+RATE_TIME_CONSTANT_SECONDS = 120.0  # how fast the measured pace follows a change
+
+
+def measured_rate(rate: float, measured_at: datetime | None, settled: int, now: datetime) -> float:
+    """Episodes settled per second, an exponentially weighted mean over ticks of any length:
+    `settled` episodes ended since `measured_at` (None: the first tick, nothing to divide by)."""
+    if measured_at is None:
+        return rate
+    seconds = (now - measured_at).total_seconds()
+    if seconds <= 0:
+        return rate
+    weight = 1 - math.exp(-seconds / RATE_TIME_CONSTANT_SECONDS)
+    return rate + weight * (settled / seconds - rate)
+
+
+def runs_to_keep_in_flight(limit: int, runs_per_second: float, lead_seconds: float) -> int:
+    """Campaign runs to keep claimed: the `limit` the run queue launches, plus the queued ones
+    that keep them busy for `lead_seconds` (a claim's way to the queue), at least `limit`."""
+    return limit + max(limit, math.ceil(runs_per_second * lead_seconds))
+
+
 def next_wave_size(
     *,
     settings: WaveSettings,
     limit: int,
+    runs_budget: int,
     runs_in_flight: int,
     campaign_live_partitions: int,
     claimable: int,
     canary_size: int | None,
 ) -> int:
-    """Episodes to claim now (0: wait). A wave starts only with at least half the governor's
-    room free, so waves are not one episode each as runs trickle to an end."""
-    room_runs = limit - runs_in_flight
+    """Episodes to claim now (0: wait). A wave starts only with room for at least half the
+    governor's limit, so waves are not one episode each as runs trickle to an end."""
+    room_runs = runs_budget - runs_in_flight
     if room_runs <= 0 or room_runs < math.ceil(limit / 2):
         return 0
     size = min(

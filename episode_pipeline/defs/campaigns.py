@@ -11,6 +11,7 @@ next one — the ledger is committed before the backfill, whose id is derived fr
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import random
 from collections import defaultdict
@@ -33,9 +34,10 @@ from episode_pipeline.campaign.governor import (
     observe,
     retry_after_seconds,
 )
-from episode_pipeline.campaign.waves import next_wave_size
+from episode_pipeline.campaign.waves import measured_rate, next_wave_size, runs_to_keep_in_flight
 from episode_pipeline.db import campaigns as db
 from episode_pipeline.defs.backfills import record_backfill
+from episode_pipeline.defs.campaign_queue import CAMPAIGN_TAG, publish_limits
 from episode_pipeline.defs.jobs import EPISODE_JOB_NAME
 from episode_pipeline.defs.partitions import EPISODES_PARTITION_NAME
 from episode_pipeline.defs.resources.database import PostgresResource
@@ -43,12 +45,15 @@ from episode_pipeline.defs.retention import _connect, delete_episodes
 from episode_pipeline.defs.runs import IN_FLIGHT_STATUSES, PARTITION_TAG, known_partitions
 from episode_pipeline.runtime.injection_points import reach
 
-CAMPAIGN_TAG = "episode_pipeline/campaign"  # the run queue's campaign limit reads it
 CAMPAIGN_WAVE_TAG = "episode_pipeline/campaign_wave"
 # Below the uploads' (Dagster's default 0): a fresh upload's run is dequeued first.
 CAMPAIGN_PRIORITY = "-10"
 AFTER_CLAIM = "campaign.after_claim"  # injection point: the wave committed, no backfill yet
 PRUNE_PER_TICK = 2_000
+# A claim's way to the run queue beyond the driver's own tick: the backfill daemon's iteration
+# (Dagster's 30 s) and a dequeue (dagster.yaml's 5 s). The runs queued cover it (waves.py).
+BACKFILL_LEAD_SECONDS = 35.0
+DEFAULT_TICK_SECONDS = 30.0
 FINISHED = (DagsterRunStatus.SUCCESS, DagsterRunStatus.FAILURE, DagsterRunStatus.CANCELED)
 CANARY_WAVE = 0
 
@@ -102,6 +107,7 @@ class TickReport:
     claimed: int = 0
     wave: int | None = None
     limit: int = 0
+    launch_limit: int = 0  # what the run queue may launch now (0: paused, stopped, canceled)
     counts: dict[str, int] = field(default_factory=dict)
     decisions: list[str] = field(default_factory=list)
 
@@ -178,8 +184,10 @@ def drive(
     postgres: PostgresResource,
     now: datetime | None = None,
     rng: random.Random | None = None,
+    tick_seconds: float = DEFAULT_TICK_SECONDS,
 ) -> list[TickReport]:
-    """One tick over every campaign not finished (running ones also claim)."""
+    """One tick over every campaign not finished (running ones also claim), then the launch
+    limits published for the run queue (defs/campaign_queue.py)."""
     now = now or datetime.now(UTC)
     rng = rng or random.Random()
     with postgres.transaction() as conn:
@@ -187,10 +195,14 @@ def drive(
             conn, (ledger.RUNNING, ledger.PAUSED, ledger.STOPPED, ledger.CANCELED)
         )
     ours = registered(instance, [campaign.id for campaign in active])
-    reports = []
-    for campaign in (c for c in active if c.id in ours):
-        reports.append(drive_campaign(instance, postgres, campaign.id, now, rng))
-    return [report for report in reports if report is not None]
+    lead_seconds = 2 * tick_seconds + BACKFILL_LEAD_SECONDS
+    reports = [
+        drive_campaign(instance, postgres, campaign.id, now, rng, lead_seconds)
+        for campaign in active
+        if campaign.id in ours
+    ]
+    publish_limits(instance, {report.campaign: report.launch_limit for report in reports})
+    return reports
 
 
 def drive_campaign(
@@ -199,6 +211,7 @@ def drive_campaign(
     campaign_id: str,
     now: datetime,
     rng: random.Random,
+    lead_seconds: float = 2 * DEFAULT_TICK_SECONDS + BACKFILL_LEAD_SECONDS,
 ) -> TickReport:
     report = TickReport(campaign_id)
     repair: dict[int, list[db.LedgerRow]] = defaultdict(list)
@@ -238,6 +251,14 @@ def drive_campaign(
             db.apply_outcome(conn, campaign_id, row.ref, transition, run.run_id)
             report.reconciled[transition.state] = report.reconciled.get(transition.state, 0) + 1
         governor, decisions = observe(governor, observations, config.governor, now)
+        settled = sum(report.reconciled.values())
+        governor = dataclasses.replace(
+            governor,
+            episodes_per_second=measured_rate(
+                governor.episodes_per_second, governor.measured_at, settled, now
+            ),
+            measured_at=now,
+        )
         for decision in decisions:
             db.log_decision(conn, campaign_id, "governor", decision.message, decision.details())
             report.decisions.append(decision.message)
@@ -277,6 +298,8 @@ def drive_campaign(
         assert campaign is not None
         counts = db.state_counts(conn, campaign_id)
         report.counts, report.state, report.limit = counts, campaign.state, governor.limit
+        if campaign.state == ledger.RUNNING and not governor.is_paused(now):
+            report.launch_limit = governor.limit
         if campaign.state == ledger.CANCELED:
             return report
         if ledger.is_finished(counts):
@@ -289,7 +312,7 @@ def drive_campaign(
             return report
         canary = judge_canary(conn, campaign, config)
         if canary == "stopped":
-            report.state = ledger.STOPPED
+            report.state, report.launch_limit = ledger.STOPPED, 0
             report.decisions.append("canary stopped the campaign")
             return report
         if governor.is_paused(now):
@@ -297,9 +320,13 @@ def drive_campaign(
         in_flight = db.requested_rows(conn, campaign_id)
         runs_in_flight = len({row.batch_key for row in in_flight})
         claimable = db.claimable_count(conn, campaign_id, now)
+        per_run = config.waves.episodes_per_run
         size = next_wave_size(
             settings=config.waves,
             limit=governor.limit,
+            runs_budget=runs_to_keep_in_flight(
+                governor.limit, governor.episodes_per_second / per_run, lead_seconds
+            ),
             runs_in_flight=runs_in_flight,
             campaign_live_partitions=db.live_added_partitions(conn, campaign_id) + len(in_flight),
             claimable=claimable,

@@ -23,6 +23,9 @@ episodes transcode in its task (`transcode.placement.place_batch`).
 Runs executed in-process (`dagster asset materialize`, `dg launch`, `episode-pipeline process`,
 a batch run's episodes) never pass through the queue: they take no slot, obey no limit and start
 no ECS task to size.
+
+Its run queue holds each campaign to the launch limit its governor published (the tag limits of
+`dagster.yaml`, plus one per campaign: defs/campaign_queue.py).
 """
 
 from __future__ import annotations
@@ -36,12 +39,14 @@ import psycopg
 from botocore.exceptions import BotoCoreError, ClientError
 from dagster import DagsterRunStatus
 from dagster._core.run_coordinator import QueuedRunCoordinator, SubmitRunContext
+from dagster._core.run_coordinator.queued_run_coordinator import RunQueueConfig
 from dagster._core.storage.dagster_run import DagsterRun
 
 from episode_pipeline.config.settings import DatabaseSettings, Settings, TranscodeSettings
 from episode_pipeline.db.batches import batch_episodes
 from episode_pipeline.db.connection import connect
 from episode_pipeline.defs.batches import BATCH_JOB_NAME
+from episode_pipeline.defs.campaign_queue import limit_entries, published_limits
 from episode_pipeline.defs.runs import (
     ECS_CPU_TAG,
     ECS_MEMORY_TAG,
@@ -95,6 +100,16 @@ class EpisodeRunCoordinator(QueuedRunCoordinator):
                 tagged = run.with_tags({**run.tags, **missing})
                 context = SubmitRunContext(tagged, context.workspace)
         return super().submit_run(context)
+
+    def get_run_queue_config(self) -> RunQueueConfig:
+        """`dagster.yaml`'s limits and each campaign's governor's (read on every dequeue)."""
+        config = super().get_run_queue_config()
+        limits = published_limits(self._instance) if self.has_instance else {}
+        if not limits:
+            return config
+        return config._replace(
+            tag_concurrency_limits=[*config.tag_concurrency_limits, *limit_entries(limits)]
+        )
 
     def _placement_tags(self, run: DagsterRun) -> dict[str, str]:
         if is_placed(run.tags) or self._sizing is None:

@@ -78,14 +78,12 @@ def instance_config(
             # Dagster's default 5 s is felt on a laptop, where a run starts in seconds (on ECS
             # a task's start dwarfs it); the dequeue query is one cheap read. Launches of one
             # dequeue go side by side, as in production (config/daemon_throughput.py).
+            # The limits sit here, as in dagster.yaml, not under `concurrency: runs:` (which
+            # would replace the coordinator's, and with them each campaign's launch limit).
             "config": {
                 "dequeue_interval_seconds": 1,
                 "dequeue_use_threads": True,
                 "dequeue_num_workers": throughput.DEQUEUE_WORKERS,
-            },
-        },
-        "concurrency": {
-            "runs": {
                 "max_concurrent_runs": MAX_CONCURRENT_RUNS,
                 # One run per org at a time: an org's uploads are processed in arrival order
                 # and one busy org cannot take every slot.
@@ -95,6 +93,8 @@ def instance_config(
                     {"key": "episode_pipeline/campaign", "limit": 2},
                 ],
             },
+        },
+        "concurrency": {
             "pools": {"default_limit": DEFAULT_POOL_LIMIT},
         },
         "run_monitoring": {

@@ -36,7 +36,7 @@ def campaign_driver(settings: CampaignSettings | None = None) -> SensorDefinitio
         with postgres.connect() as conn:
             if not has_outputs_table(conn):
                 return SkipReason("no campaigns table (migration 004): nothing to drive")
-        reports = drive(context.instance, postgres)
+        reports = drive(context.instance, postgres, tick_seconds=settings.tick_seconds)
         for report in reports:
             context.log.info(report.describe())
         if not reports:

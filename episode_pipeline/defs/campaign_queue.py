@@ -1,0 +1,47 @@
+"""The governor's limit, enforced by the run queue (docs/operations.md#reprocess-the-fleet).
+
+The campaign keeps more runs queued than it may launch (campaign/waves.py: the next wave takes a
+driver tick and a backfill daemon iteration to reach the queue). What it may launch is the
+governor's limit, per campaign. The driver publishes those limits each tick in the instance's
+key-value store (one key). The run coordinator adds them to `dagster.yaml`'s tag limits on each
+dequeue: `episode_pipeline/campaign=<id>` at most `limit` runs at once, 0 while the campaign is
+paused (by the governor's backpressure or an operator), stopped or canceled. A halving takes
+effect at the next dequeue. Running runs finish; queued ones wait.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from dagster import DagsterInstance
+
+CAMPAIGN_TAG = "episode_pipeline/campaign"  # the run queue's campaign lane reads it
+LIMITS_KEY = "episode_pipeline/campaign_limits"
+log = logging.getLogger(__name__)
+
+
+def publish_limits(instance: DagsterInstance, limits: Mapping[str, int]) -> None:
+    """Each driven campaign's launch limit (campaign id → runs), replacing the last tick's."""
+    instance.run_storage.set_cursor_values({LIMITS_KEY: json.dumps(dict(sorted(limits.items())))})
+
+
+def published_limits(instance: DagsterInstance) -> dict[str, int]:
+    """The limits the driver published; {} when none, or unreadable (the run queue then keeps
+    `dagster.yaml`'s lane alone, and says why in the daemon's log)."""
+    try:
+        raw = instance.run_storage.get_cursor_values({LIMITS_KEY}).get(LIMITS_KEY)
+        return {str(key): int(value) for key, value in json.loads(raw).items()} if raw else {}
+    except Exception as error:  # a dequeue must not fail on this: the lane still holds
+        log.warning(f"campaign limits not read ({error}): the campaign lane alone applies")
+        return {}
+
+
+def limit_entries(limits: Mapping[str, int]) -> list[dict[str, Any]]:
+    """`tag_concurrency_limits` entries for the published limits."""
+    return [
+        {"key": CAMPAIGN_TAG, "value": campaign_id, "limit": max(0, limit)}
+        for campaign_id, limit in sorted(limits.items())
+    ]
