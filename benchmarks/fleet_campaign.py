@@ -29,8 +29,10 @@ no materialization, no frames, no HLS. K = 1 only (the batch job's runs are not 
   backfill page — its documents written here after the UI's `/runs/b/<id>` page, not recorded
   from a browser) at the live count near its maximum, warm; `..._after_add` the same replayed once
   right after a new partition was added (the partition caches invalidated). Target ≤ 3 s.
-- `campaign_throughput`: succeeded episodes/s from the canary's end to the slice's end (the
-  steady state, the kill and restart included; without them in `rate_before_the_kill`).
+- `campaign_throughput`: succeeded episodes/s from the canary's end to the kill (the steady
+  state; with the kill and the restart, to the slice's end, in `rate_with_the_kill`). The
+  campaign starts at the governor's maximum (`--concurrency`, `CAMPAIGN_CONCURRENCY_MAX`): the
+  ramp from the default start is the governor's choice, not the orchestration's cost.
   **The ceiling** is the run queue's measured rate with nothing else running: a backfill of
   `fleet_campaign_ceiling_runs` window episodes with the campaign's tags (its lane, priority),
   recorded directly (no driver, no ledger), through the same daemon, run queue and stand-in, its
@@ -456,14 +458,27 @@ class Sampler(threading.Thread):
         from episode_pipeline.db import campaigns as db
         from episode_pipeline.db.connection import connect
 
+        from dagster import DagsterRunStatus, RunsFilter
+
+        from episode_pipeline.defs.campaigns import CAMPAIGN_TAG
+
         with connect(self.fleet.settings.database) as conn:
             counts = db.state_counts(conn, self.campaign_id)
             campaign = db.get_campaign(conn, self.campaign_id)
+        runs = {
+            status.value.lower(): self.fleet.instance.get_runs_count(
+                RunsFilter(tags={CAMPAIGN_TAG: self.campaign_id}, statuses=[status])
+            )
+            for status in (DagsterRunStatus.QUEUED, DagsterRunStatus.STARTING,
+                           DagsterRunStatus.STARTED)
+        }  # fmt: skip
         sample = {
             "t": round(time.time(), 1),
             "load": load(),
             "live_partitions": live_partitions(self.fleet.dsn),
             "counts": counts,
+            "runs": runs,  # the launch limit held (starting + started), the queue kept fed
+            "limit": (campaign.governor or {}).get("limit") if campaign else None,
             "next_wave": campaign.next_wave if campaign else None,
             "state": campaign.state if campaign else None,
         }
@@ -519,10 +534,12 @@ def start_campaign(fleet: Any, name: str) -> tuple[str, dict[str, Any], float]:
     from benchmarks import fleet_state
     from episode_pipeline.cli import build_parser
     from episode_pipeline.commands import campaign as commands
+    from episode_pipeline.config.settings import CampaignSettings
     from episode_pipeline.db.connection import connect
 
     args = build_parser().parse_args(
         ["campaign", "start", "--stale", "--org", fleet_state.FLEET_ORG, "--name", name]
+        + ["--concurrency", str(CampaignSettings().concurrency_max)]
     )
     started = time.perf_counter()
     with connect(fleet.settings.database) as conn:
@@ -674,11 +691,11 @@ def summarise(details: dict[str, Any], fleet: Any) -> None:
         done = inside[-1]["counts"].get("succeeded", 0) - inside[0]["counts"].get("succeeded", 0)
         return done / (inside[-1]["t"] - inside[0]["t"])
 
-    # The steady state: from the canary's end to the slice's end, the kill and restart included.
+    # The steady state: from the canary's end to the kill; and on to the slice's end.
     start = canary_done["t"] if canary_done else math.inf
-    steady = [s for s in samples if s["t"] >= start]
-    rate = rate_between(start, math.inf)
-    details["rate_before_the_kill"] = round(rate_between(start, killed), 4)
+    steady = [s for s in samples if start <= s["t"] <= killed]
+    rate = rate_between(start, killed)
+    details["rate_with_the_kill"] = round(rate_between(start, math.inf), 4)
     total = details["episodes"]
     succeeded = samples[-1]["counts"].get("succeeded", 0) if samples else 0
     size = fleet.state.size
