@@ -455,11 +455,10 @@ class Sampler(threading.Thread):
         self.stop = threading.Event()
 
     def take(self) -> dict[str, Any]:
-        from episode_pipeline.db import campaigns as db
-        from episode_pipeline.db.connection import connect
-
         from dagster import DagsterRunStatus, RunsFilter
 
+        from episode_pipeline.db import campaigns as db
+        from episode_pipeline.db.connection import connect
         from episode_pipeline.defs.campaigns import CAMPAIGN_TAG
 
         with connect(self.fleet.settings.database) as conn:
@@ -537,9 +536,9 @@ def start_campaign(fleet: Any, name: str) -> tuple[str, dict[str, Any], float]:
     from episode_pipeline.config.settings import CampaignSettings
     from episode_pipeline.db.connection import connect
 
+    start = ["campaign", "start", "--stale", "--org", fleet_state.FLEET_ORG, "--name", name]
     args = build_parser().parse_args(
-        ["campaign", "start", "--stale", "--org", fleet_state.FLEET_ORG, "--name", name]
-        + ["--concurrency", str(CampaignSettings().concurrency_max)]
+        [*start, "--concurrency", str(CampaignSettings().concurrency_max)]
     )
     started = time.perf_counter()
     with connect(fleet.settings.database) as conn:
