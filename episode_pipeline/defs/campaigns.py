@@ -319,7 +319,7 @@ def drive_campaign(
             return report
         in_flight = db.requested_rows(conn, campaign_id)
         runs_in_flight = len({row.batch_key for row in in_flight})
-        claimable = db.claimable_count(conn, campaign_id, now)
+        claimable = db.claimable_count(conn, campaign_id, now, config.waves.wave_size)
         per_run = config.waves.episodes_per_run
         size = next_wave_size(
             settings=config.waves,
