@@ -56,10 +56,10 @@ from episode_pipeline.defs.runs import (
     episode_tags,
     placement_tags,
 )
-from episode_pipeline.defs.sensors.lost_uploads import newest_raw_archive
 from episode_pipeline.episodes.keys import InvalidEpisodeKey
 from episode_pipeline.storage.bucket import Bucket
 from episode_pipeline.transcode.placement import Placement, place, place_batch
+from episode_pipeline.uploads.listing import newest_raw_archive
 
 PLACEMENT_TAGS = (TRANSCODER_TAG, ECS_CPU_TAG, ECS_MEMORY_TAG)
 log = logging.getLogger(__name__)
