@@ -160,7 +160,8 @@ def status(conn: Any, campaign_id: str, now: datetime | None = None) -> dict[str
         "eta_hours": round(remaining / rate, 2)
         if rate and remaining
         else (0 if not remaining else None),
-        "concurrency": governor.limit,
+        "concurrency": governor.limit,  # runs the run queue launches at once
+        "measured_episodes_per_second": round(governor.episodes_per_second, 3),
         "paused_until": governor.paused_until.isoformat() if governor.is_paused(now) else None,
         "waves_started": campaign.next_wave,
         "report": campaign.report,
@@ -177,7 +178,7 @@ def format_status(s: dict[str, Any]) -> str:
         f"{c['requested']} in flight, {c['pending']} pending of {s['episodes']}",
         f"  rate {s['rate_per_hour']}/h, ETA "
         + (f"{s['eta_hours']} h" if s["eta_hours"] is not None else "unknown")
-        + f"; concurrency {s['concurrency']}"
+        + f"; concurrency {s['concurrency']} (pace {s['measured_episodes_per_second']}/s)"
         + (f", paused until {s['paused_until']}" if s["paused_until"] else "")
         + f"; {s['waves_started']} wave(s) started",
     ]
