@@ -287,25 +287,31 @@ def release(conn: psycopg.Connection, campaign_id: str, refs: Iterable[EpisodeRe
     return max(cursor.rowcount, 0)
 
 
-def settled_added_partitions(conn: psycopg.Connection, campaign_id: str, limit: int) -> list[str]:
-    """Partitions the campaign added whose episode succeeded: the driver prunes them."""
+def settled_added_partitions(
+    conn: psycopg.Connection, campaign_id: str, limit: int
+) -> list[EpisodeRef]:
+    """Episodes whose partition the campaign added and whose episode succeeded: the driver
+    prunes them (migration 006's index holds only the added rows)."""
     rows = conn.execute(
-        "SELECT org_id || '/' || episode_id FROM campaign_episodes WHERE campaign_id = %s"
+        "SELECT org_id, episode_id FROM campaign_episodes WHERE campaign_id = %s"
         " AND partition_added AND state = %s LIMIT %s",
         (campaign_id, SUCCEEDED, limit),
     ).fetchall()
-    return [row[0] for row in rows]
+    return [EpisodeRef(org, episode) for org, episode in rows]
 
 
-def forget_partitions(conn: psycopg.Connection, campaign_id: str, keys: Iterable[str]) -> None:
+def forget_partitions(
+    conn: psycopg.Connection, campaign_id: str, refs: Iterable[EpisodeRef]
+) -> None:
     conn.cursor().executemany(
         "UPDATE campaign_episodes SET partition_added = false"
-        " WHERE campaign_id = %s AND org_id || '/' || episode_id = %s",
-        [(campaign_id, key) for key in keys],
+        " WHERE campaign_id = %s AND org_id = %s AND episode_id = %s",
+        [(campaign_id, ref.org_id, ref.episode_id) for ref in refs],
     )
 
 
 def live_added_partitions(conn: psycopg.Connection, campaign_id: str) -> int:
+    """The partitions the campaign added and has not pruned (at most a wave's budget)."""
     row = conn.execute(
         "SELECT count(*) FROM campaign_episodes WHERE campaign_id = %s AND partition_added",
         (campaign_id,),

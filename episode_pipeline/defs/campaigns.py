@@ -424,13 +424,13 @@ def prune_settled(instance: DagsterInstance, postgres: PostgresResource, campaig
     """Delete what Dagster holds of the partitions this campaign added once their episode
     succeeded (retention's statements): the campaign's live partitions stay within a wave."""
     with postgres.transaction() as conn:
-        keys = db.settled_added_partitions(conn, campaign_id, PRUNE_PER_TICK)
-    if not keys:
+        refs = db.settled_added_partitions(conn, campaign_id, PRUNE_PER_TICK)
+    if not refs:
         return 0
     with _connect(instance) as dagster_conn:
-        counts = delete_episodes(dagster_conn, keys)
+        counts = delete_episodes(dagster_conn, [ref.partition_key for ref in refs])
     with postgres.transaction() as conn:
-        db.forget_partitions(conn, campaign_id, keys)
+        db.forget_partitions(conn, campaign_id, refs)
     return counts.get("partitions", 0)
 
 
