@@ -197,6 +197,7 @@ class Config:
     # (fleet_campaign.py; results/fleet-campaign/)
     fleet_campaign_seconds: int = 0
     fleet_campaign_ceiling_runs: int = 120  # stand-in runs of the run queue's ceiling
+    ledger_sizes: str = "100000,1000000"  # campaign_ledger's campaigns (rows each)
     archive_padding_mb: int = 64  # incompressible mp4-named members added to the sample
     big_archive_mb: int = 2048  # the big archive whose extraction's peak RSS is checked (0: skip)
     padding_files: int = 4
@@ -226,6 +227,7 @@ class Config:
             fleet_reconcile_ticks=1,
             fleet_s3_objects=100,
             fleet_daemon_uploads=20,
+            ledger_sizes="3000,6000",
             archive_padding_mb=4,
             big_archive_mb=0,
             padding_files=2,

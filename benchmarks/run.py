@@ -26,6 +26,7 @@ from typing import Any
 
 from benchmarks import (
     batch,
+    campaign_ledger,
     end_to_end,
     extraction,
     fleet,
@@ -48,10 +49,11 @@ STAGES: dict[str, ModuleType] = {
     hls.NAME: hls,
     end_to_end.NAME: end_to_end,
     batch.NAME: batch,
+    campaign_ledger.NAME: campaign_ledger,
     fleet.NAME: fleet,
 }
 # Stages `make bench` leaves out (their minutes would break its ten): run with `--stage NAME`.
-ON_REQUEST = (batch.NAME,)
+ON_REQUEST = (batch.NAME, campaign_ledger.NAME)
 DEFAULT_OUT = REPO_ROOT / "benchmarks" / "results"
 SCHEMA_VERSION = 2  # 2: baseline_name, samples and spread, target and met per figure
 

@@ -18,7 +18,7 @@ from benchmarks.common import Result
 from benchmarks.sensor import Drain, ShardedQueue, shard_sizes
 from episode_pipeline.local.stack import StackInfo
 
-QUICK_STAGES = ["sensor", "frames_load", "frame_conversion", "extraction"]
+QUICK_STAGES = ["sensor", "frames_load", "frame_conversion", "extraction", "campaign_ledger"]
 RESULT_KEYS = {
     "stage",
     "metric",
