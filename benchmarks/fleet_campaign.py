@@ -800,9 +800,73 @@ def figures(samples: list[Any]) -> list[Any]:
     return results
 
 
+# -- the profile of the missed targets -------------------------------------------------------------
+
+
+def top_frames(collapsed: Path, top: int = 25) -> list[str]:
+    """py-spy's raw (collapsed) stacks → the frames with the most samples, inclusive."""
+    samples: dict[str, int] = {}
+    total = 0
+    for line in collapsed.read_text().splitlines():
+        stack, _, count = line.rpartition(" ")
+        if not stack or not count.isdigit():
+            continue
+        total += int(count)
+        for frame in set(stack.split(";")):
+            samples[frame] = samples.get(frame, 0) + int(count)
+    ranked = sorted(samples.items(), key=lambda item: -item[1])[:top]
+    lines = [f"{collapsed.name}: {total} samples at 100 Hz"]
+    lines += [f"  {100 * n / max(1, total):5.1f}%  {frame}" for frame, n in ranked]
+    return lines
+
+
+def write_profile(results: dict[str, Any], pyspy: Path | None, target: Path) -> None:
+    """Where a missed target's time goes: the driver's waves and the samples (throughput, the
+    live count), and the webserver's py-spy stacks after an added partition (the pages)."""
+    lines = [f"# fleet-campaign: where the missed targets' time goes ({results['generated_at']})"]
+    for row in results["results"]:
+        if row["stage"] == "fleet" and row["metric"].startswith("campaign_"):
+            met = {True: "met", False: "MISSED", None: "-"}[row.get("met")]
+            lines.append(f"- {row['metric']}: {row['ours']} {row['unit']} against "
+                         f"{row['baseline']} ({row.get('target')}): {met}")  # fmt: skip
+    throughput = next(
+        (r for r in results["results"] if r["metric"].startswith("campaign_throughput")), None
+    )
+    details = (throughput or {}).get("details", {})
+    campaign = next(
+        (s["details"]["campaign"] for s in results.get("facts", {}).get("fleet_samples", [])
+         if "campaign" in s.get("details", {})), None,
+    )  # fmt: skip
+    if campaign:
+        decisions = campaign.get("decisions", [])
+        start = decisions[0]["at"] if decisions else 0.0
+        lines += ["", "## The driver's waves (campaign_decisions)", ""]
+        lines += [f"  +{d['at'] - start:7.1f} s  {d['kind']:<9} {d['message']}" for d in decisions]
+        lines += ["", "## Samples (t, load, live partitions, ledger, campaign runs, limit)", ""]
+        first = campaign["samples"][0]["t"] if campaign.get("samples") else 0.0
+        for sample in campaign.get("samples", []):
+            lines.append(
+                f"  +{sample['t'] - first:6.1f} s load {sample['load']:5.2f} live "
+                f"{sample['live_partitions']} {sample['counts']} runs {sample.get('runs')} "
+                f"limit {sample.get('limit')} next_wave {sample['next_wave']}"
+            )
+    if details:
+        lines += ["", "## Throughput summary", "", f"  {json.dumps(details, default=str)[:3000]}"]
+    if pyspy and pyspy.exists():
+        lines += ["", "## UI pages after an added partition: py-spy of the webserver", ""]
+        for collapsed in sorted(pyspy.glob("pyspy-after-add-*.txt")):
+            lines += [*top_frames(collapsed), ""]
+    target.write_text("\n".join(lines) + "\n")
+
+
 if __name__ == "__main__":
     if sys.argv[1:2] == ["worker"] and len(sys.argv) == 3:
         standin_worker(Path(sys.argv[2]))
+    elif sys.argv[1:2] == ["profile"] and len(sys.argv) == 5:
+        found = json.loads(Path(sys.argv[2]).read_text())
+        write_profile(found, Path(sys.argv[3]), Path(sys.argv[4]))
     else:
-        print("python -m benchmarks.fleet_campaign worker STOP_FILE", file=sys.stderr)
+        print("python -m benchmarks.fleet_campaign worker STOP_FILE\n"
+              "python -m benchmarks.fleet_campaign profile LATEST.json PYSPY_DIR OUT.txt",
+              file=sys.stderr)  # fmt: skip
         sys.exit(2)

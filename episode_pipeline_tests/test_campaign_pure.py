@@ -75,13 +75,14 @@ def test_the_budget_keeps_the_limit_busy_through_a_claims_lead_time() -> None:
     assert runs_to_keep_in_flight(1, runs_per_second=0.0, lead_seconds=90) == 2
 
 
-def test_the_measured_rate_follows_the_settled_episodes_per_second() -> None:
+def test_the_measured_rate_rises_at_once_and_falls_slowly() -> None:
     assert measured_rate(0.0, None, 50, NOW) == 0.0  # the first tick: nothing to divide by
-    rate = 0.0
-    for tick in range(1, 61):  # 10 minutes of 10 s ticks, 8 episodes each: 0.8/s
+    assert measured_rate(0.0, NOW, 24, NOW + timedelta(seconds=30)) == 0.8  # at once
+    rate = 0.8
+    for tick in range(1, 11):  # 10 ticks of 10 s at 0.8/s: it stays
         before, after = (NOW + timedelta(seconds=10 * t) for t in (tick - 1, tick))
         rate = measured_rate(rate, before, 8, after)
-    assert 0.79 < rate <= 0.8
+    assert abs(rate - 0.8) < 1e-9
     slower = measured_rate(rate, NOW, 0, NOW + timedelta(seconds=120))  # one time constant idle
     assert abs(slower - rate / math.e) < 1e-9
     assert measured_rate(0.3, NOW, 5, NOW) == 0.3  # no time passed

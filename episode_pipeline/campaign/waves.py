@@ -33,15 +33,18 @@ RATE_TIME_CONSTANT_SECONDS = 120.0  # how fast the measured pace follows a chang
 
 
 def measured_rate(rate: float, measured_at: datetime | None, settled: int, now: datetime) -> float:
-    """Episodes settled per second, an exponentially weighted mean over ticks of any length:
-    `settled` episodes ended since `measured_at` (None: the first tick, nothing to divide by)."""
+    """Episodes settled per second: `settled` ended since `measured_at` (None: the first tick,
+    nothing to divide by). It rises at once to a faster tick's pace and falls exponentially
+    (`RATE_TIME_CONSTANT_SECONDS`): a queue kept too long costs live partitions (bounded by the
+    live budget), one too short idles what the run queue may launch."""
     if measured_at is None:
         return rate
     seconds = (now - measured_at).total_seconds()
     if seconds <= 0:
         return rate
+    instant = settled / seconds
     weight = 1 - math.exp(-seconds / RATE_TIME_CONSTANT_SECONDS)
-    return rate + weight * (settled / seconds - rate)
+    return max(instant, rate + weight * (instant - rate))
 
 
 def runs_to_keep_in_flight(limit: int, runs_per_second: float, lead_seconds: float) -> int:
