@@ -55,6 +55,7 @@ import contextlib
 import json
 import math
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -812,7 +813,7 @@ def top_frames(collapsed: Path, top: int = 25) -> list[str]:
         if not stack or not count.isdigit():
             continue
         total += int(count)
-        for frame in set(stack.split(";")):
+        for frame in {re.sub(r":\d+\)$", ")", f) for f in stack.split(";")}:
             samples[frame] = samples.get(frame, 0) + int(count)
     ranked = sorted(samples.items(), key=lambda item: -item[1])[:top]
     lines = [f"{collapsed.name}: {total} samples at 100 Hz"]
