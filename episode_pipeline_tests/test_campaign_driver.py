@@ -202,3 +202,42 @@ def test_one_campaign_through_the_drivers_ticks(
     assert launch_limit(instance, campaign_id) == 1
     assert result["target_code_version"] == target
     assert "2 done, 0 failed (to retry), 0 rejected, 2 in flight" in commands.format_status(result)
+
+
+def test_a_run_pruned_before_the_tick_is_reconciled_from_the_durable_record(
+    instance: DagsterInstance, settings: Settings, db_conn: psycopg.Connection
+) -> None:
+    """Retention may delete a settled episode's run before the driver's next tick: the
+    episode's record (the campaign's code version, written after the claim) says it succeeded,
+    so it is never released and run a second time."""
+    from dagster._core.execution.backfill import BulkActionStatus
+
+    postgres = PostgresResource.from_settings(settings.database)
+    org = f"drv-{uuid.uuid4().hex[:6]}"
+    ref = EpisodeRef(org, f"{org}-ep-0")
+    db_conn.execute(
+        "INSERT INTO episodes (id, org_id, status) VALUES (%s, %s, 'processed')",
+        (ref.episode_id, org),
+    )
+    record_output(db_conn, ref, {"episode": "0"}, OLD, run_id=None, wall_seconds=1, archive_bytes=1)
+    args = build_parser().parse_args(
+        ["campaign", "start", "--org", org, "--stale", "--name", "pruned"]
+    )
+    planned = commands.plan(db_conn, settings, args)
+    query, params, selection = planned.pop("_query")
+    campaign_id, _ = commands.start(db_conn, instance, planned, query, params, selection, args)
+    now = datetime.now(UTC)
+    drive(instance, postgres, now, random.Random(1))  # the canary wave: the one episode
+    backfill = instance.get_backfill(wave_backfill_id(campaign_id, 0))
+    assert backfill is not None and backfill.partition_names == [ref.partition_key]
+
+    run_id = finish(instance, campaign_id, 0, ref, ok=True)
+    versions = planned["code_versions"]
+    record_output(db_conn, ref, versions, OLD, run_id=run_id, wall_seconds=1, archive_bytes=1)
+    instance.delete_run(run_id)  # what retention's statements do to a settled episode
+    instance.update_backfill(backfill.with_status(BulkActionStatus.COMPLETED_SUCCESS))
+
+    drive(instance, postgres, now + timedelta(seconds=30), random.Random(1))
+    (row,) = db.wave_rows(db_conn, campaign_id, 0)
+    assert (row.state, row.run_id) == ("succeeded", run_id)
+    assert commands.status(db_conn, campaign_id)["counts"]["pending"] == 0

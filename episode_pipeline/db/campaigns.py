@@ -225,6 +225,22 @@ def requested_rows(conn: psycopg.Connection, campaign_id: str) -> list[LedgerRow
     return [_ledger_row(row) for row in rows]
 
 
+def recorded_since_claim(
+    conn: psycopg.Connection, campaign_id: str, target_code_version: str
+) -> dict[EpisodeRef, str | None]:
+    """Requested episodes whose durable record (`episode_outputs`) says the campaign's code
+    version processed them after their claim, with the run it names: their run succeeded even
+    when Dagster no longer holds it (retention pruned it once the episode settled)."""
+    rows = conn.execute(
+        "SELECT c.org_id, c.episode_id, o.run_id FROM campaign_episodes c"
+        " JOIN episode_outputs o ON o.org_id = c.org_id AND o.episode_id = c.episode_id"
+        " WHERE c.campaign_id = %s AND c.state = %s AND o.code_version = %s"
+        " AND o.processed_at >= c.updated_at",
+        (campaign_id, REQUESTED, target_code_version),
+    ).fetchall()
+    return {EpisodeRef(org, episode): run_id for org, episode, run_id in rows}
+
+
 def wave_rows(conn: psycopg.Connection, campaign_id: str, wave: int) -> list[LedgerRow]:
     rows = conn.execute(
         f"SELECT {_ROW_COLUMNS} FROM campaign_episodes WHERE campaign_id = %s AND wave = %s"

@@ -224,11 +224,22 @@ def drive_campaign(
         runs = _runs_by_episode(
             instance, campaign_id, {row.wave for row in requested if row.wave is not None}
         )
+        recorded = db.recorded_since_claim(conn, campaign_id, campaign.target_code_version)
         observations = []
         for row in requested:
             assert row.wave is not None
             episode_runs = runs.get((row.ref.partition_key, row.wave), [])
             batch_runs = runs.get((row.batch_key or "", row.wave), [])
+            if not episode_runs and not batch_runs and row.ref in recorded:
+                # Its run succeeded and is gone from Dagster (retention pruned the settled
+                # episode before this tick): the durable record decides, never a second run.
+                transition = ledger.after_outcome(
+                    row.attempts, ledger.Outcome(succeeded=True), now, config.retry, rng
+                )
+                db.apply_outcome(conn, campaign_id, row.ref, transition, recorded[row.ref])
+                observations.append(Observation(succeeded=True))
+                report.reconciled[transition.state] = report.reconciled.get(transition.state, 0) + 1
+                continue
             if not episode_runs and not batch_runs:
                 repair[row.wave].append(row)
                 continue
