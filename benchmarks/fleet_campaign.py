@@ -29,8 +29,9 @@ no materialization, no frames, no HLS. K = 1 only (the batch job's runs are not 
   backfill page — its documents written here after the UI's `/runs/b/<id>` page, not recorded
   from a browser) at the live count near its maximum, warm; `..._after_add` the same replayed once
   right after a new partition was added (the partition caches invalidated). Target ≤ 3 s.
-- `campaign_throughput`: succeeded episodes/s from the canary's end to the kill (the steady
-  state; with the kill and the restart, to the slice's end, in `rate_with_the_kill`). The
+- `campaign_throughput`: succeeded episodes/s from the steady state's start (the canary passed
+  and the queue holding the launch limit's runs) to the kill; with the kill and the restart, to
+  the slice's end, in `rate_with_the_kill`. The
   campaign starts at the governor's maximum (`--concurrency`, `CAMPAIGN_CONCURRENCY_MAX`): the
   ramp from the default start is the governor's choice, not the orchestration's cost.
   **The ceiling** is the run queue's measured rate with nothing else running: a backfill of
@@ -682,7 +683,17 @@ def summarise(details: dict[str, Any], fleet: Any) -> None:
 
     samples = details["samples"]
     killed = details["kill"]["killed_at"]
-    canary_done = next((s for s in samples if (s["next_wave"] or 0) >= 2), None)
+    # The steady state starts once the canary has passed and the queue holds at least the
+    # launch limit's runs (the driver's pace measured): what the pacing keeps up from then on.
+    canary_done = next(
+        (
+            s
+            for s in samples
+            if (s["next_wave"] or 0) >= 2
+            and s.get("runs", {}).get("queued", 0) >= (s["limit"] or 0)
+        ),
+        None,
+    )
 
     def rate_between(start: float, end: float) -> float:
         inside = [s for s in samples if start <= s["t"] <= end]
