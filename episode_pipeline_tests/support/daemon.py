@@ -85,9 +85,15 @@ def crash_stage(
         conn.execute(f'CREATE DATABASE "{database}"')
     home = tmp_path_factory.mktemp("crash-dagster")
     config = instance_config(password, port, database=database)
+    # The local instance's run limits (not its dequeue settings: Dagster's 5 s interval here).
+    limits = {
+        key: config["run_coordinator"]["config"][key]
+        for key in ("max_concurrent_runs", "tag_concurrency_limits")
+    }
     config["run_coordinator"] = {
         "module": "episode_pipeline_tests.crash_support",
         "class": "PausingRunCoordinator",
+        "config": limits,
     }
     # A run whose launch the kill interrupted is failed after a minute (not 3), then retried.
     config["run_monitoring"] |= {"start_timeout_seconds": 60, "poll_interval_seconds": 5}
@@ -97,7 +103,7 @@ def crash_stage(
     # To kill the daemon between "run queued" and "run launched", its queue must not move:
     # the same storage, read through a configuration that dequeues once an hour.
     paused = tmp_path_factory.mktemp("crash-dagster-queue-paused")
-    config["run_coordinator"]["config"] = {"dequeue_interval_seconds": 3600}
+    config["run_coordinator"]["config"] = {**limits, "dequeue_interval_seconds": 3600}
     (paused / "dagster.yaml").write_text(yaml.safe_dump(config))
 
     env = {
