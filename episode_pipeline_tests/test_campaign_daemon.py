@@ -16,8 +16,10 @@ as done, not run again.
 from __future__ import annotations
 
 import dataclasses
+import multiprocessing
 import uuid
 from collections.abc import Iterator
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -36,7 +38,7 @@ from episode_pipeline.defs.runs import PARTITION_TAG
 from episode_pipeline.episodes.keys import EpisodeRef
 from episode_pipeline.local.dagster_home import instance_config
 from episode_pipeline.local.upload import upload_episode
-from episode_pipeline.runner import process_episode
+from episode_pipeline.runner import ProcessOutcome, process_episode
 from episode_pipeline.samples.writer import SampleSpec, write_sample
 from episode_pipeline_tests.support.daemon import CrashStage, Daemon, kill_leftovers, wait_until
 from episode_pipeline_tests.support.queues import depth
@@ -170,12 +172,23 @@ def assert_processed_once_by(
         return by_episode
 
 
+def process_in_process(
+    settings: Settings, dagster_home: str, refs: list[EpisodeRef]
+) -> list[ProcessOutcome]:
+    """Each episode in this process, one run each: what `episode-pipeline process` does."""
+    with DagsterInstance.from_config(dagster_home) as instance:
+        return [process_episode(ref, instance, settings, quiet=True) for ref in refs]
+
+
 def process_as_the_old_code(stage: CrashStage, refs: list[EpisodeRef]) -> set[str]:
-    """Each episode processed in this process, one run each (what `episode-pipeline process`
-    does), under `ultrafast`: no daemon, no run queue. Returns the runs' ids."""
-    old = preset_settings(stage.settings, "ultrafast")
-    with DagsterInstance.from_config(str(stage.dagster_home)) as instance:
-        outcomes = [process_episode(ref, instance, old, quiet=True) for ref in refs]
+    """Every episode processed in-process under `ultrafast`, no daemon and no run queue; in two
+    processes, one a core, as the queue's two slots would. Returns the runs' ids."""
+    old, home = preset_settings(stage.settings, "ultrafast"), str(stage.dagster_home)
+    halves = [refs[0::2], refs[1::2]]
+    with ProcessPoolExecutor(2, mp_context=multiprocessing.get_context("spawn")) as pool:
+        outcomes = [
+            o for half in pool.map(process_in_process, [old] * 2, [home] * 2, halves) for o in half
+        ]
     assert all(outcomes), [outcome.errors for outcome in outcomes]
     return {outcome.run_id for outcome in outcomes}
 
