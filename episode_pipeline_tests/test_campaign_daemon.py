@@ -16,10 +16,10 @@ as done, not run again.
 from __future__ import annotations
 
 import dataclasses
-import multiprocessing
+import subprocess
+import sys
 import uuid
 from collections.abc import Iterator
-from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -38,9 +38,14 @@ from episode_pipeline.defs.runs import PARTITION_TAG
 from episode_pipeline.episodes.keys import EpisodeRef
 from episode_pipeline.local.dagster_home import instance_config
 from episode_pipeline.local.upload import upload_episode
-from episode_pipeline.runner import ProcessOutcome, process_episode
 from episode_pipeline.samples.writer import SampleSpec, write_sample
-from episode_pipeline_tests.support.daemon import CrashStage, Daemon, kill_leftovers, wait_until
+from episode_pipeline_tests.support.daemon import (
+    REPO,
+    CrashStage,
+    Daemon,
+    kill_leftovers,
+    wait_until,
+)
 from episode_pipeline_tests.support.queues import depth
 
 pytestmark = pytest.mark.integration
@@ -172,25 +177,40 @@ def assert_processed_once_by(
         return by_episode
 
 
-def process_in_process(
-    settings: Settings, dagster_home: str, refs: list[EpisodeRef]
-) -> list[ProcessOutcome]:
-    """Each episode in this process, one run each: what `episode-pipeline process` does."""
-    with DagsterInstance.from_config(dagster_home) as instance:
-        return [process_episode(ref, instance, settings, quiet=True) for ref in refs]
+# A child of the test: `episode-pipeline process` over several episodes in one process.
+PROCESS_EPISODES = """
+import sys
+from episode_pipeline.episodes.keys import parse_partition_key
+from episode_pipeline.runner import process_episode
+for key in sys.argv[1:]:
+    outcome = process_episode(parse_partition_key(key), quiet=True)
+    if not outcome:
+        sys.exit(f"{key}: {outcome.errors}")
+"""
 
 
-def process_as_the_old_code(stage: CrashStage, refs: list[EpisodeRef]) -> set[str]:
-    """Every episode processed in-process under `ultrafast`, no daemon and no run queue; in two
-    processes, one a core, as the queue's two slots would. Returns the runs' ids."""
-    old, home = preset_settings(stage.settings, "ultrafast"), str(stage.dagster_home)
-    halves = [refs[0::2], refs[1::2]]
-    with ProcessPoolExecutor(2, mp_context=multiprocessing.get_context("spawn")) as pool:
-        outcomes = [
-            o for half in pool.map(process_in_process, [old] * 2, [home] * 2, halves) for o in half
-        ]
-    assert all(outcomes), [outcome.errors for outcome in outcomes]
-    return {outcome.run_id for outcome in outcomes}
+def process_as_the_old_code(stage: CrashStage, refs: list[EpisodeRef]) -> None:
+    """Every episode processed in-process (no daemon, no run queue) in the environment of the
+    `ultrafast` deployment; in two processes, one a core, as the queue's two slots would. Not a
+    multiprocessing pool: its resource tracker ignores SIGTERM and holds the stack's stop 10 s."""
+    env = {**stage.env, **preset_env("ultrafast")}
+    keys = [ref.partition_key for ref in refs]
+    logs = [stage.logs / f"old-code-{i}.log" for i in range(2)]
+    children = []
+    try:
+        for i, log in enumerate(logs):
+            with log.open("wb") as out:
+                command = [sys.executable, "-c", PROCESS_EPISODES, *keys[i::2]]
+                children.append(
+                    subprocess.Popen(command, cwd=REPO, env=env, stdout=out, stderr=out)
+                )
+        codes = [child.wait(PROCESS_SECONDS) for child in children]
+    finally:
+        for child in children:
+            if child.poll() is None:
+                child.kill()
+                child.wait()
+    assert codes == [0, 0], "\n".join(log.read_text(errors="replace")[-3000:] for log in logs)
 
 
 def runs_outside_campaigns(stage: CrashStage, refs: list[EpisodeRef]) -> set[str]:
@@ -205,7 +225,7 @@ def statuses(stage: CrashStage, refs: list[EpisodeRef]) -> list[str]:
         return [episode_row(conn, ref)["status"] for ref in refs]
 
 
-@pytest.mark.slow(seconds=600)  # 574 s alone on 2 cores (docs/testing.md)
+@pytest.mark.slow(seconds=500)  # 441-583 s alone on 2 cores (docs/testing.md)
 @pytest.mark.timeout(4 * PROCESS_SECONDS)
 def test_a_campaign_killed_mid_wave_brings_every_episode_to_the_new_code_version_once(
     stage: CrashStage, archive: Path
@@ -216,8 +236,10 @@ def test_a_campaign_killed_mid_wave_brings_every_episode_to_the_new_code_version
     # The fleet as the old code left it: uploaded (each upload queues its message), processed.
     for ref in refs:
         upload_episode(archive, ref, stage.settings)
-    old_runs = process_as_the_old_code(stage, refs)
+    process_as_the_old_code(stage, refs)
     assert set(statuses(stage, refs)) == {"processed"}
+    old_runs = runs_outside_campaigns(stage, refs)
+    assert len(old_runs) == EPISODES  # one run each
     with connect(stage.settings.database) as conn:
         old_versions = {output_record(conn, ref)["code_version"] for ref in refs}
     assert len(old_versions) == 1
