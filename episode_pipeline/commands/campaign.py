@@ -360,7 +360,9 @@ def add_campaign_parser(commands: argparse._SubParsersAction) -> None:
     parser.add_argument("--name", help="the campaign's name (titles its waves' backfills)")
     parser.add_argument("--wave-size", type=int, help="episodes per wave at most")
     parser.add_argument("--episodes-per-run", type=int, help="K: episodes per campaign run")
-    parser.add_argument("--concurrency", type=int, help="campaign runs in flight at the start")
+    parser.add_argument(
+        "--concurrency", type=int, help="campaign runs launched at once at the start"
+    )
     parser.add_argument("--canary-episodes", type=int, help="the canary wave's size at most")
     parser.add_argument(
         "--expect",

@@ -409,7 +409,9 @@ class CampaignSettings(EnvSettings):
         "CAMPAIGN_EPISODES_PER_RUN", "K: episodes one campaign run processes.", 1
     )
     concurrency_start: int = setting(
-        "CAMPAIGN_CONCURRENCY_START", "Campaign runs in flight at the start (the governor's).", 4
+        "CAMPAIGN_CONCURRENCY_START",
+        "Campaign runs launched at once at the start (the governor's).",
+        4,
     )
     concurrency_min: int = setting(
         "CAMPAIGN_CONCURRENCY_MIN", "The fewest the governor halves down to.", 1
