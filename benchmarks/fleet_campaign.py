@@ -677,6 +677,22 @@ def decision_log(fleet: Any, campaign_id: str) -> list[dict[str, Any]]:
     return [{"at": row[0].timestamp(), "kind": row[1], "message": row[2]} for row in rows]
 
 
+def standin_rate(fleet: Any, campaign_id: str, start: float, end: float) -> float:
+    """The campaign's runs ended per second between two times (the stand-in's rows)."""
+    from episode_pipeline.db.connection import connect
+
+    with connect(fleet.settings.database) as conn:
+        count, first, last = conn.execute(
+            f"SELECT count(*), extract(epoch FROM min(finished_at)),"
+            f" extract(epoch FROM max(finished_at)) FROM {STANDIN_TABLE} WHERE campaign = %s"
+            " AND finished_at BETWEEN to_timestamp(%s) AND to_timestamp(%s)",
+            (campaign_id, start, end),
+        ).fetchone()
+    if count < 2 or last <= first:
+        return 0.0
+    return (count - 1) / float(last - first)
+
+
 def summarise(details: dict[str, Any], fleet: Any) -> None:
     """The steady rate (canary's end until the kill), the extrapolation, the window."""
     from episode_pipeline.config.settings import CampaignSettings
@@ -702,10 +718,13 @@ def summarise(details: dict[str, Any], fleet: Any) -> None:
         done = inside[-1]["counts"].get("succeeded", 0) - inside[0]["counts"].get("succeeded", 0)
         return done / (inside[-1]["t"] - inside[0]["t"])
 
-    # The steady state: from the canary's end to the kill; and on to the slice's end.
+    # The steady state: from its start to the kill; and on to the slice's end. Measured as the
+    # ceiling is, by the runs' ends (the stand-in's rows); the ledger's count moves in steps of
+    # a driver tick (30 s), so its rate over a few minutes is given beside it.
     start = canary_done["t"] if canary_done else math.inf
     steady = [s for s in samples if start <= s["t"] <= killed]
-    rate = rate_between(start, killed)
+    rate = standin_rate(fleet, details["campaign_id"], start, killed)
+    details["ledger_rate_before_the_kill"] = round(rate_between(start, killed), 4)
     details["rate_with_the_kill"] = round(rate_between(start, math.inf), 4)
     total = details["episodes"]
     succeeded = samples[-1]["counts"].get("succeeded", 0) if samples else 0
