@@ -241,3 +241,55 @@ def test_a_run_pruned_before_the_tick_is_reconciled_from_the_durable_record(
     (row,) = db.wave_rows(db_conn, campaign_id, 0)
     assert (row.state, row.run_id) == ("succeeded", run_id)
     assert commands.status(db_conn, campaign_id)["counts"]["pending"] == 0
+
+
+def test_a_wave_whose_backfill_made_its_runs_during_the_tick_is_not_released(
+    instance: DagsterInstance,
+    settings: Settings,
+    db_conn: psycopg.Connection,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The backfill daemon submits a wave's runs and ends its backfill between the driver's read
+    of the runs (none yet) and its read of the backfill (ended): the claims are kept, not
+    released to run a second time (the 100,000-row benchmark's doubled episodes)."""
+    from dagster._core.execution.backfill import BulkActionStatus
+
+    postgres = PostgresResource.from_settings(settings.database)
+    org = f"drv-{uuid.uuid4().hex[:6]}"
+    ref = EpisodeRef(org, f"{org}-ep-0")
+    db_conn.execute(
+        "INSERT INTO episodes (id, org_id, status) VALUES (%s, %s, 'processed')",
+        (ref.episode_id, org),
+    )
+    record_output(db_conn, ref, {"episode": "0"}, OLD, run_id=None, wall_seconds=1, archive_bytes=1)
+    args = build_parser().parse_args(
+        ["campaign", "start", "--org", org, "--stale", "--name", "race"]
+    )
+    planned = commands.plan(db_conn, settings, args)
+    query, params, selection = planned.pop("_query")
+    campaign_id, _ = commands.start(db_conn, instance, planned, query, params, selection, args)
+    now = datetime.now(UTC)
+    drive(instance, postgres, now, random.Random(1))  # wave 0 claimed, its backfill recorded
+
+    read_backfill = instance.get_backfill
+
+    def the_daemon_acts_first(backfill_id: str):  # type: ignore[no-untyped-def]
+        backfill = read_backfill(backfill_id)
+        if backfill is not None and backfill.status == BulkActionStatus.REQUESTED:
+            tags = {
+                CAMPAIGN_TAG: campaign_id,
+                CAMPAIGN_WAVE_TAG: "0",
+                PARTITION_TAG: ref.partition_key,
+            }
+            create_run_for_test(  # the run the daemon made (launched already)
+                instance, job_name=EPISODE_JOB_NAME, status=DagsterRunStatus.STARTING, tags=tags
+            )
+            backfill = backfill.with_status(BulkActionStatus.COMPLETED_SUCCESS)
+            instance.update_backfill(backfill)
+        return backfill
+
+    monkeypatch.setattr(instance, "get_backfill", the_daemon_acts_first)
+    drive(instance, postgres, now + timedelta(seconds=30), random.Random(1))
+    (row,) = db.wave_rows(db_conn, campaign_id, 0)
+    assert row.state == "requested"
+    assert commands.status(db_conn, campaign_id)["counts"]["pending"] == 0

@@ -292,6 +292,16 @@ def drive_campaign(
             if ended or row.updated_at < now - timedelta(seconds=config.stale_claim_seconds)
         ]
         if stale:
+            # The backfill may have made their runs, and ended, since this tick read the runs:
+            # read them again now that its status is known, so a row with a run stays claimed.
+            made = _runs_by_episode(instance, campaign_id, [wave])
+            stale = [
+                row
+                for row in stale
+                if not made.get((row.ref.partition_key, wave))
+                and not made.get((row.batch_key or "", wave))
+            ]
+        if stale:
             with postgres.transaction() as conn:
                 report.released += db.release(conn, campaign_id, [row.ref for row in stale])
                 db.log_decision(
