@@ -845,7 +845,11 @@ def top_frames(collapsed: Path, top: int = 25) -> list[str]:
         total += int(count)
         for frame in {re.sub(r":\d+\)$", ")", f) for f in stack.split(";")}:
             samples[frame] = samples.get(frame, 0) + int(count)
-    ranked = sorted(samples.items(), key=lambda item: -item[1])[:top]
+    plumbing = ("(threading.py)", "(asyncio/", "(anyio/", "process ")  # in every sample
+    ranked = sorted(
+        ((frame, n) for frame, n in samples.items() if not any(p in frame for p in plumbing)),
+        key=lambda item: -item[1],
+    )[:top]
     lines = [f"{collapsed.name}: {total} samples at 100 Hz"]
     lines += [f"  {100 * n / max(1, total):5.1f}%  {frame}" for frame, n in ranked]
     return lines
@@ -882,7 +886,15 @@ def write_profile(results: dict[str, Any], pyspy: Path | None, target: Path) -> 
                 f"limit {sample.get('limit')} next_wave {sample['next_wave']}"
             )
     if details:
-        lines += ["", "## Throughput summary", "", f"  {json.dumps(details, default=str)[:3000]}"]
+        wanted = ("steady_rate_episodes_per_second", "steady_from_to", "steady_load_average",
+                  "succeeded_in_slice", "extrapolated_hours_to_finish", "ceiling")  # fmt: skip
+        summary = {key: details[key] for key in wanted if key in details}
+        lines += ["", "## Throughput", "", f"  {json.dumps(summary, default=str)}"]
+        if campaign:
+            rates = {
+                k: campaign.get(k) for k in ("ledger_rate_before_the_kill", "rate_with_the_kill")
+            }
+            lines.append(f"  ledger rates: {json.dumps(rates)}")
     if pyspy and pyspy.exists():
         lines += ["", "## UI pages after an added partition: py-spy of the webserver", ""]
         for collapsed in sorted(pyspy.glob("pyspy-after-add-*.txt")):
