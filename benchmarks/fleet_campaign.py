@@ -63,6 +63,7 @@ import sys
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -653,7 +654,9 @@ def measure(ctx: Any, fleet: Any, sample: Any, archive: Path) -> None:
                 details["kill"]["after"]["load_average"] = load()
             details["samples"] = sampler.samples
             details["decisions"] = decision_log(fleet, campaign_id)
-            summarise(details, fleet)
+            summarise(
+                details, fleet, lambda a, b: standin_rate(fleet, details["campaign_id"], a, b)
+            )
     finally:
         (Path(home) / "dagster.yaml").write_text(original)
         fleet_ui.close(fleet)
@@ -693,7 +696,11 @@ def standin_rate(fleet: Any, campaign_id: str, start: float, end: float) -> floa
     return (count - 1) / float(last - first)
 
 
-def summarise(details: dict[str, Any], fleet: Any) -> None:
+def summarise(
+    details: dict[str, Any],
+    fleet: Any,
+    runs_ended_rate: Callable[[float, float], float] | None = None,
+) -> None:
     """The steady rate (canary's end until the kill), the extrapolation, the window."""
     from episode_pipeline.config.settings import CampaignSettings
 
@@ -706,7 +713,7 @@ def summarise(details: dict[str, Any], fleet: Any) -> None:
             s
             for s in samples
             if (s["next_wave"] or 0) >= 2
-            and s.get("runs", {}).get("queued", 0) >= (s["limit"] or 0)
+            and s.get("runs", {}).get("queued", 0) >= (s.get("limit") or 0)
         ),
         None,
     )
@@ -723,7 +730,7 @@ def summarise(details: dict[str, Any], fleet: Any) -> None:
     # a driver tick (30 s), so its rate over a few minutes is given beside it.
     start = canary_done["t"] if canary_done else math.inf
     steady = [s for s in samples if start <= s["t"] <= killed]
-    rate = standin_rate(fleet, details["campaign_id"], start, killed)
+    rate = (runs_ended_rate or rate_between)(start, killed)
     details["ledger_rate_before_the_kill"] = round(rate_between(start, killed), 4)
     details["rate_with_the_kill"] = round(rate_between(start, math.inf), 4)
     total = details["episodes"]

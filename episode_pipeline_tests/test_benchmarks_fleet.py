@@ -161,8 +161,17 @@ def test_the_campaign_figures_hold_their_targets_and_the_rate_runs_from_the_cana
                               "after_add_seconds": 4.0}},
     }  # fmt: skip
     state = SimpleNamespace(size=100_000, settled={"window_episodes": 30_000})
-    fleet_campaign.summarise(details, SimpleNamespace(state=state))
-    assert details["summary"]["steady_rate_episodes_per_second"] == 0.16  # (20 - 4) / 100 s
+    asked: list[tuple[float, float]] = []
+
+    def runs_ended(start: float, end: float) -> float:  # the stand-in's run ends, per second
+        asked.append((start, end))
+        return 0.16
+
+    fleet_campaign.summarise(details, SimpleNamespace(state=state), runs_ended)
+    assert asked == [(10, 60.0)]  # the canary's end (a full queue) to the kill
+    assert details["summary"]["steady_rate_episodes_per_second"] == 0.16
+    assert details["ledger_rate_before_the_kill"] == 0.1  # (8 - 4) / 40 s
+    assert details["rate_with_the_kill"] == 0.16  # (20 - 4) / 100 s
     assert details["summary"]["extrapolated_hours_to_finish"] == round(980 / 0.16 / 3600, 1)
     sample = fleet.Sample(100_000, details={"campaign": details})
     met = {r.metric.split("@")[0]: r.met for r in fleet_campaign.figures([sample])}
