@@ -209,7 +209,7 @@ def process_as_the_old_code(stage: CrashStage, refs: list[EpisodeRef]) -> None:
         for child in children:
             if child.poll() is None:
                 child.kill()
-                child.wait()
+                child.wait(30)  # SIGKILLed: it goes at once
     assert codes == [0, 0], "\n".join(log.read_text(errors="replace")[-3000:] for log in logs)
 
 

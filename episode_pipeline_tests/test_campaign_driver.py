@@ -204,6 +204,25 @@ def test_one_campaign_through_the_drivers_ticks(
     assert "2 done, 0 failed (to retry), 0 rejected, 2 in flight" in commands.format_status(result)
 
 
+def one_episode_campaign(
+    instance: DagsterInstance, settings: Settings, db_conn: psycopg.Connection, name: str
+) -> tuple[EpisodeRef, str, dict]:
+    """A campaign started over one episode an older code version processed."""
+    org = f"drv-{uuid.uuid4().hex[:6]}"
+    ref = EpisodeRef(org, f"{org}-ep-0")
+    db_conn.execute(
+        "INSERT INTO episodes (id, org_id, status) VALUES (%s, %s, 'processed')",
+        (ref.episode_id, org),
+    )
+    record_output(db_conn, ref, {"episode": "0"}, OLD, run_id=None, wall_seconds=1, archive_bytes=1)
+    argv = ["campaign", "start", "--org", org, "--stale", "--name", name]
+    args = build_parser().parse_args(argv)
+    planned = commands.plan(db_conn, settings, args)
+    query, params, selection = planned.pop("_query")
+    campaign_id, _ = commands.start(db_conn, instance, planned, query, params, selection, args)
+    return ref, campaign_id, planned
+
+
 def test_a_run_pruned_before_the_tick_is_reconciled_from_the_durable_record(
     instance: DagsterInstance, settings: Settings, db_conn: psycopg.Connection
 ) -> None:
@@ -213,19 +232,7 @@ def test_a_run_pruned_before_the_tick_is_reconciled_from_the_durable_record(
     from dagster._core.execution.backfill import BulkActionStatus
 
     postgres = PostgresResource.from_settings(settings.database)
-    org = f"drv-{uuid.uuid4().hex[:6]}"
-    ref = EpisodeRef(org, f"{org}-ep-0")
-    db_conn.execute(
-        "INSERT INTO episodes (id, org_id, status) VALUES (%s, %s, 'processed')",
-        (ref.episode_id, org),
-    )
-    record_output(db_conn, ref, {"episode": "0"}, OLD, run_id=None, wall_seconds=1, archive_bytes=1)
-    args = build_parser().parse_args(
-        ["campaign", "start", "--org", org, "--stale", "--name", "pruned"]
-    )
-    planned = commands.plan(db_conn, settings, args)
-    query, params, selection = planned.pop("_query")
-    campaign_id, _ = commands.start(db_conn, instance, planned, query, params, selection, args)
+    ref, campaign_id, planned = one_episode_campaign(instance, settings, db_conn, "pruned")
     now = datetime.now(UTC)
     drive(instance, postgres, now, random.Random(1))  # the canary wave: the one episode
     backfill = instance.get_backfill(wave_backfill_id(campaign_id, 0))
@@ -255,19 +262,7 @@ def test_a_wave_whose_backfill_made_its_runs_during_the_tick_is_not_released(
     from dagster._core.execution.backfill import BulkActionStatus
 
     postgres = PostgresResource.from_settings(settings.database)
-    org = f"drv-{uuid.uuid4().hex[:6]}"
-    ref = EpisodeRef(org, f"{org}-ep-0")
-    db_conn.execute(
-        "INSERT INTO episodes (id, org_id, status) VALUES (%s, %s, 'processed')",
-        (ref.episode_id, org),
-    )
-    record_output(db_conn, ref, {"episode": "0"}, OLD, run_id=None, wall_seconds=1, archive_bytes=1)
-    args = build_parser().parse_args(
-        ["campaign", "start", "--org", org, "--stale", "--name", "race"]
-    )
-    planned = commands.plan(db_conn, settings, args)
-    query, params, selection = planned.pop("_query")
-    campaign_id, _ = commands.start(db_conn, instance, planned, query, params, selection, args)
+    ref, campaign_id, _ = one_episode_campaign(instance, settings, db_conn, "race")
     now = datetime.now(UTC)
     drive(instance, postgres, now, random.Random(1))  # wave 0 claimed, its backfill recorded
 
