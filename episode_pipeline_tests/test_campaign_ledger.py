@@ -123,14 +123,16 @@ def test_a_claim_reads_its_rows_in_claim_order_from_the_index(
     """The claim's plan walks migration 006's partial index: no sort of the campaign's rows,
     so a wave costs its own size however large the campaign (sequential scans are off: the
     test's table is too small for the planner to prefer an index on its own)."""
-    db_conn.execute("SET LOCAL enable_seqscan = off")
-    plan = "\n".join(
-        row[0]
-        for row in db_conn.execute(
-            "EXPLAIN SELECT org_id, episode_id FROM campaign_episodes"
-            f" WHERE {db.CLAIMABLE_WHERE} ORDER BY attempts, position LIMIT 10",
-            ("any-campaign", datetime.now(UTC)),
-        ).fetchall()
-    )
+    # SET LOCAL holds only inside a transaction; the fixture's connection autocommits.
+    with db_conn.transaction():
+        db_conn.execute("SET LOCAL enable_seqscan = off")
+        plan = "\n".join(
+            row[0]
+            for row in db_conn.execute(
+                "EXPLAIN SELECT org_id, episode_id FROM campaign_episodes"
+                f" WHERE {db.CLAIMABLE_WHERE} ORDER BY attempts, position LIMIT 10",
+                ("any-campaign", datetime.now(UTC)),
+            ).fetchall()
+        )
     assert "campaign_episodes_claim_order_idx" in plan, plan
     assert "Sort" not in plan, plan
