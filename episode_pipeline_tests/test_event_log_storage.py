@@ -35,11 +35,13 @@ from dagster import (
     materialize,
 )
 from dagster._core.asset_graph_view.serializable_entity_subset import SerializableEntitySubset
+from dagster._core.definitions.partitions.subset.default import DefaultPartitionsSubset
 from dagster._core.storage.asset_check_execution_record import (
     AssetCheckExecutionRecordStatus,
     AssetCheckExecutionResolvedStatus,
     AssetCheckPartitionInfo,
 )
+from dagster._core.storage.partition_status_cache import AssetStatusCacheValue
 from dagster._core.test_utils import in_process_test_workspace
 from dagster._core.types.loadable_target_origin import LoadableTargetOrigin
 from dagster_graphql.test.utils import execute_dagster_graphql
@@ -48,7 +50,11 @@ from episode_pipeline.defs import event_log_storage
 from episode_pipeline.defs.event_log_storage import (
     CheckPartitions,
     EpisodeEventLogStorage,
+    KeySet,
     changes_of,
+    status_cache_for_keys,
+    status_cache_to_store,
+    stored_with,
 )
 from episode_pipeline.defs.partitions import EPISODES_PARTITION_NAME, episode_partitions
 from episode_pipeline.defs.retention import delete_episodes
@@ -127,6 +133,39 @@ def test_changes_name_the_partitions_events_touched() -> None:
     assert changes.of(CHECK) is None
 
 
+def subset(*keys: str) -> str:
+    return DefaultPartitionsSubset(set(keys)).serialize()
+
+
+def test_a_status_cache_is_stored_by_name_and_read_within_todays_keys() -> None:
+    built = AssetStatusCacheValue(
+        latest_storage_id=40,
+        partitions_def_id="hash-of-a-b-c",
+        serialized_materialized_partition_subset=subset("a", "b", "c"),
+        serialized_failed_partition_subset=subset("d"),
+        serialized_in_progress_partition_subset=subset(),
+        earliest_in_progress_materialization_event_id=None,
+    )
+    built_for = KeySet("hash-of-a-b-c", {"a": 1, "b": 2, "c": 3, "d": 4})
+    stored = status_cache_to_store(built, {"batches": KeySet("x", {}), "episodes": built_for})
+    assert stored_with(stored) == ("episodes", 4)
+    assert (
+        stored.serialized_materialized_partition_subset
+        == built.serialized_materialized_partition_subset
+    )
+    # built for a key set that has changed since (or a static definition): stored as it is
+    assert status_cache_to_store(built, {"episodes": KeySet("hash-of-a-b", {})}) == built
+    assert stored_with(built) is None
+
+    # a pruned; c pruned and added again (a new row id); e new
+    now = KeySet("hash-of-b-d-c-e", {"b": 2, "d": 4, "c": 7, "e": 8})
+    read = status_cache_for_keys(stored, 4, now)
+    assert read.partitions_def_id == "hash-of-b-d-c-e"
+    assert read.serialized_materialized_partition_subset == subset("b")
+    assert read.serialized_failed_partition_subset == subset("d")
+    assert read.latest_storage_id == 40  # Dagster goes on from its cursor
+
+
 # -- on the real storage, through the UI's GraphQL ------------------------------------------------
 
 
@@ -150,6 +189,16 @@ def fails_on_bad(context: AssetCheckExecutionContext) -> AssetCheckResult:
 
 
 check_defs = Definitions(assets=[probe], asset_checks=[always_passes, fails_on_bad])
+
+
+@asset(partitions_def=episode_partitions)
+def health_probe(context: AssetExecutionContext) -> None:
+    """Fails for an episode named `…bad…`."""
+    if "bad" in context.partition_key:
+        raise RuntimeError("a bad episode")
+
+
+health_defs = Definitions(assets=[health_probe])
 
 STATUSES = """
 query CheckStatuses($assetKeys: [AssetKeyInput!]!) {
@@ -286,3 +335,84 @@ def test_statuses_match_dagsters_through_every_change(
     assert bad not in str(agreed(instances))
     run(ours, bad)
     assert agreed(instances)["fails_on_bad"]["failed"] == [bad]
+
+
+HEALTH = """
+query Health($assetKey: AssetKeyInput!) {
+  assetNodeOrError(assetKey: $assetKey) {
+    ... on AssetNode {
+      assetPartitionStatuses {
+        __typename
+        ... on DefaultPartitionStatuses {
+          materializedPartitions
+          failedPartitions
+          materializingPartitions
+          unmaterializedPartitions
+        }
+      }
+    }
+  }
+}
+"""
+
+
+def health(instance: DagsterInstance) -> dict[str, list[str]]:
+    """The asset's health bar (its partitions by status), as the asset page asks for it."""
+    origin = LoadableTargetOrigin(python_file=str(Path(__file__)), attribute="health_defs")
+    with in_process_test_workspace(instance, origin) as context, context:
+        result = execute_dagster_graphql(context, HEALTH, {"assetKey": {"path": ["health_probe"]}})
+    by_status = result.data["assetNodeOrError"]["assetPartitionStatuses"]
+    assert by_status["__typename"] == "DefaultPartitionStatuses"
+    return {
+        name.removesuffix("Partitions"): sorted(k for k in keys if k.startswith("health/"))
+        for name, keys in by_status.items()
+        if name.endswith("Partitions")
+    }
+
+
+def test_the_health_bar_survives_a_changed_key_set_without_a_rebuild(
+    instances, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Dagster rebuilds an asset's partition status cache from all its events when the key set
+    changes; ours goes on from the cache's cursor. Each answer is the one Dagster's storage
+    rebuilds from scratch (told not to store its cache, which ours would then read)."""
+    ours, dagsters = instances
+    monkeypatch.setattr(dagsters.event_log_storage, "can_write_asset_status_cache", lambda: False)
+    good, bad, later = "health/ep-good", "health/ep-bad", "health/ep-later"
+    ours.add_dynamic_partitions(EPISODES_PARTITION_NAME, [good, bad])
+    for episode in (good, bad):
+        materialize([health_probe], instance=ours, partition_key=episode, raise_on_error=False)
+    first = health(ours)  # a failed partition is unmaterialized too, as Dagster counts it
+    assert first == {
+        "materialized": [good],
+        "failed": [bad],
+        "materializing": [],
+        "unmaterialized": [bad],
+    }
+    assert first == health(dagsters)
+
+    rebuilds = []
+    storage = ours.event_log_storage
+    whole = storage.get_materialized_partitions
+
+    def counted(asset_key, before_cursor=None, after_cursor=None):  # type: ignore[no-untyped-def]
+        if after_cursor is None:
+            rebuilds.append(asset_key)
+        return whole(asset_key, before_cursor=before_cursor, after_cursor=after_cursor)
+
+    monkeypatch.setattr(storage, "get_materialized_partitions", counted)
+    ours.add_dynamic_partitions(EPISODES_PARTITION_NAME, [later])  # a new upload
+    added = health(ours)
+    assert not rebuilds, "a new partition rebuilt the cache from every event"
+    assert added == {**first, "unmaterialized": [bad, later]} == health(dagsters)
+
+    with ours.run_storage.connect() as conn:  # type: ignore[attr-defined]
+        delete_episodes(conn, [good])  # retention's own statements
+    # a campaign brings it back before anyone looked: a new row id, so the cache drops it
+    ours.add_dynamic_partitions(EPISODES_PARTITION_NAME, [good])
+    returned = health(ours)
+    assert not rebuilds
+    assert returned == {**added, "materialized": [], "unmaterialized": [bad, good, later]}
+    assert returned == health(dagsters)
+    materialize([health_probe], instance=ours, partition_key=good)
+    assert health(ours)["materialized"] == [good] == health(dagsters)["materialized"]

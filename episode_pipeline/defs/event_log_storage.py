@@ -17,6 +17,19 @@ out of id order beyond `RESCAN_EVENT_IDS`). The statuses it returns are Dagster'
 rows, the same rules (`AssetCheckPartitionInfo.is_current`, `_process_run_statuses` for checks of
 runs that ended without a result). Unpartitioned and non-dynamic checks keep Dagster's own path.
 
+It also keeps each dynamic partitioned asset's partition status cache (materialized, failed,
+in progress: the asset page's and partitions view's health bar) when the key set changes. Dagster
+tags the stored cache with a hash of every partition key and rebuilds it from all of the asset's
+events when the hash differs, so each added or pruned partition (10,000 uploads a day, a
+campaign's waves) made the next page read every materialization and planned event again: 9.6 s
+for the asset page at 30,000 live partitions during a campaign. This storage tags the cache
+with the definition's name and newest partition row id instead of the hash and, when it is read,
+keeps only the partitions that existed then and still do, and hands Dagster the current hash:
+Dagster then reads only the events after the cache's cursor. A partition added since (a new row
+id, also when it was deleted and added again) has no events before its addition (a run needs its
+partition; retention deletes an episode's events with it), so it starts unmaterialized, as a
+rebuild would say.
+
 It relies on Dagster's private `AssetCheckState` and helpers
 (docs/platform-notes.md#partitioned-check-statuses); `test_event_log_storage.py` fails if the
 statuses the UI's GraphQL returns stop matching Dagster's own. dagster.yaml and the local
@@ -36,6 +49,10 @@ import sqlalchemy as db
 from dagster import AssetKey, DagsterEventType, DynamicPartitionsDefinition, PartitionsDefinition
 from dagster._core.asset_graph_view.serializable_entity_subset import SerializableEntitySubset
 from dagster._core.definitions.asset_key import AssetCheckKey
+from dagster._core.definitions.partitions.subset.default import DefaultPartitionsSubset
+from dagster._core.definitions.partitions.utils.base import (
+    generate_partition_key_based_definition_id,
+)
 from dagster._core.events.log import EventLogEntry
 from dagster._core.storage.asset_check_execution_record import (
     AssetCheckExecutionRecordStatus,
@@ -44,7 +61,10 @@ from dagster._core.storage.asset_check_execution_record import (
 )
 from dagster._core.storage.asset_check_state import AssetCheckState, _process_run_statuses
 from dagster._core.storage.dagster_run import FINISHED_STATUSES, RunsFilter
+from dagster._core.storage.event_log.base import AssetRecord
 from dagster._core.storage.event_log.schema import DynamicPartitionsTable, SqlEventLogStorageTable
+from dagster._core.storage.partition_status_cache import AssetStatusCacheValue
+from dagster._record import copy
 from dagster._serdes import ConfigurableClassData, deserialize_value
 from dagster_postgres.event_log.event_log import PostgresEventLogStorage
 from dagster_postgres.utils import get_token_provider_from_config, pg_url_from_config
@@ -209,6 +229,77 @@ def changes_of(rows: Iterable[tuple[str, str | None, str | None, str]]) -> Chang
     return changes
 
 
+# Where Dagster stores a hash of the key set, the stored cache names the definition and the
+# newest partition row id it was built with: `…:episodes:1234`.
+STATUS_CACHE_ID_PREFIX = "episode_pipeline/dynamic-partitions:"
+
+
+@dataclass(frozen=True)
+class KeySet:
+    """A dynamic definition's partitions now: Dagster's id for them and each one's row id."""
+
+    definition_id: str  # Dagster's: a hash of the keys in the order they were added
+    row_ids: Mapping[str, int]
+
+    @property
+    def newest_row_id(self) -> int:
+        return max(self.row_ids.values(), default=0)
+
+
+def status_cache_to_store(
+    value: AssetStatusCacheValue, key_sets: Mapping[str, KeySet]
+) -> AssetStatusCacheValue:
+    """The cache as stored: tagged with the dynamic definition whose current keys it was built
+    for, or as Dagster made it (a static definition, or keys that changed since)."""
+    for name, keys in key_sets.items():
+        if keys.definition_id == value.partitions_def_id:
+            tag = f"{STATUS_CACHE_ID_PREFIX}{name}:{keys.newest_row_id}"
+            return value._replace(partitions_def_id=tag)
+    return value
+
+
+def stored_with(value: AssetStatusCacheValue | None) -> tuple[str, int] | None:
+    """The definition and newest row id a stored cache was built with, if it is tagged so."""
+    stored_id = value.partitions_def_id if value is not None else None
+    if stored_id is None or not stored_id.startswith(STATUS_CACHE_ID_PREFIX):
+        return None
+    name, _, newest = stored_id.removeprefix(STATUS_CACHE_ID_PREFIX).rpartition(":")
+    return name, int(newest)
+
+
+def status_cache_for_keys(
+    value: AssetStatusCacheValue, built_with_newest: int, keys: KeySet
+) -> AssetStatusCacheValue:
+    """A stored cache as Dagster reads it, with today's id: its subsets hold only partitions that
+    existed when it was built and still do. One added since (a new one, or one deleted and added
+    again: a new row id) has no events before its addition, which the cache's cursor has passed;
+    its later events are after the cursor, where Dagster reads on."""
+
+    def within(serialized: str | None) -> str | None:
+        if serialized is None:
+            return None
+        kept = {
+            key
+            for key in DefaultPartitionsSubset.from_serialized(_ANY_DYNAMIC, serialized).subset
+            if keys.row_ids.get(key, built_with_newest + 1) <= built_with_newest
+        }
+        return DefaultPartitionsSubset(kept).serialize()
+
+    return value._replace(
+        partitions_def_id=keys.definition_id,
+        serialized_materialized_partition_subset=within(
+            value.serialized_materialized_partition_subset
+        ),
+        serialized_failed_partition_subset=within(value.serialized_failed_partition_subset),
+        serialized_in_progress_partition_subset=within(
+            value.serialized_in_progress_partition_subset
+        ),
+    )
+
+
+_ANY_DYNAMIC = DynamicPartitionsDefinition(name="any")  # a default subset ignores its definition
+
+
 # -- the storage ----------------------------------------------------------------------------------
 
 
@@ -223,6 +314,7 @@ class EpisodeEventLogStorage(PostgresEventLogStorage):
         self._partitions: dict[str, tuple[Any, dict[str, int]]] = {}  # name → (mark, ids)
         self._refreshed_at = 0.0
         self._checks_lock = threading.Lock()
+        self._key_sets: dict[str, tuple[Any, KeySet]] = {}  # name → (mark, its keys)
 
     @classmethod
     def from_config_value(
@@ -292,6 +384,35 @@ class EpisodeEventLogStorage(PostgresEventLogStorage):
             for key, partitions_def in keys
         }
 
+    def update_asset_cached_status_data(
+        self, asset_key: AssetKey, cache_values: AssetStatusCacheValue
+    ) -> None:
+        stored = status_cache_to_store(cache_values, self._dynamic_key_sets())
+        super().update_asset_cached_status_data(asset_key, stored)
+
+    def get_asset_records(
+        self, asset_keys: Sequence[AssetKey] | None = None
+    ) -> Sequence[AssetRecord]:
+        records = super().get_asset_records(asset_keys)
+        if not any(stored_with(record.asset_entry.cached_status) for record in records):
+            return records
+        key_sets = self._dynamic_key_sets()
+        return [_as_dagster_reads_it(record, key_sets) for record in records]
+
+    def _dynamic_key_sets(self) -> dict[str, KeySet]:
+        """Every dynamic definition's key set, hashed again only when its keys changed."""
+        with self._checks_lock:
+            key_sets = {}
+            for name, row_ids in self._partition_ids(None).items():
+                mark = self._partitions[name][0]
+                kept = self._key_sets.get(name)
+                if kept is None or kept[0] != mark:
+                    ordered = sorted(row_ids, key=row_ids.__getitem__)
+                    keys = KeySet(generate_partition_key_based_definition_id(ordered), row_ids)
+                    kept = self._key_sets[name] = (mark, keys)
+                key_sets[name] = kept[1]
+            return key_sets
+
     def _max_event_id(self) -> int:
         query = db.select(db.func.max(SqlEventLogStorageTable.c.id))
         with self.index_connection() as conn:
@@ -321,15 +442,18 @@ class EpisodeEventLogStorage(PostgresEventLogStorage):
             return Changes(reload_all=True)
         return changes_of((row[1], row[2], row[3], bodies.get(row[0], "")) for row in rows)
 
-    def _partition_ids(self, names: set[str]) -> dict[str, dict[str, int]]:
-        """Each definition's partitions and their row ids, read again only when its newest id
-        or its count moved (ids only grow: any addition or deletion moves one of them)."""
+    def _partition_ids(self, names: set[str] | None) -> dict[str, dict[str, int]]:
+        """Each definition's partitions (all definitions' when `names` is None) and their row
+        ids, read again only when its newest id or its count moved (ids only grow: any
+        addition or deletion moves one of them)."""
         table = DynamicPartitionsTable.c
         summary = db.select(table.partitions_def_name, db.func.max(table.id), db.func.count())
-        summary = summary.where(table.partitions_def_name.in_(sorted(names)))
+        if names is not None:
+            summary = summary.where(table.partitions_def_name.in_(sorted(names)))
         with self.index_connection() as conn:
             marks = {name: (newest, count) for name, newest, count in conn.execute(
                 summary.group_by(table.partitions_def_name))}  # fmt: skip
+            names = set(marks) if names is None else names
             stale = sorted(
                 n for n in names if self._partitions.get(n, (None, {}))[0] != marks.get(n)
             )
@@ -343,3 +467,13 @@ class EpisodeEventLogStorage(PostgresEventLogStorage):
                 for name in stale:
                     self._partitions[name] = (marks.get(name), found[name])
         return {name: self._partitions[name][1] for name in names}
+
+
+def _as_dagster_reads_it(record: AssetRecord, key_sets: Mapping[str, KeySet]) -> AssetRecord:
+    cached = record.asset_entry.cached_status
+    built_with = stored_with(cached)
+    if cached is None or built_with is None:
+        return record
+    name, newest = built_with
+    current = status_cache_for_keys(cached, newest, key_sets.get(name, KeySet("", {})))
+    return copy(record, asset_entry=copy(record.asset_entry, cached_status=current))
