@@ -278,6 +278,7 @@ def statuses(instance: DagsterInstance) -> dict[str, dict[str, list[str]]]:
 
 def agreed(instances: tuple[DagsterInstance, DagsterInstance]) -> dict[str, dict[str, list[str]]]:
     ours, dagsters = instances
+    health(ours, "probe", "check_defs")  # as the asset page: its cache is stored, then read
     found = statuses(ours)
     assert found == statuses(dagsters)
     return found
@@ -356,11 +357,13 @@ query Health($assetKey: AssetKeyInput!) {
 """
 
 
-def health(instance: DagsterInstance) -> dict[str, list[str]]:
+def health(
+    instance: DagsterInstance, asset_name: str = "health_probe", defs: str = "health_defs"
+) -> dict[str, list[str]]:
     """The asset's health bar (its partitions by status), as the asset page asks for it."""
-    origin = LoadableTargetOrigin(python_file=str(Path(__file__)), attribute="health_defs")
+    origin = LoadableTargetOrigin(python_file=str(Path(__file__)), attribute=defs)
     with in_process_test_workspace(instance, origin) as context, context:
-        result = execute_dagster_graphql(context, HEALTH, {"assetKey": {"path": ["health_probe"]}})
+        result = execute_dagster_graphql(context, HEALTH, {"assetKey": {"path": [asset_name]}})
     by_status = result.data["assetNodeOrError"]["assetPartitionStatuses"]
     assert by_status["__typename"] == "DefaultPartitionStatuses"
     return {

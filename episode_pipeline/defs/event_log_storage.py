@@ -313,7 +313,8 @@ class EpisodeEventLogStorage(PostgresEventLogStorage):
         self._seen_event_ids: set[int] = set()
         self._partitions: dict[str, tuple[Any, dict[str, int]]] = {}  # name → (mark, ids)
         self._refreshed_at = 0.0
-        self._checks_lock = threading.Lock()
+        # Re-entrant: reading the checks' partitions reads asset records, which reads the key sets.
+        self._checks_lock = threading.RLock()
         self._key_sets: dict[str, tuple[Any, KeySet]] = {}  # name → (mark, its keys)
 
     @classmethod
