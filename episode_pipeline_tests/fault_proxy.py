@@ -3,8 +3,10 @@
 Each distinct request (method, path with query, range) is given a fate from a seeded random
 plan: pass, fail its first attempts with 503 SlowDown / 500 InternalError, or answer its first
 attempt only after a delay. A retry of the same request then passes, so a client that retries
-(botocore's standard mode does) recovers, and one that does not fails — deterministically. What
-was injected is counted, so a test can show the faults really happened.
+(botocore's standard mode does) recovers, and one that does not fails — deterministically. The
+requests `refuse` picks are answered 503 SlowDown on every attempt instead, so botocore's retries
+run out on them. `retry_after` adds a `Retry-After` header to every injected error. What was
+injected is counted, so a test can show the faults really happened.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import struct
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import urlsplit
@@ -42,6 +45,8 @@ class FaultPlan:
     slow_share: float = 0.0
     slow_seconds: float = 0.0
     seed: int = 9
+    refuse: Callable[[str, str], bool] | None = None  # (method, path) → refused every time
+    retry_after: int | None = None  # seconds, sent as `Retry-After` with each injected error
     injected: Counter[str] = field(default_factory=Counter)
     _fates: dict[tuple[str, str, str], list[str]] = field(default_factory=dict)
     _rng: random.Random = field(init=False)
@@ -53,6 +58,9 @@ class FaultPlan:
     def next_fate(self, key: tuple[str, str, str]) -> str:
         """`pass`, `error:<n>` or `slow` for this attempt of the request `key`."""
         with self._lock:
+            if self.refuse is not None and self.refuse(key[0], key[1]):
+                self.injected["refused"] += 1
+                return "error:0"
             if key not in self._fates:
                 draw = self._rng.random()
                 if draw < self.error_share:
@@ -109,6 +117,8 @@ class FaultProxy:
                     self.send_response(status)
                     self.send_header("Content-Type", "application/xml")
                     self.send_header("Content-Length", str(len(payload)))
+                    if proxy.plan.retry_after is not None:
+                        self.send_header("Retry-After", str(proxy.plan.retry_after))
                     self.end_headers()
                     if self.command != "HEAD":
                         self.wfile.write(payload)

@@ -234,6 +234,20 @@ class TranscodeSettings(EnvSettings):
         "128 MiB of archive, a Fargate size of 1, 2, 4, 8 or 16 vCPU with 2 GiB per vCPU).",
         4,
     )
+    step_retries: int = setting(
+        "TRANSCODE_STEP_RETRIES",
+        "How many more times `hls_renditions` is tried after an infrastructure error (S3 failing "
+        "once botocore's retries ran out, the transcode process dying, stopped or past its "
+        "deadline); after the last the run fails naming the cause. A video's own bad content "
+        "is not retried.",
+        3,
+    )
+    step_retry_seconds: float = setting(
+        "TRANSCODE_STEP_RETRY_SECONDS",
+        "The wait before the first of those retries, doubled for each next one; a Retry-After "
+        "S3 (or ECS) sent is waited instead; either at most 300 s.",
+        30.0,
+    )
     task_above_bytes: int | None = setting(
         "TRANSCODE_TASK_ABOVE_BYTES",
         "Archives larger than this many bytes transcode in an ECS task of their own (a second "

@@ -156,7 +156,14 @@ _CAUSE_OF_TYPE: Mapping[str, str] = {
         BAD_ARCHIVE,
     ),
     **dict.fromkeys(
-        ("TranscodeFailed", "TranscodeError", "FFmpegNotFound", "PlaylistError", "ProbeError"),
+        (
+            "TranscodeFailed",
+            "TranscodeError",
+            "TranscodeInterrupted",
+            "FFmpegNotFound",
+            "PlaylistError",
+            "ProbeError",
+        ),
         TRANSCODE,
     ),
     **dict.fromkeys(
@@ -178,6 +185,7 @@ _CAUSE_OF_TYPE: Mapping[str, str] = {
     **dict.fromkeys(
         (
             "ClientError",
+            "StorageUnavailable",  # hls_renditions' last try failed on S3
             "EndpointConnectionError",
             "ConnectionClosedError",
             "MissingStoredOutput",

@@ -285,7 +285,12 @@ class Bucket:
         """Delete every object under `prefix` (1,000 per request); returns how many went."""
         if not prefix or not prefix.strip("/"):
             raise ValueError(f"refusing to delete under an empty prefix {prefix!r} in {self.name}")
-        keys = self.list_keys(prefix)
+        return self.delete_keys(self.list_keys(prefix), what=prefix)
+
+    def delete_keys(self, keys: Iterable[str], what: str = "") -> int:
+        """Delete these objects (1,000 per request); returns how many. `what` names them in an
+        error (a prefix)."""
+        keys = list(keys)
         for start in range(0, len(keys), 1000):
             batch = keys[start : start + 1000]
             response = self.client.delete_objects(
@@ -296,7 +301,7 @@ class Bucket:
             if errors:
                 first = errors[0]
                 raise OSError(
-                    f"deleting under s3://{self.name}/{prefix}: {len(errors)} failed, first "
+                    f"deleting under s3://{self.name}/{what}: {len(errors)} failed, first "
                     f"{first.get('Key')}: {first.get('Code')} {first.get('Message')}"
                 )
         return len(keys)

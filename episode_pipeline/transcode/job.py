@@ -5,18 +5,23 @@ one subprocess locally), so an episode waits for one cold start, not one per cam
 sends a `TranscodeJob` as Pipes extras; the process answers with one custom message per camera
 (a `TranscodeResult`) as each camera finishes, so a camera that finished before the process was
 killed still counts. Both sides import this module, so the field names are defined once; the
-task size and the step's deadline are decided here too, from the same facts.
+task size and the step's deadline are decided here too, from the same facts, and so is what a
+camera's failure means (`describe_failure`): a file's own bad content, tolerated, or an
+infrastructure error, after which the step is retried (`retry_wait`) and nothing is removed.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
-from episode_pipeline.config.settings import VideoSettings
+from episode_pipeline.config.settings import S3Deadlines, VideoSettings
+from episode_pipeline.storage.aws import aws_fault
 from episode_pipeline.video.hls import SEGMENT_SECONDS
-from episode_pipeline.video.probe import VideoProbe
+from episode_pipeline.video.playlist import PlaylistError
+from episode_pipeline.video.probe import ProbeError, VideoProbe
+from episode_pipeline.video.process import DeadlineExceeded
 
 RESULT_MESSAGE_TYPE = "hls_rendition"
 # Time for the task to start and to move files, on top of the FFmpeg deadlines.
@@ -24,6 +29,10 @@ STEP_OVERHEAD_SECONDS = 600.0
 UNKNOWN_EPISODE_SECONDS = 3600.0  # when info.json does not say how long the episode is
 FARGATE_VCPUS = (1, 2, 4, 8, 16)
 MIB_PER_VCPU = 2048  # the smallest memory Fargate pairs with each of those sizes
+
+
+class TranscodeError(RuntimeError):
+    """FFmpeg failed, or wrote a rendition that breaks the contract."""
 
 
 class JobError(ValueError):
@@ -83,12 +92,14 @@ class CameraJob:
 
 @dataclass(frozen=True)
 class TranscodeJob:
-    """One episode's cameras, and what to make of each (`VideoSettings`)."""
+    """One episode's cameras, and what to make of each (`VideoSettings`); the S3 calls' timeouts
+    and tries are the run's (`S3Deadlines`), so the transcode gives up on S3 when the run would."""
 
     bucket: str
     cameras: list[CameraJob]
     video: VideoSettings = field(default_factory=VideoSettings)
     segment_seconds: int = SEGMENT_SECONDS
+    s3_deadlines: S3Deadlines = field(default_factory=S3Deadlines)
 
     def to_extras(self) -> dict[str, Any]:
         return {
@@ -96,6 +107,7 @@ class TranscodeJob:
             "cameras": [asdict(camera) for camera in self.cameras],
             "video": video_to_dict(self.video),
             "segment_seconds": self.segment_seconds,
+            "s3_deadlines": asdict(self.s3_deadlines),
         }
 
     @classmethod
@@ -114,11 +126,19 @@ class TranscodeJob:
             raise JobError(
                 f"transcode job (Pipes extras): field 'video' must be an object, got {video!r}"
             )
+        deadlines = extras.get("s3_deadlines") or {}
+        if not isinstance(deadlines, Mapping):
+            raise JobError(
+                "transcode job (Pipes extras): field 's3_deadlines' must be an object, got "
+                f"{deadlines!r}"
+            )
+        known = {f.name for f in fields(S3Deadlines)}
         return cls(
             bucket=_field(extras, "bucket", str),
             cameras=[CameraJob.from_dict(c, i) for i, c in enumerate(cameras)],
             video=video_from_dict(video),
             segment_seconds=seconds,
+            s3_deadlines=S3Deadlines(**{k: v for k, v in deadlines.items() if k in known}),
         )
 
 
@@ -165,6 +185,64 @@ def step_deadline(
     return STEP_OVERHEAD_SECONDS + max(1, cameras) * video.ffmpeg_deadline(episode_seconds)
 
 
+# -- what a failure means --------------------------------------------------------------------
+
+# The file's own content (docs/contract.md: "a video error is logged and the episode can still be
+# processed"): the camera is failed, its folder emptied, the episode goes on.
+CONTENT = "content"
+# S3 or any AWS call, the local disk, the transcode process dying or being stopped, the whole
+# transcode's deadline, anything unforeseen: nothing is removed and the step fails, to be retried.
+INFRASTRUCTURE = "infrastructure"
+MAX_RETRY_WAIT_SECONDS = 300.0  # a Retry-After (or backoff) beyond this is cut to it
+
+# FFmpeg failing or running past its own deadline on the file, a probe or playlist check failing
+# (ValueError: what the video modules raise on a stream they cannot describe).
+_CONTENT_ERRORS = (TranscodeError, DeadlineExceeded, PlaylistError, ProbeError, ValueError)
+
+
+@dataclass(frozen=True)
+class FailureFacts:
+    """A camera's failure as its result carries it across the Pipes boundary."""
+
+    kind: str  # CONTENT or INFRASTRUCTURE
+    message: str  # names the S3 key, the error code and `Retry-After: N` when S3 said so
+    code: str | None = None  # the AWS error code (SlowDown, ...) of an AWS failure
+    retry_after_seconds: float | None = None
+
+
+def describe_failure(error: BaseException) -> FailureFacts:
+    """Content or infrastructure, and the text to report. An AWS error anywhere in the chain is
+    infrastructure even when raised as something else; an exception nobody foresaw is
+    infrastructure too (a bug is not a bad video: the step fails loudly, nothing is deleted)."""
+    fault = aws_fault(error)
+    if fault is not None:
+        return FailureFacts(
+            INFRASTRUCTURE, f"{error} [{fault.describe()}]", fault.code, fault.retry_after_seconds
+        )
+    if isinstance(error, _CONTENT_ERRORS):
+        return FailureFacts(CONTENT, str(error))
+    return FailureFacts(INFRASTRUCTURE, f"{type(error).__name__}: {error}")
+
+
+def retry_wait(
+    attempt: int, retries: int, base_seconds: float, retry_after: float | None
+) -> float | None:
+    """Seconds before the step's next try after an infrastructure failure on try `attempt`
+    (0 the first), or None when that was the last: the Retry-After S3 gave, else exponential
+    backoff from `base_seconds`; either cut to MAX_RETRY_WAIT_SECONDS."""
+    if attempt >= retries:
+        return None
+    wait = retry_after if retry_after is not None else base_seconds * 2**attempt
+    return min(max(0.0, wait), MAX_RETRY_WAIT_SECONDS)
+
+
+def leftover_keys(existing: Iterable[str], written: Collection[str], prefix: str) -> list[str]:
+    """The objects under a camera's `prefix` this run did not write (a longer earlier upload's
+    extra segments, a rung no longer in the ladder): removed once the camera's master is up,
+    never before, so an interrupted run leaves the earlier video whole."""
+    return sorted(key for key in existing if key.startswith(prefix) and key not in written)
+
+
 # -- results --------------------------------------------------------------------------------
 
 
@@ -206,7 +284,8 @@ class TranscodeResult:
 
     `sources` are the mp4s that probed well, `failed` the ones that could not be downloaded or
     probed (left out); `error` says why the camera as a whole has no rendition (FFmpeg failed or
-    ran late, a bad playlist, an upload failed, the process died).
+    ran late, a bad playlist, an upload failed, the process died) and `error_kind` whether that
+    was the content's fault (CONTENT) or not (INFRASTRUCTURE: the step is retried).
     """
 
     camera: str
@@ -218,9 +297,16 @@ class TranscodeResult:
     sources: list[SourceVideo] = field(default_factory=list)
     failed: list[FailedVideo] = field(default_factory=list)
     error: str | None = None
+    error_kind: str | None = None  # CONTENT or INFRASTRUCTURE when `error` is set
+    error_code: str | None = None  # the AWS error code of an AWS failure (SlowDown, ...)
+    retry_after_seconds: float | None = None  # what S3 said to wait, if it did
     ffmpeg_seconds: float = 0.0  # wall time of FFmpeg alone
     started_at: float = 0.0  # epoch seconds: when the process took up this camera, and
     finished_at: float = 0.0  # when it was done with it
+
+    @property
+    def infrastructure_failed(self) -> bool:
+        return self.error is not None and self.error_kind == INFRASTRUCTURE
 
     @property
     def source_duration_ms(self) -> int:
@@ -257,6 +343,10 @@ class TranscodeResult:
             ],
             failed=[FailedVideo(**f) for f in data.get("failed", [])],
             error=data.get("error"),
+            # A result without a kind comes from a program older than the kinds: content, as then.
+            error_kind=data.get("error_kind") or (CONTENT if data.get("error") else None),
+            error_code=data.get("error_code"),
+            retry_after_seconds=data.get("retry_after_seconds"),
             ffmpeg_seconds=float(data.get("ffmpeg_seconds", 0.0)),
             started_at=float(data.get("started_at", 0.0)),
             finished_at=float(data.get("finished_at", 0.0)),

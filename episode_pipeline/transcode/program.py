@@ -9,20 +9,26 @@ The bucket is in the job; the S3 endpoint and credentials come from the environm
 parent's resource locally; the task role on AWS). This module imports `dagster_pipes` and the
 core only, never `dagster`: it starts in a fraction of the time.
 
-Per camera:
-1. the old objects under `hls/<camera>/` are deleted, so nothing of an earlier run mixes in;
-2. every source is downloaded, then all are probed in one PyAV child under a deadline;
-3. when an FFmpeg slot is free, one FFmpeg invocation (under a deadline, killed with its process
+Per camera (nothing is deleted first: an earlier run's video stays whole until this one's
+replaces it, docs/contract.md#upload-order):
+1. every source is downloaded, then all are probed in one PyAV child under a deadline;
+2. when an FFmpeg slot is free, one FFmpeg invocation (under a deadline, killed with its process
    group when late) writes every rendition and the poster; finished segments are uploaded while
-   it runs;
-4. each rendition's playlist is checked, the master is written from what was made (peak
-   bandwidth, codecs from the stream), the poster and the playlists go up, the master last.
+   it runs, over the same names (`segment_%05d.ts`) an earlier run used;
+3. each rendition's playlist is checked, the master is written from what was made (peak
+   bandwidth, codecs from the stream), the poster and the playlists go up, the master last;
+4. only then are the objects under `hls/<camera>/` this run did not write deleted (a longer
+   earlier upload's extra segments, a rung no longer made).
 
-Outcomes: a source that cannot be downloaded or probed is left out and reported; FFmpeg failing
-or running late, a bad playlist or an upload failing ends that camera alone: it is reported
-failed, its folder is emptied (what S3 holds always matches the latest run), and the other
-cameras go on. The program exits 0 unless it cannot do or report its job at all (bad extras):
-then Pipes reports the exception and the process exits non-zero.
+Outcomes (`job.describe_failure`): a source that cannot be probed is left out and reported.
+The file's own bad content — FFmpeg failing or running past its deadline, no source probing, a
+bad playlist — ends that camera alone: it is reported failed (`content`), its folder is emptied
+(what S3 holds always matches the latest upload), and the other cameras go on. Anything else —
+an S3 call failing once botocore's retries ran out (a download included), the local disk, an
+error nobody foresaw — is reported `infrastructure` with the S3 key, the error code and the
+`Retry-After` S3 sent, and nothing of the camera is removed: the asset fails the step, which is
+retried. The program exits 0 unless it cannot do or report its job at all (bad extras): then
+Pipes reports the exception and the process exits non-zero.
 """
 
 from __future__ import annotations
@@ -33,21 +39,27 @@ import signal
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor, as_completed
+from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from episode_pipeline.config.settings import AwsSettings, VideoSettings
+from episode_pipeline.storage.aws import aws_fault
 from episode_pipeline.storage.bucket import Bucket
 from episode_pipeline.transcode.job import (
+    CONTENT,
     CameraJob,
     FailedVideo,
     RenditionResult,
     SourceVideo,
+    TranscodeError,
     TranscodeJob,
     TranscodeResult,
+    describe_failure,
+    leftover_keys,
 )
 from episode_pipeline.transcode.uploads import SegmentUploader
 from episode_pipeline.video import ffmpeg_exe
@@ -69,10 +81,9 @@ from episode_pipeline.video.ladder import (
     peak_bandwidth,
     plan_renditions,
 )
-from episode_pipeline.video.playlist import PlaylistError, check_playlist, parse_playlist
+from episode_pipeline.video.playlist import check_playlist, parse_playlist
 from episode_pipeline.video.probe import VideoProbe, probe_files
 from episode_pipeline.video.process import (
-    DeadlineExceeded,
     available_cpus,
     kill_running_children,
     run_with_deadline,
@@ -84,14 +95,26 @@ SPS_SEARCH_BYTES = 64 * 1024
 Log = Callable[[str], Any]
 
 
-class TranscodeError(RuntimeError):
-    """FFmpeg failed, or wrote a rendition that breaks the contract."""
+class StorageCallFailed(RuntimeError):
+    """An S3 call on one key failed; raised from the AWS error, which `describe_failure` finds."""
+
+
+@contextmanager
+def s3_call(what: str) -> Iterator[None]:
+    """Name the object (`upload of s3://…/key`) in an AWS error raised inside."""
+    try:
+        yield
+    except Exception as error:
+        if aws_fault(error) is None:
+            raise
+        raise StorageCallFailed(f"{what}: {error}") from error
 
 
 def fetch_sources(
     job: TranscodeJob, camera: CameraJob, bucket: Bucket, workdir: Path, log: Log
 ) -> tuple[list[tuple[Path, SourceVideo]], list[FailedVideo]]:
-    """Download every source, then probe them all; unreadable ones are failures, in order."""
+    """Download every source, then probe them all; the ones that do not probe are failures, in
+    order. A download that fails raises: S3 failing is not the file's fault."""
     downloaded: list[tuple[str, Path]] = []
     failed: list[FailedVideo] = []
 
@@ -102,11 +125,8 @@ def fetch_sources(
 
     for index, key in enumerate(camera.sources):
         local = workdir / f"source_{index:04d}.mp4"
-        try:
+        with s3_call(f"download of {bucket.uri(key)}"):
             bucket.download_file(key, local)
-        except Exception as error:
-            fail(key, f"download failed: {error}")
-            continue
         downloaded.append((key, local))
     probes = probe_files([local for _, local in downloaded], job.video.probe_deadline_seconds)
     usable: list[tuple[Path, SourceVideo]] = []
@@ -241,9 +261,10 @@ def publish(
     bucket: Bucket,
     workdir: Path,
     ffmpeg_slots: threading.Semaphore,
-) -> tuple[list[RenditionResult], float]:
+) -> tuple[list[RenditionResult], float, set[str]]:
     """Encode in a free FFmpeg slot, upload segments as they come, check, then the poster,
-    playlists and master (the slot is already free for the next camera by then)."""
+    playlists and master (the slot is already free for the next camera by then). Returns the
+    renditions, FFmpeg's wall time and every key written."""
     out_dir = workdir / "hls"
     source, concat = ffmpeg_input(sources, workdir)
     has_audio = all(s.probe.has_audio for _, s in sources)
@@ -273,8 +294,17 @@ def publish(
     finals = [POSTER_NAME, *[r.playlist for r in renditions if not r.is_baseline]]
     finals += [renditions[0].playlist, MASTER_NAME]
     for name in finals:
-        bucket.upload_file(out_dir / name, camera.output_prefix + name)
-    return [result for result, _, _ in described], ffmpeg_seconds
+        key = camera.output_prefix + name
+        with s3_call(f"upload of {bucket.uri(key)}"):
+            bucket.upload_file(out_dir / name, key)
+        uploaded.add(key)
+    return [result for result, _, _ in described], ffmpeg_seconds, uploaded
+
+
+def remove_leftovers(bucket: Bucket, prefix: str, written: set[str]) -> int:
+    """After the master is up: delete what is under `prefix` that this run did not write."""
+    with s3_call(f"cleaning {bucket.uri(prefix)}"):
+        return bucket.delete_keys(leftover_keys(bucket.list_keys(prefix), written, prefix), prefix)
 
 
 def run_camera(
@@ -289,35 +319,44 @@ def run_camera(
     for what fails how."""
     started = time.time()
     workdir.mkdir(parents=True)
-    bucket.delete_prefix(camera.output_prefix)
-    sources, failed = fetch_sources(job, camera, bucket, workdir, log)
-    result = TranscodeResult(
-        camera=camera.camera,
-        playlist_key=None,
-        sources=[s for _, s in sources],
-        failed=failed,
-        error=None if sources else "no usable source",
-        started_at=started,
-    )
-    if sources:
-        try:
-            renditions, ffmpeg_seconds = publish(
-                job, camera, sources, bucket, workdir, ffmpeg_slots
-            )
-        except (TranscodeError, DeadlineExceeded, PlaylistError, OSError, ValueError) as error:
-            log(f"camera {camera.camera}: {error}")
-            bucket.delete_prefix(camera.output_prefix)
-            result = replace(result, error=str(error))
-        else:
-            result = replace(
-                result,
-                playlist_key=renditions[0].playlist_key,
-                master_key=camera.output_prefix + MASTER_NAME,
-                poster_key=camera.output_prefix + POSTER_NAME,
-                renditions=renditions,
-                seconds=renditions[0].seconds,
-                ffmpeg_seconds=round(ffmpeg_seconds, 3),
-            )
+    result = TranscodeResult(camera=camera.camera, playlist_key=None, started_at=started)
+    try:
+        sources, failed = fetch_sources(job, camera, bucket, workdir, log)
+        result = replace(result, sources=[s for _, s in sources], failed=failed)
+        if not sources:
+            raise TranscodeError("no usable source")
+        renditions, ffmpeg_seconds, written = publish(
+            job, camera, sources, bucket, workdir, ffmpeg_slots
+        )
+        removed = remove_leftovers(bucket, camera.output_prefix, written)
+        if removed:
+            log(f"camera {camera.camera}: removed {removed} object(s) this upload no longer has")
+        result = replace(
+            result,
+            playlist_key=renditions[0].playlist_key,
+            master_key=camera.output_prefix + MASTER_NAME,
+            poster_key=camera.output_prefix + POSTER_NAME,
+            renditions=renditions,
+            seconds=renditions[0].seconds,
+            ffmpeg_seconds=round(ffmpeg_seconds, 3),
+        )
+    except Exception as error:
+        facts = describe_failure(error)
+        log(f"camera {camera.camera} ({facts.kind}): {facts.message}")
+        if facts.kind == CONTENT:
+            # This upload has no video for the camera: S3 must not keep an earlier one's.
+            try:
+                with s3_call(f"emptying {bucket.uri(camera.output_prefix)}"):
+                    bucket.delete_prefix(camera.output_prefix)
+            except Exception as cleanup_error:
+                facts = describe_failure(cleanup_error)
+        result = replace(
+            result,
+            error=facts.message,
+            error_kind=facts.kind,
+            error_code=facts.code,
+            retry_after_seconds=facts.retry_after_seconds,
+        )
     return replace(result, finished_at=time.time())
 
 
@@ -334,8 +373,8 @@ def run_episode(
     A camera waits for its FFmpeg slot after its download and probe, not before: with more
     cameras than CPUs the next camera's fetch (a probe child, 0.3-2 s with the cores busy) no
     longer sits between one FFmpeg's end and the next one's start. A camera that fails in a way
-    `run_camera` does not foresee (an S3 error) is reported failed with that error; the others
-    go on.
+    `run_camera` does not foresee is reported failed with that error (`infrastructure`); the
+    others go on.
     """
     slots = threading.BoundedSemaphore(max(1, job.video.camera_workers or available_cpus()))
     results = []
@@ -353,9 +392,15 @@ def run_episode(
             try:
                 result = future.result()
             except Exception as error:
-                log(f"camera {camera.camera}: transcode failed: {error}")
+                facts = describe_failure(error)
+                log(f"camera {camera.camera}: transcode failed: {facts.message}")
                 result = TranscodeResult(
-                    camera=camera.camera, playlist_key=None, error=f"transcode failed: {error}"
+                    camera=camera.camera,
+                    playlist_key=None,
+                    error=f"transcode failed: {facts.message}",
+                    error_kind=facts.kind,
+                    error_code=facts.code,
+                    retry_after_seconds=facts.retry_after_seconds,
                 )
             report(result)
             results.append(result)
@@ -401,7 +446,7 @@ def main() -> int:
         )
         # The environment names the S3 endpoint and keys: the parent's locally, the task role's
         # on ECS.
-        bucket = Bucket(job.bucket, AwsSettings.from_env(os.environ))
+        bucket = Bucket(job.bucket, AwsSettings.from_env(os.environ), job.s3_deadlines)
         with tempfile.TemporaryDirectory(prefix="transcode-") as tmp:
             scratch.append(tmp)
             run_episode(job, bucket, Path(tmp), report, log)

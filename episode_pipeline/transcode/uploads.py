@@ -20,6 +20,10 @@ UPLOAD_WORKERS = 4  # per camera; moto: 73 objects/s alone, 122/s with 8 threads
 POLL_SECONDS = 0.5
 
 
+class SegmentUploadFailed(RuntimeError):
+    """A segment's upload failed; raised from its error (S3's, or the disk's)."""
+
+
 class SegmentUploader:
     """Uploads each finished segment under `folders` of `root` to `prefix` + the same path."""
 
@@ -68,13 +72,16 @@ class SegmentUploader:
     def finish(self) -> set[str]:
         """After FFmpeg exited: upload what is left, wait for every upload, return their keys.
 
-        The first failed upload is raised (after the others ended).
+        The first failed upload is raised (after the others ended), as `SegmentUploadFailed` from
+        the S3 error, naming its key.
         """
         self._stop.set()
         self._watcher.join()
         self._sweep()
         for future in list(self._uploads.values()):
             future.exception()  # wait for all before raising any
-        for future in self._uploads.values():
-            future.result()
+        for key, future in self._uploads.items():
+            error = future.exception()
+            if error is not None:
+                raise SegmentUploadFailed(f"upload of {self._bucket.uri(key)}: {error}") from error
         return set(self._uploads)

@@ -6,9 +6,17 @@ and `poster.jpg` (docs/contract.md#hls-renditions). All cameras of the episode g
 transcode process (a subprocess of the run, or an ECS task of its own), encoded in parallel
 inside it.
 
-A video error is logged and the episode can still be processed: a camera whose videos fail is
-listed in `failed_videos` and the asset still materializes; the WARN checks (`checks/hls.py`)
-then flag the episode, camera by camera. Several mp4s of one camera (a v2.1 archive holding
+A video's own bad content is logged and the episode can still be processed: a camera whose
+videos fail is listed in `failed_videos` and the asset still materializes; the WARN checks
+(`checks/hls.py`) then flag the episode, camera by camera. An infrastructure error is not a bad
+video (`transcode.job.describe_failure`): S3 failing once botocore's retries ran out, the
+transcode process dying, stopped or past its deadline. Then nothing is removed (the earlier
+run's HLS stays whole) and the step raises `RetryRequested`, waiting the `Retry-After` S3 sent
+or backing off, up to `TRANSCODE_STEP_RETRIES` times; the last try fails with a `Failure`
+naming the camera, the S3 key, the error code and `Retry-After: N`, so the run fails and the
+episode is `failed` with that cause. Why not an asset `RetryPolicy`: its wait is fixed by the
+definition and cannot follow a Retry-After, and it would retry a content error's raise too.
+Several mp4s of one camera (a v2.1 archive holding
 several LeRobot episodes, or a v3.0 camera split into files) are played back to back in path
 order (`path_order`: file-2 before file-10) as one stream.
 """
@@ -16,7 +24,14 @@ order (`path_order`: file-2 before file-10) as one stream.
 import time
 from typing import Any
 
-from dagster import AssetExecutionContext, AssetIn, MaterializeResult, MetadataValue
+from dagster import (
+    AssetExecutionContext,
+    AssetIn,
+    Failure,
+    MaterializeResult,
+    MetadataValue,
+    RetryRequested,
+)
 
 from episode_pipeline.defs.asset_keys import EXTRACTED_FILES_KEY
 from episode_pipeline.defs.assets.hls_tables import (
@@ -39,8 +54,23 @@ from episode_pipeline.episodes.extracted_files import (
     videos_by_camera,
 )
 from episode_pipeline.episodes.keys import EpisodeRef, parse_partition_key
+from episode_pipeline.storage.aws import aws_fault
 from episode_pipeline.storage.bucket import Bucket
-from episode_pipeline.transcode.job import CameraJob, FailedVideo, TranscodeResult
+from episode_pipeline.transcode.job import (
+    INFRASTRUCTURE,
+    CameraJob,
+    FailedVideo,
+    TranscodeResult,
+    retry_wait,
+)
+
+
+class StorageUnavailable(Failure):
+    """The transcode's last try failed on S3 (or another AWS call): the run fails with it."""
+
+
+class TranscodeInterrupted(Failure):
+    """The transcode's last try failed because its process died, was stopped or ran late."""
 
 
 def stale_cameras(bucket: Bucket, ref: EpisodeRef, cameras: set[str]) -> set[str]:
@@ -56,6 +86,56 @@ def episode_seconds(extracted: ExtractedFiles) -> float | None:
         return extracted.dataset_info().duration_seconds
     except ValueError:
         return None
+
+
+def infrastructure_failures(
+    cameras: list[str], outcome: TranscodeOutcome
+) -> tuple[list[TranscodeResult], list[str]]:
+    """The reported results, one per camera, and the infrastructure failures among them: a camera
+    that reported one, and a camera not reported at all (the process died, was stopped or ran past
+    the transcode's deadline), which carries the process's error."""
+    results, causes = [], []
+    for camera in cameras:
+        result = outcome.results.get(camera)
+        if result is None:
+            result = TranscodeResult(
+                camera=camera,
+                playlist_key=None,
+                error=f"transcode failed: {outcome.error or 'not reported'}",
+                error_kind=INFRASTRUCTURE,
+                error_code=outcome.error_code,
+                retry_after_seconds=outcome.retry_after_seconds,
+            )
+        results.append(result)
+        if result.infrastructure_failed:
+            causes.append(result)
+    return results, [f"camera {r.camera}: {r.error}" for r in causes]
+
+
+def retry_or_fail(
+    context: AssetExecutionContext,
+    transcoder: HlsTranscoder,
+    causes: list[str],
+    *,
+    storage: bool,
+    retry_after: float | None,
+) -> Exception:
+    """What to raise after an infrastructure error: `RetryRequested` while tries are left, then
+    the `Failure` naming every cause (its text carries `Retry-After: N` when S3 sent one)."""
+    attempt = context.retry_number
+    cause = "; ".join(causes)
+    wait = retry_wait(attempt, transcoder.step_retries, transcoder.step_retry_seconds, retry_after)
+    if wait is None:
+        failure = StorageUnavailable if storage else TranscodeInterrupted
+        return failure(
+            description=f"{cause} (try {attempt + 1} of {transcoder.step_retries + 1}; the "
+            "earlier HLS was left in place)",
+        )
+    context.log.warning(
+        f"infrastructure error, try {attempt + 1} of {transcoder.step_retries + 1}, again in "
+        f"{wait:g} s ({'Retry-After' if retry_after is not None else 'backoff'}): {cause}"
+    )
+    return RetryRequested(max_retries=transcoder.step_retries, seconds_to_wait=wait)
 
 
 def failed_videos(result: TranscodeResult, files: list[ProcessedFile]) -> list[FailedVideo]:
@@ -94,18 +174,13 @@ def hls_renditions(
     bucket = s3.get_client()
     links = bucket_links(s3)
     cameras = videos_by_camera(extracted_files)
-    for camera in sorted(stale_cameras(bucket, ref, set(cameras))):
-        removed = bucket.delete_prefix(ref.hls_prefix(camera))
-        context.log.info(
-            f"removed {removed} stale object(s) of camera {camera} (no longer uploaded)"
-        )
-
     job = transcoder.job(
         bucket.name,
         [
             CameraJob(camera=c, sources=[f.key for f in files], output_prefix=ref.hls_prefix(c))
             for c, files in cameras.items()
         ],
+        s3.deadlines(),
     )
     started = time.monotonic()
     outcome = (
@@ -116,14 +191,30 @@ def hls_renditions(
     transcode_seconds = time.monotonic() - started
     if outcome.error:
         context.log.error(f"transcode: {outcome.error}")
-    results: list[TranscodeResult] = []
-    for camera in cameras:
-        result = outcome.results.get(camera)
-        if result is None:  # the process died or was stopped before this camera was done
-            bucket.delete_prefix(ref.hls_prefix(camera))
-            error = f"transcode failed: {outcome.error or 'not reported'}"
-            result = TranscodeResult(camera=camera, playlist_key=None, error=error)
-        results.append(result)
+    results, causes = infrastructure_failures(list(cameras), outcome)
+    if not causes:
+        try:  # last, once every camera of this upload is up: the cameras it no longer has
+            for camera in sorted(stale_cameras(bucket, ref, set(cameras))):
+                removed = bucket.delete_prefix(ref.hls_prefix(camera))
+                context.log.info(
+                    f"removed {removed} stale object(s) of camera {camera} (no longer uploaded)"
+                )
+        except Exception as error:
+            fault = aws_fault(error)
+            if fault is None:
+                raise
+            causes.append(f"removing stale cameras under {bucket.uri(ref.hls_root)}: {error}")
+            outcome.error_code, outcome.retry_after_seconds = fault.code, fault.retry_after_seconds
+    if causes:
+        failing = [r for r in results if r.infrastructure_failed]
+        waits = [r.retry_after_seconds for r in failing] + [outcome.retry_after_seconds]
+        raise retry_or_fail(
+            context,
+            transcoder,
+            causes,
+            storage=any(r.error_code for r in failing) or outcome.error_code is not None,
+            retry_after=max((w for w in waits if w is not None), default=None),
+        )
     failed = []
     for result in results:
         for item in failed_videos(result, cameras[result.camera]):

@@ -16,7 +16,10 @@ else the resource's `mode`:
   CloudWatch log stream (the task definition's `awslogs` driver with a stream prefix); past the
   deadline the task is stopped (`StopTask`).
 
-Either way a late transcode is reported with the cameras it finished; the rest count as failed.
+Either way a late transcode is reported with the cameras it finished; the rest are not the
+videos' fault (the process died, was stopped or ran past the whole transcode's deadline, or ECS
+refused the task): `hls_renditions` fails the step for them, to be retried
+(`step_retries`, `step_retry_seconds`), and removes nothing.
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ from pydantic import Field
 
 from episode_pipeline.config.settings import (
     SUBPROCESS,
+    S3Deadlines,
     Settings,
     TranscodeSettings,
     VideoSettings,
@@ -52,7 +56,7 @@ from episode_pipeline.defs.resources.settings_fields import (
     settings_from,
 )
 from episode_pipeline.defs.runs import TRANSCODER_TAG, transcoder_of
-from episode_pipeline.storage.aws import aws_client
+from episode_pipeline.storage.aws import aws_client, aws_fault
 from episode_pipeline.transcode.job import (
     TaskSize,
     TranscodeJob,
@@ -125,10 +129,13 @@ class TranscodeDeadlineExceeded(TranscodeFailed):
 
 @dataclass
 class TranscodeOutcome:
-    """Each reported camera's result, and why the process failed (None when it did not)."""
+    """Each reported camera's result, and why the process failed (None when it did not): always
+    an infrastructure error, with the AWS code and Retry-After when ECS or CloudWatch refused."""
 
     results: dict[str, TranscodeResult] = field(default_factory=dict)
     error: str | None = None
+    error_code: str | None = None
+    retry_after_seconds: float | None = None
     deadline_seconds: float = 0.0
     task_size: TaskSize | None = None  # ECS only
     mode: str = SUBPROCESS
@@ -153,6 +160,8 @@ class HlsTranscoder(AwsResource):
     poll_seconds: int = Field(default=6, description="ecs mode: seconds between task polls.")
     max_vcpu: int = setting_field(TranscodeSettings, "max_vcpu")
     deadline_seconds: float | None = setting_field(TranscodeSettings, "deadline_seconds")
+    step_retries: int = setting_field(TranscodeSettings, "step_retries")
+    step_retry_seconds: float = setting_field(TranscodeSettings, "step_retry_seconds")
     task_above_bytes: int | None = setting_field(TranscodeSettings, "task_above_bytes")
     # What the transcode program makes of each camera: `VideoSettings`, field by field.
     preset: str = setting_field(VideoSettings, "preset")
@@ -183,8 +192,15 @@ class HlsTranscoder(AwsResource):
     def video(self) -> VideoSettings:
         return settings_from(self, VideoSettings)
 
-    def job(self, bucket: str, cameras: Sequence[Any]) -> TranscodeJob:
-        return TranscodeJob(bucket=bucket, cameras=list(cameras), video=self.video())
+    def job(
+        self, bucket: str, cameras: Sequence[Any], s3_deadlines: S3Deadlines | None = None
+    ) -> TranscodeJob:
+        return TranscodeJob(
+            bucket=bucket,
+            cameras=list(cameras),
+            video=self.video(),
+            s3_deadlines=s3_deadlines or S3Deadlines(),
+        )
 
     # -- clients (tests override these to play the container) ---------------------------------
 
@@ -225,7 +241,7 @@ class HlsTranscoder(AwsResource):
 
     def _run_subprocess(
         self, context: AssetExecutionContext, extras: dict[str, Any], deadline: float
-    ) -> tuple[Sequence[Any], str | None]:
+    ) -> tuple[Sequence[Any], BaseException | str | None]:
         """The child in its own session; past `deadline` its whole process group is killed."""
         command = [self.python_executable or sys.executable, "-m", TRANSCODE_MODULE]
         error = None
@@ -261,7 +277,7 @@ class HlsTranscoder(AwsResource):
         extras: dict[str, Any],
         deadline: float,
         size: TaskSize,
-    ) -> tuple[Sequence[Any], str | None]:
+    ) -> tuple[Sequence[Any], BaseException | str | None]:
         # Imported here: dagster_aws.pipes takes seconds to import and only ECS mode uses it.
         from dagster_aws.pipes import PipesECSClient
         from dagster_aws.pipes.clients.ecs import WaiterConfig
@@ -290,7 +306,7 @@ class HlsTranscoder(AwsResource):
                     f"ECS task {', '.join(ecs.task_arns)} ran past its deadline of {deadline:g} s "
                     f"and was stopped ({error})"
                 )
-            return messages, str(error)
+            return messages, error
         return invocation.get_custom_messages(), None
 
     def transcode(
@@ -315,8 +331,16 @@ class HlsTranscoder(AwsResource):
             messages, error = self._run_ecs(context, job.to_extras(), deadline, outcome.task_size)
         outcome.results = find_results(list(messages))
         missing = [c.camera for c in job.cameras if c.camera not in outcome.results]
+        fault = aws_fault(error) if isinstance(error, BaseException) else None
+        if fault is not None:  # ECS refused the task (throttled, no capacity), or CloudWatch
+            outcome.error_code, outcome.retry_after_seconds = fault.code, fault.retry_after_seconds
+            error = f"{error} [{fault.describe()}]"
         if error or missing:
-            outcome.error = error or (
-                f"the transcode ({mode}) ended without reporting camera(s) {', '.join(missing)}"
+            outcome.error = (
+                str(error)
+                if error
+                else (
+                    f"the transcode ({mode}) ended without reporting camera(s) {', '.join(missing)}"
+                )
             )
         return outcome
