@@ -30,7 +30,7 @@ import av
 import botocore.exceptions
 import psutil
 import pytest
-from dagster import DagsterInstance, DagsterRunStatus, materialize
+from dagster import DagsterEventType, DagsterInstance, DagsterRunStatus, materialize
 from dagster._core.launcher import LaunchRunContext
 from dagster._core.remote_origin import (
     InProcessCodeLocationOrigin,
@@ -49,6 +49,7 @@ from episode_pipeline.defs.checks.hls import HLS_CHECKS
 from episode_pipeline.defs.jobs import EPISODE_JOB_NAME
 from episode_pipeline.defs.partitions import EPISODES_PARTITION_NAME
 from episode_pipeline.defs.resources.transcoder import HlsTranscoder
+from episode_pipeline.defs.run_errors import StepError, run_errors
 from episode_pipeline.defs.runs import ECS_CPU_TAG, ECS_MEMORY_TAG, TRANSCODER_TAG
 from episode_pipeline.defs.sensors import sqs
 from episode_pipeline.episodes.keys import EpisodeRef
@@ -130,6 +131,46 @@ def run_hls(
     declared = {spec.name: spec.metadata["severity"] for c in HLS_CHECKS for spec in c.check_specs}
     assert {name: e.severity.value for name, e in checks.items()} == declared
     return Run(metadata={k: v.value for k, v in materialization.metadata.items()}, checks=checks)
+
+
+def run_hls_failing(
+    instance,
+    settings,
+    ref: EpisodeRef,
+    transcoder: HlsTranscoder,
+    tags: dict[str, str] | None = None,
+) -> tuple[StepError, int]:
+    """As `run_hls` for a transcode that fails on infrastructure: the step's error and how many
+    times it was retried."""
+    if not instance.has_dynamic_partition(EPISODES_PARTITION_NAME, ref.partition_key):
+        instance.add_dynamic_partitions(EPISODES_PARTITION_NAME, [ref.partition_key])
+    result = materialize(
+        [raw_archive, extracted_files, hls_renditions, *HLS_CHECKS],
+        selection=[extracted_files, hls_renditions],
+        partition_key=ref.partition_key,
+        instance=instance,
+        tags=tags,
+        raise_on_error=False,
+        resources={**build_resources(settings), "transcoder": transcoder},
+    )
+    assert not result.success
+    assert not list(result.asset_materializations_for_node("hls_renditions"))
+    (error,) = run_errors(instance, result.run_id)
+    assert error.step == "hls_renditions"
+    retried = instance.get_records_for_run(
+        result.run_id, of_type=DagsterEventType.STEP_UP_FOR_RETRY
+    ).records
+    return error, len(retried)
+
+
+def earlier_hls(s3_client, bucket: str, ref: EpisodeRef, cameras: list[str]) -> dict[str, str]:
+    """What an earlier run left under each camera's folder (stand-ins), by key → ETag."""
+    for camera in cameras:
+        for name in ("master.m3u8", "playlist.m3u8", "segment_00000.ts", "720p/playlist.m3u8"):
+            s3_client.put_object(Bucket=bucket, Key=ref.hls_prefix(camera) + name, Body=b"earlier")
+    objects = hls_objects(s3_client, bucket, ref)
+    assert len(objects) == 4 * len(cameras)
+    return objects
 
 
 def hls_objects(s3_client, bucket: str, ref: EpisodeRef) -> dict[str, str]:
@@ -354,46 +395,54 @@ def test_one_camera_whose_ffmpeg_fails_or_hangs_is_reported_and_the_others_compl
         assert passed == (True, False, False), name
 
 
-def test_a_transcode_process_past_the_step_deadline_is_killed(
+def test_a_transcode_process_past_the_step_deadline_is_killed_and_the_earlier_hls_stays(
     tmp_path, stack, settings, instance, s3_client
 ):
+    """The whole transcode's deadline is not the videos' fault (issue 32, finding 0): the process
+    is killed with its FFmpegs, the step fails naming the deadline, and nothing an earlier run
+    made is removed."""
     ref = new_ref()
     archive = tmp_path / "slow.tar.zst"
     summary = write_sample(archive, SampleSpec(codebase_version="v3.0", cameras=2, seconds=1.0))
     upload_episode(archive, ref)
+    before = earlier_hls(s3_client, stack.bucket, ref, summary["cameras"])
     pids = tmp_path / "hung.pids"
     ffmpeg = stand_in_ffmpeg(tmp_path, f"sleep 600 & echo $$ $! >> {pids}; wait")
-    transcoder = HlsTranscoder(mode="subprocess", ffmpeg=ffmpeg, deadline_seconds=12)
+    transcoder = HlsTranscoder(
+        mode="subprocess", ffmpeg=ffmpeg, deadline_seconds=12, step_retries=0
+    )
 
-    run = run_hls(instance, settings, ref, transcoder)
+    error, retries = run_hls_failing(instance, settings, ref, transcoder)
 
-    assert "ran past its deadline of 12 s and was killed" in run.metadata["transcode_error"]
-    assert {f["camera"] for f in run.metadata["failed_videos"]} == set(summary["cameras"])
-    assert all("deadline of 12 s" in f["error"] for f in run.metadata["failed_videos"])
-    assert run.metadata["playlists"] == []
+    assert error.error_type == "TranscodeInterrupted" and retries == 0
+    assert "ran past its deadline of 12 s and was killed" in error.message
+    assert all(f"camera {camera}: " in error.message for camera in summary["cameras"])
     started = pids_in(pids)
     assert started and gone(started)  # FFmpeg's stand-ins and what they started died too
-    assert hls_objects(s3_client, stack.bucket, ref) == {}
-    assert not run.checks["hls_playlists_valid"].passed
+    assert hls_objects(s3_client, stack.bucket, ref) == before
 
 
-def test_a_transcode_process_that_dies_is_reported_not_fatal(
+def test_a_transcode_process_that_dies_fails_the_step_after_its_retries(
     tmp_path, stack, settings, instance, s3_client
 ):
     ref = new_ref()
     archive = tmp_path / "dies.tar.zst"
     summary = write_sample(archive, SampleSpec(codebase_version="v3.0", cameras=1, seconds=1.0))
     upload_episode(archive, ref)
-    broken = HlsTranscoder(mode="subprocess", python_executable="/bin/false")
+    before = earlier_hls(s3_client, stack.bucket, ref, summary["cameras"])
+    broken = HlsTranscoder(
+        mode="subprocess", python_executable="/bin/false", step_retries=2, step_retry_seconds=0.1
+    )
 
-    run = run_hls(instance, settings, ref, broken)
+    error, retries = run_hls_failing(instance, settings, ref, broken)
 
     (camera,) = summary["cameras"]
-    (failure,) = run.metadata["failed_videos"]
-    assert failure["camera"] == camera
-    assert failure["error"] == "transcode failed: the transcode process exited 1"
-    assert run.metadata["playlists"] == []
-    assert not run.checks["hls_playlists_valid"].passed
+    assert retries == 2
+    assert error.error_type == "TranscodeInterrupted"
+    assert error.message.startswith(
+        f"camera {camera}: transcode failed: the transcode process exited 1 (try 3 of 3;"
+    )
+    assert hls_objects(s3_client, stack.bucket, ref) == before
 
 
 # --- ECS: everything real but the container -------------------------------------------------
@@ -744,19 +793,22 @@ def test_ecs_task_past_the_step_deadline_is_stopped(
     archive = tmp_path / "ecs-slow.tar.zst"
     summary = write_sample(archive, SampleSpec(codebase_version="v3.0", cameras=1, seconds=1.0))
     upload_episode(archive, ref)
+    before = earlier_hls(s3_client, stack.bucket, ref, summary["cameras"])
     ffmpeg = stand_in_ffmpeg(tmp_path, "sleep 600")
-    transcoder = ecs_transcoder(settings, ecs_setup, fake, ffmpeg=ffmpeg, deadline_seconds=4)
+    transcoder = ecs_transcoder(
+        settings, ecs_setup, fake, ffmpeg=ffmpeg, deadline_seconds=4, step_retries=0
+    )
 
-    run = run_hls(instance, settings, ref, transcoder, ECS_TASK_TAGS)
+    error, _ = run_hls_failing(instance, settings, ref, transcoder, ECS_TASK_TAGS)
 
     (stop,) = fake.stop_task_requests
     assert stop["reason"] == "transcode deadline of 4 s passed"
     (task,) = fake._tasks.values()
     assert task.process is not None and task.process.poll() is not None
-    assert "ran past its deadline of 4 s and was stopped" in run.metadata["transcode_error"]
+    assert "ran past its deadline of 4 s and was stopped" in error.message
     (camera,) = summary["cameras"]
-    assert [f["camera"] for f in run.metadata["failed_videos"]] == [camera]
-    assert hls_objects(s3_client, stack.bucket, ref) == {}
+    assert error.message.startswith(f"camera {camera}: ")
+    assert hls_objects(s3_client, stack.bucket, ref) == before  # the stopped task removed nothing
 
 
 # --- cold starts: the ECS tasks one upload costs ----------------------------------------------

@@ -4,6 +4,9 @@
   500/503 answers and responses slower than the read timeout, during extraction, the frames
   download and the HLS upload. The run succeeds after retries, and what it wrote equals a clean
   run's.
+- S3 refusing every attempt of the HLS playlists' PUTs (503 SlowDown, Retry-After: 1) on a
+  re-run of a processed episode: the step is retried, then the run fails naming the cause, the
+  episode is `failed`, and the first run's HLS is all still there.
 - PostgreSQL during the frames COPY: the connection cut by a proxy, and a real server restart.
   The transaction rolls back (never half the rows), the episode is `failed`, the retry writes
   every row once.
@@ -19,12 +22,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from dagster import DagsterInstance
+from dagster import DagsterEventType, DagsterInstance
 
+from episode_pipeline.campaign.governor import retry_after_seconds
 from episode_pipeline.config.settings import S3Deadlines, Settings
 from episode_pipeline.db.connection import connect
 from episode_pipeline.db.episodes import ensure_episode_row, episode_row, frame_rows
 from episode_pipeline.db.migrate import apply_migrations
+from episode_pipeline.defs.failures import failure_cause
 from episode_pipeline.episodes.keys import EpisodeRef
 from episode_pipeline.local.pg_server import init_cluster, start_postgres, stop_postgres
 from episode_pipeline.runner import process_episode
@@ -34,8 +39,10 @@ from episode_pipeline.runtime.injection_points import (
     MID_COPY,
     release,
 )
+from episode_pipeline.runtime.metrics import STORAGE
 from episode_pipeline.samples.writer import SampleSpec, write_sample
 from episode_pipeline.storage.bucket import Bucket
+from episode_pipeline.video.playlist import parse_master, parse_playlist
 from episode_pipeline_tests.dagster_ui import free_port
 from episode_pipeline_tests.fault_proxy import CopyCuttingProxy, FaultPlan, FaultProxy
 
@@ -97,6 +104,72 @@ def test_s3_errors_and_slow_answers_are_retried_and_the_outputs_equal_a_clean_ru
     with connect(private.database) as conn:
         assert episode_row(conn, faulty)["status"] == "processed"
         assert frame_rows(conn, faulty) == frame_rows(conn, clean) > 0
+
+
+@pytest.mark.slow(seconds=45)  # two runs of the episode; 41 s on the busy 2 cores
+def test_a_throttled_playlist_put_fails_the_run_retried_and_keeps_the_earlier_hls(
+    private: Settings, tmp_path: Path
+) -> None:
+    """Issue 32, finding 0: once botocore's retries run out on a playlist PUT (503 SlowDown,
+    Retry-After: 1, on every attempt), `hls_renditions` is not a bad video: the step is retried,
+    then the run fails with the cause (camera, key, SlowDown, `Retry-After: 1`), the episode is
+    `failed`, and every object of the earlier run's HLS is still there, its playlists whole."""
+    bucket = Bucket(private.bucket, private.aws)
+    ref = EpisodeRef("test-org", f"ep-slowdown-{uuid.uuid4().hex[:8]}")
+    archive = tmp_path / "take.tar.zst"
+    (camera,) = write_sample(archive, SampleSpec(seconds=1.0, cameras=1))["cameras"]
+    with connect(private.database, autocommit=True) as conn:
+        ensure_episode_row(conn, ref)
+    bucket.upload_file(archive, f"{ref.prefix}take.tar.zst")
+    hls = ref.hls_root
+    # A longer earlier upload's extra segment: the first run removes it once its master is up.
+    bucket.put_bytes(f"{hls}{camera}/segment_09999.ts", b"old")
+    instance = DagsterInstance.get()
+    assert process_episode(ref, instance, private).success
+    before = {key: bucket.get_bytes(key) for key in bucket.list_keys(hls)}
+    assert f"{hls}{camera}/segment_09999.ts" not in before
+    playlists = sorted(key for key in before if key.endswith(".m3u8"))
+    assert any(key.endswith("/master.m3u8") for key in playlists), sorted(before)
+
+    plan = FaultPlan(
+        refuse=lambda method, path: method == "PUT" and path.endswith(".m3u8"), retry_after=1
+    )
+    assert private.aws.endpoint_url is not None
+    with FaultProxy(private.aws.endpoint_url, plan) as proxy:
+        throttled = dataclasses.replace(
+            private,
+            aws=dataclasses.replace(private.aws, endpoint_url=proxy.url),
+            s3_deadlines=S3Deadlines(max_attempts=2),  # botocore gives up in about a second
+            transcode=dataclasses.replace(
+                private.transcode, step_retries=1, step_retry_seconds=30.0
+            ),
+        )
+        started = time.monotonic()
+        outcome = process_episode(ref, instance, throttled)
+        seconds = time.monotonic() - started
+
+    assert not outcome.success
+    assert plan.injected["refused"] >= 4  # 2 tries of the step x 2 botocore attempts
+    (error,) = [e for e in outcome.errors if e.startswith("hls_renditions:")]
+    assert "StorageUnavailable" in error and "SlowDown" in error, error
+    assert f"s3://{private.bucket}/{hls}" in error and ".m3u8" in error, error
+    assert "Retry-After: 1" in error and retry_after_seconds(error) == 1.0, error
+    assert seconds < 30  # the step waited the Retry-After, not the 30 s backoff
+    retried = instance.get_records_for_run(
+        outcome.run_id, of_type=DagsterEventType.STEP_UP_FOR_RETRY
+    ).records
+    assert [r.event_log_entry.step_key for r in retried] == ["hls_renditions"]
+    assert failure_cause(instance, outcome.run_id) == STORAGE
+    with connect(private.database) as conn:
+        assert episode_row(conn, ref)["status"] == "failed"
+
+    after = {key: bucket.get_bytes(key) for key in bucket.list_keys(hls)}
+    assert set(after) == set(before)  # nothing removed: the same keys
+    for key in playlists:  # never rewritten (every PUT refused) and still whole
+        assert after[key] == before[key]
+        text = after[key].decode()
+        parsed = parse_master(text) if key.endswith("/master.m3u8") else parse_playlist(text)
+        assert parsed
 
 
 def test_a_database_gone_mid_copy_leaves_no_rows_and_the_retry_writes_them_all(

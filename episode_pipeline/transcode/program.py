@@ -10,7 +10,7 @@ parent's resource locally; the task role on AWS). This module imports `dagster_p
 core only, never `dagster`: it starts in a fraction of the time.
 
 Per camera (nothing is deleted first: an earlier run's video stays whole until this one's
-replaces it, docs/contract.md#upload-order):
+replaces it, docs/contract.md#hls-renditions, "Upload order"):
 1. every source is downloaded, then all are probed in one PyAV child under a deadline;
 2. when an FFmpeg slot is free, one FFmpeg invocation (under a deadline, killed with its process
    group when late) writes every rendition and the poster; finished segments are uploaded while
