@@ -8,6 +8,7 @@ import tarfile
 
 import pytest
 import zstandard
+from botocore.exceptions import ReadTimeoutError
 
 from episode_pipeline.archive.stream import (
     ArchiveLimitExceeded,
@@ -218,3 +219,28 @@ def test_spooled_file_is_removed_after_the_block():
         with spooled(member) as path:
             assert path.read_bytes() == b"abc"
         assert not path.exists()
+
+
+class TimingOutStream(OneWayStream):
+    """S3's body timing out after `good` bytes, as botocore raises it (an OSError subclass)."""
+
+    def __init__(self, data: bytes, good: int) -> None:
+        super().__init__(data)
+        self._good = good
+
+    def readinto(self, buffer) -> int:
+        if self._data.tell() >= self._good:
+            raise ReadTimeoutError(endpoint_url="https://s3.amazonaws.com/bucket/a.tar.zst")
+        return super().readinto(buffer)
+
+
+def test_s3_timing_out_mid_member_is_not_a_corrupt_archive():
+    """Issue 32: a read timeout of S3 (botocore's `ReadTimeoutError` is an OSError) while a member
+    streams is the storage's failure, raised as it is, never `CorruptArchive` (a bad archive)."""
+    # Incompressible, and longer than the 1 MiB reads: the timeout comes while the member streams.
+    payload = random.Random(3).randbytes(8_000_000)
+    archive = files(("ds/videos/a.mp4", payload))
+    reader = ArchiveReader(TimingOutStream(archive, good=5_000_000), name="a.tar.zst")
+    with pytest.raises(ReadTimeoutError):
+        for member in reader:
+            member.read()

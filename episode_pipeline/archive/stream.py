@@ -22,6 +22,7 @@ from typing import BinaryIO
 import zstandard
 
 from episode_pipeline.config.settings import ArchiveLimits
+from episode_pipeline.storage.aws import aws_fault
 
 READ_SIZE = 1 << 20  # 1 MiB: the measured sweet spot for zstandard.stream_reader + tarfile "r|"
 _ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
@@ -125,6 +126,8 @@ class MemberReader(io.RawIOBase):
         try:
             chunk = self._raw.read(want)
         except (zstandard.ZstdError, tarfile.TarError, EOFError, OSError) as error:
+            if aws_fault(error) is not None:  # S3 failing (a read timeout is an OSError) is not
+                raise  # a corrupt archive: the run fails on the storage, and is retried
             raise CorruptArchive(
                 f"{self.archive}: cannot read member {self._path!r}: {error}"
             ) from error
