@@ -811,6 +811,42 @@ def test_ecs_task_past_the_step_deadline_is_stopped(
     assert hls_objects(s3_client, stack.bucket, ref) == before  # the stopped task removed nothing
 
 
+class ThrottledEcs(LocalContainerEcs):
+    """ECS answering `RunTask` with `ThrottlingException` and `Retry-After: 2`, as boto3 raises
+    it once its retries ran out: a stub, because moto's ECS never throttles."""
+
+    def run_task(self, **kwargs: Any) -> Any:
+        self.run_task_requests.append(kwargs)
+        raise botocore.exceptions.ClientError(
+            {
+                "Error": {"Code": "ThrottlingException", "Message": "Rate exceeded"},
+                "ResponseMetadata": {"HTTPStatusCode": 400, "HTTPHeaders": {"retry-after": "2"}},
+            },
+            "RunTask",
+        )
+
+
+def test_ecs_refusing_the_transcode_task_fails_the_step_with_its_retry_after(
+    tmp_path, stack, settings, instance, s3_client, ecs_setup
+):
+    fake = ThrottledEcs(ecs_setup["ecs"], ecs_setup["logs"])
+    ref = new_ref()
+    archive = tmp_path / "ecs-throttled.tar.zst"
+    summary = write_sample(archive, SampleSpec(codebase_version="v3.0", cameras=1, seconds=1.0))
+    upload_episode(archive, ref)
+    before = earlier_hls(s3_client, stack.bucket, ref, summary["cameras"])
+    transcoder = ecs_transcoder(settings, ecs_setup, fake, step_retries=1)
+
+    started = time.monotonic()
+    error, retries = run_hls_failing(instance, settings, ref, transcoder, ECS_TASK_TAGS)
+
+    assert retries == 1 and len(fake.run_task_requests) == 2
+    assert time.monotonic() - started < 30  # waited the Retry-After, not the 30 s backoff
+    assert error.error_type == "TranscodeInterrupted"
+    assert "ThrottlingException" in error.message and "Retry-After: 2" in error.message
+    assert hls_objects(s3_client, stack.bucket, ref) == before
+
+
 # --- cold starts: the ECS tasks one upload costs ----------------------------------------------
 
 

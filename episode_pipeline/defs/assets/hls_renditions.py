@@ -70,7 +70,8 @@ class StorageUnavailable(Failure):
 
 
 class TranscodeInterrupted(Failure):
-    """The transcode's last try failed because its process died, was stopped or ran late."""
+    """The transcode's last try failed because its process died, was stopped or ran late, or
+    ECS would not start its task (throttled, no capacity)."""
 
 
 def stale_cameras(bucket: Bucket, ref: EpisodeRef, cameras: set[str]) -> set[str]:
@@ -192,6 +193,7 @@ def hls_renditions(
     if outcome.error:
         context.log.error(f"transcode: {outcome.error}")
     results, causes = infrastructure_failures(list(cameras), outcome)
+    stale_fault = None
     if not causes:
         try:  # last, once every camera of this upload is up: the cameras it no longer has
             for camera in sorted(stale_cameras(bucket, ref, set(cameras))):
@@ -204,15 +206,19 @@ def hls_renditions(
             if fault is None:
                 raise
             causes.append(f"removing stale cameras under {bucket.uri(ref.hls_root)}: {error}")
-            outcome.error_code, outcome.retry_after_seconds = fault.code, fault.retry_after_seconds
+            stale_fault = fault
     if causes:
         failing = [r for r in results if r.infrastructure_failed]
         waits = [r.retry_after_seconds for r in failing] + [outcome.retry_after_seconds]
+        if stale_fault is not None:
+            waits.append(stale_fault.retry_after_seconds)
+        # S3 failing in the transcode (a camera's own report) or here; else the process or ECS.
+        reported = [r for r in failing if r.camera in outcome.results]
         raise retry_or_fail(
             context,
             transcoder,
             causes,
-            storage=any(r.error_code for r in failing) or outcome.error_code is not None,
+            storage=any(r.error_code for r in reported) or stale_fault is not None,
             retry_after=max((w for w in waits if w is not None), default=None),
         )
     failed = []
