@@ -826,6 +826,7 @@ class ThrottledEcs(LocalContainerEcs):
         )
 
 
+@pytest.mark.slow(seconds=30)  # 29 s on the busy 2 cores: two tries of the step, 2 s apart
 def test_ecs_refusing_the_transcode_task_fails_the_step_with_its_retry_after(
     tmp_path, stack, settings, instance, s3_client, ecs_setup
 ):
