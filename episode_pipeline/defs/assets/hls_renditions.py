@@ -16,9 +16,10 @@ or backing off, up to `TRANSCODE_STEP_RETRIES` times; the last try fails with a 
 naming the camera, the S3 key, the error code and `Retry-After: N`, so the run fails and the
 episode is `failed` with that cause. Why not an asset `RetryPolicy`: its wait is fixed by the
 definition and cannot follow a Retry-After, and it would retry a content error's raise too.
-Several mp4s of one camera (a v2.1 archive holding
-several LeRobot episodes, or a v3.0 camera split into files) are played back to back in path
-order (`path_order`: file-2 before file-10) as one stream.
+
+Several mp4s of one camera (a v2.1 archive holding several LeRobot episodes, or a v3.0 camera
+split into files) are played back to back in path order (`path_order`: file-2 before file-10)
+as one stream.
 """
 
 import time
