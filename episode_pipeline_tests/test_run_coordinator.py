@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 
+import pytest
 import yaml
 from dagster import DagsterRun, DagsterRunStatus, RunsFilter
 from dagster._core.run_coordinator import SubmitRunContext
@@ -23,8 +24,12 @@ from dagster._daemon.run_coordinator.queued_run_coordinator_daemon import (
     QueuedRunCoordinatorDaemon,
 )
 
+from episode_pipeline.campaign.governor import NO_CAPACITY as NO_CAPACITY_CLASS
+from episode_pipeline.campaign.governor import THROTTLED as THROTTLED_CLASS
+from episode_pipeline.campaign.governor import classify_error
 from episode_pipeline.config.settings import ECS, SUBPROCESS
 from episode_pipeline.defs.campaign_queue import CAMPAIGN_TAG, publish_limits, published_limits
+from episode_pipeline.defs.campaigns import run_error
 from episode_pipeline.defs.jobs import EPISODE_JOB_NAME
 from episode_pipeline.defs.run_coordinator import PLACEMENT_TAGS, is_placed, missing_episode_tags
 from episode_pipeline.defs.runs import (
@@ -38,6 +43,14 @@ from episode_pipeline.local.dev import WORKSPACE_FILE
 from episode_pipeline.reprocess import Selection, reprocess
 from episode_pipeline.transcode.placement import RUN_WITHOUT_TRANSCODE
 from episode_pipeline_tests.support import new_ref
+from episode_pipeline_tests.support.ecs import (
+    ECS_RUN_LAUNCHER,
+    NO_CAPACITY,
+    THROTTLED,
+    StubEcs,
+    dequeue_with_ecs,
+    queued_run,
+)
 from episode_pipeline_tests.support.runs import JOB_ORIGIN
 
 COORDINATOR = {
@@ -252,3 +265,36 @@ def test_the_queue_launches_a_campaigns_runs_up_to_the_limit_its_driver_publishe
             if run.status != DagsterRunStatus.QUEUED:
                 launched[run.tags[CAMPAIGN_TAG]] = launched.get(run.tags[CAMPAIGN_TAG], 0) + 1
     assert launched == {"held-to-2": 2, "unlimited": 2}
+
+
+# -- launch failures ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("ecs", "expected", "text"),
+    [
+        (StubEcs(error=THROTTLED), THROTTLED_CLASS, "(ThrottlingException)"),
+        (StubEcs(response=NO_CAPACITY), NO_CAPACITY_CLASS, "RESOURCE:CPU"),
+    ],
+    ids=["runtask-throttled", "no-capacity"],
+)
+def test_an_ecs_launch_failure_reaches_the_governor(
+    ecs: StubEcs, expected: str, text: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 32, finding 2: Dagster's run queue daemon dequeues a campaign's run and launches it
+    with production's `EcsRunLauncher`, whose ECS client is a STUB answering RunTask as ECS does
+    when throttled or out of capacity (support/ecs.py). The daemon records the launcher's
+    exception in an engine event and fails the run with a generic message; the driver's
+    `run_error` reads the engine event's error, which classifies as backpressure."""
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-west-2")
+    monkeypatch.setenv("RUN_TASK_RETRIES", "0")  # dagster-aws's own retries of RunTask
+    overrides = {"run_coordinator": COORDINATOR, "run_launcher": ECS_RUN_LAUNCHER}
+    with instance_for_test(overrides=overrides) as instance:
+        run = queued_run(instance, {CAMPAIGN_TAG: "c1", PARTITION_TAG: new_ref().partition_key})
+        dequeue_with_ecs(instance, ecs)
+        failed = instance.get_run_by_id(run.run_id)
+        assert failed is not None and failed.status == DagsterRunStatus.FAILURE
+        assert len(ecs.calls) == 1  # the launcher did call RunTask
+        error = run_error(instance, failed)
+    assert text in error
+    assert classify_error(error) == expected
