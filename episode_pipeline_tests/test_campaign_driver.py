@@ -3,7 +3,8 @@ with the runs a daemon would leave (no FFmpeg: test_campaign_daemon.py runs real
 
 One campaign over four recorded episodes: the canary wave's backfill (title, tags, priority),
 the canary stopping on a duration drift and resuming deliberately, the partitions it added
-pruned once their episode succeeded, a throttled failure halving and pausing the governor, a
+pruned once their episode succeeded, a RunTask throttled at launch (the run queue's real path,
+ECS client stubbed) halving and pausing the governor, a
 wave whose backfill a crash left unrecorded repaired under the same id, and `status`."""
 
 from __future__ import annotations
@@ -37,6 +38,13 @@ from episode_pipeline.defs.resources.database import PostgresResource
 from episode_pipeline.defs.runs import PARTITION_TAG
 from episode_pipeline.episodes.keys import EpisodeRef
 from episode_pipeline.local.stack import StackInfo
+from episode_pipeline_tests.support.ecs import (
+    ECS_RUN_LAUNCHER,
+    THROTTLED,
+    StubEcs,
+    dequeue_with_ecs,
+    queued_run,
+)
 from episode_pipeline_tests.support.instances import private_instance_config
 
 pytestmark = pytest.mark.integration
@@ -46,10 +54,14 @@ OLD = {"frame_rows": 30, "seconds_by_camera": {"front": 1.0}, "renditions": ["fr
 
 @pytest.fixture
 def instance(
-    stack: StackInfo, tmp_path_factory: pytest.TempPathFactory
+    stack: StackInfo, tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
 ) -> Iterator[DagsterInstance]:
+    """The local instance's config with production's run launcher (ECS, its client a stub when
+    a test launches: support/ecs.py), so a launch failure takes the real path."""
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-west-2")
     home = tmp_path_factory.mktemp("campaign-dagster")
-    (home / "dagster.yaml").write_text(yaml.safe_dump(private_instance_config(stack, "campaign")))
+    config = {**private_instance_config(stack, "campaign"), "run_launcher": ECS_RUN_LAUNCHER}
+    (home / "dagster.yaml").write_text(yaml.safe_dump(config))
     with DagsterInstance.from_config(str(home)) as private:
         yield private
 
@@ -160,18 +172,20 @@ def test_one_campaign_through_the_drivers_ticks(
     assert instance.get_backfill(wave_backfill_id(campaign_id, 1)).title == "drv · wave 1"
     assert launch_limit(instance, campaign_id) == 2
 
-    # One succeeds (its partition is pruned), one is throttled by S3: halved, paused, retried later.
+    # One succeeds (its partition is pruned); ECS throttles the other's RunTask when the run
+    # queue launches it (the real path: Dagster's dequeue, EcsRunLauncher, a stub ECS client
+    # raising as boto3 does): halved, paused, retried later, no attempt used up.
     ok, throttled = wave1[0].ref, wave1[1].ref
     run_id = finish(instance, campaign_id, 1, ok, ok=True)
     record_output(db_conn, ok, versions, OLD, run_id=run_id, wall_seconds=30.0, archive_bytes=1)
-    finish(
-        instance,
-        campaign_id,
-        1,
-        throttled,
-        ok=False,
-        error="An error occurred (SlowDown) when calling PutObject; Retry-After: 40",
-    )
+    tags = {
+        CAMPAIGN_TAG: campaign_id,
+        CAMPAIGN_WAVE_TAG: "1",
+        PARTITION_TAG: throttled.partition_key,
+    }
+    launched = queued_run(instance, tags)
+    dequeue_with_ecs(instance, StubEcs(error=THROTTLED))
+    assert instance.get_run_by_id(launched.run_id).status == DagsterRunStatus.FAILURE
     drive(instance, postgres, now, rng)
     assert not instance.has_dynamic_partition(EPISODES_PARTITION_NAME, ok.partition_key)
     assert instance.has_dynamic_partition(
@@ -181,9 +195,15 @@ def test_one_campaign_through_the_drivers_ticks(
     assert result["counts"]["succeeded"] == 2 and result["counts"]["failed"] == 1
     assert result["concurrency"] == 1 and result["paused_until"] is not None
     assert result["errors_by_class"][0]["class"] == "throttled"
+    assert "ThrottlingException" in result["errors_by_class"][0]["last_error"]
+    pause = settings.campaign.pause_seconds
     assert any(
-        "throttled: concurrency 2 → 1, paused 40 s" in d["message"] for d in result["decisions"]
+        f"throttled: concurrency 2 → 1, paused {pause:g} s" in d["message"]
+        for d in result["decisions"]
     )
+    assert [
+        row.attempts for row in db.wave_rows(db_conn, campaign_id, 1) if row.ref == throttled
+    ] == [0]
     assert instance.get_backfill(wave_backfill_id(campaign_id, 2)) is None  # paused
     assert launch_limit(instance, campaign_id) == 0  # its queued run waits out the pause
 

@@ -155,6 +155,25 @@ def test_success_clears_the_error_and_a_non_retryable_failure_is_rejected_at_onc
     assert bad.state == ledger.REJECTED
 
 
+def test_backpressure_uses_up_no_attempt_so_a_throttling_storm_rejects_nothing() -> None:
+    """Issue 32, finding 10: a throttled or unplaced run says nothing about its episode. Ten in
+    a row leave it `failed` (retried after its next attempt's backoff) with its attempts as they
+    were; an ordinary failure then still counts."""
+    rng = random.Random(3)
+    attempts = 1
+    for error_class in [THROTTLED, NO_CAPACITY] * 5:
+        outcome = ledger.Outcome(False, "ThrottlingException: Rate exceeded", error_class)
+        transition = ledger.after_outcome(attempts, outcome, NOW, POLICY, rng)
+        assert (transition.state, transition.attempts) == (ledger.FAILED, 1)
+        assert transition.error_class == error_class
+        assert timedelta(seconds=120) <= transition.retry_after - NOW <= timedelta(seconds=130)
+        attempts = transition.attempts
+    other = ledger.after_outcome(attempts, ledger.Outcome(False, "boom", OTHER), NOW, POLICY, rng)
+    assert (other.state, other.attempts) == (ledger.FAILED, 2)
+    last = ledger.after_outcome(2, ledger.Outcome(False, "boom", OTHER), NOW, POLICY, rng)
+    assert last.state == ledger.REJECTED
+
+
 def test_claimable_rows_and_the_end_of_a_campaign() -> None:
     assert ledger.is_claimable(ledger.PENDING, None, NOW)
     assert not ledger.is_claimable(ledger.FAILED, NOW + timedelta(seconds=1), NOW)
@@ -186,9 +205,51 @@ def test_backpressure_halves_and_pauses_for_its_retry_after() -> None:
     assert state.limit == 4 and state.paused_until == NOW + timedelta(seconds=12)
     assert state.is_paused(NOW) and not state.is_paused(NOW + timedelta(seconds=12))
     assert decisions[0].limit_before == 8 and "throttled" in decisions[0].message
-    state, _ = observe(state, [Observation(False, NO_CAPACITY)] * 5, GOVERNOR, NOW)
+    # Once the pause is over, each new signal halves again, down to the minimum.
+    for tick in range(1, 5):
+        later = NOW + timedelta(minutes=tick)
+        state, _ = observe(state, [Observation(False, NO_CAPACITY)], GOVERNOR, later)
     assert state.limit == 1  # never below the minimum
-    assert state.paused_until == NOW + timedelta(seconds=30)  # no Retry-After: the default
+    assert state.paused_until == later + timedelta(seconds=30)  # no Retry-After: the default
+
+
+def test_a_burst_of_throttled_runs_halves_once_per_tick_and_once_per_pause() -> None:
+    """Issue 32, finding 10: the runs of one burst fail together (or were in flight when it
+    began): one congestion event, one halving (AIMD), not one per run. A longer Retry-After
+    among them extends the pause; the limit stays."""
+    burst = [Observation(False, THROTTLED, 5.0)] * 6 + [Observation(False, NO_CAPACITY, 20.0)]
+    state, decisions = observe(GovernorState(limit=8), burst, GOVERNOR, NOW)
+    assert state.limit == 4
+    assert state.paused_until == NOW + timedelta(seconds=20)
+    assert [d.limit_after for d in decisions] == [4, 4]
+    assert "pause extended to 20 s" in decisions[1].message
+    # The next tick, still inside the pause: the runs in flight during the burst fail too.
+    inside = NOW + timedelta(seconds=10)
+    state, decisions = observe(state, [Observation(False, THROTTLED)] * 3, GOVERNOR, inside)
+    assert state.limit == 4 and state.paused_until == inside + timedelta(seconds=30)
+    assert [d.limit_after for d in decisions] == [4]  # extended once, not halved
+    # After the pause, a new burst is a new event.
+    after = NOW + timedelta(minutes=5)
+    state, decisions = observe(state, burst, GOVERNOR, after)
+    assert state.limit == 2 and decisions[0].limit_after == 2
+
+
+def test_a_retry_after_is_capped_by_the_setting() -> None:
+    """Issue 32, finding 10: a Retry-After of a day (a bad header, a proxy) pauses for
+    `max_pause_seconds` at most."""
+    settings = GovernorSettings(start_limit=8, pause_seconds=30, max_pause_seconds=600)
+    day = Observation(False, THROTTLED, 86_400.0)
+    state, decisions = observe(GovernorState.start(settings), [day], settings, NOW)
+    assert state.paused_until == NOW + timedelta(seconds=600)
+    assert "paused 600 s" in decisions[0].message
+    with pytest.raises(ValueError, match="max_pause_seconds"):
+        GovernorSettings(pause_seconds=120, max_pause_seconds=60)
+    config = CampaignConfig.from_settings(CampaignSettings(max_pause_seconds=300.0))
+    assert config.governor.max_pause_seconds == 300.0
+    # A campaign started before the setting existed keeps the default cap.
+    stored = config.to_json()
+    del stored["governor"]["max_pause_seconds"]
+    assert CampaignConfig.from_json(stored).governor.max_pause_seconds == 900.0
 
 
 def test_a_streak_of_successes_adds_one_up_to_the_maximum() -> None:
@@ -224,11 +285,28 @@ def test_the_state_round_trips_through_json() -> None:
             "ClientError: An error occurred (SlowDown) when calling the PutObject operation",
             THROTTLED,
         ),
+        ("ClientError: An error occurred (503) when calling the PutObject operation", THROTTLED),
+        ("ClientError: An error occurred (429) when calling the HeadObject operation", THROTTLED),
+        ("ServiceUnavailable: Service Unavailable", THROTTLED),
         ("botocore 503 Service Unavailable", THROTTLED),
+        ("ResponseError: too many 503 error responses", THROTTLED),
+        ("unexpected status code 503 from s3", THROTTLED),
+        ("HTTP/1.1 503 Slow Down", THROTTLED),
+        ("{'ResponseMetadata': {'HTTPStatusCode': 503}}", THROTTLED),
         ("ThrottlingException: Rate exceeded (RunTask)", THROTTLED),
+        (
+            "ClientError: An error occurred (ThrottlingException) when calling the RunTask "
+            "operation (reached max retries: 4): Rate exceeded",
+            THROTTLED,
+        ),
         ("Capacity is unavailable at this time", NO_CAPACITY),
         ("RESOURCE:MEMORY", NO_CAPACITY),
+        ("Exception: Task failed. Failure reason: RESOURCE:CPU", NO_CAPACITY),
         ("frames: ValueError: bad parquet", OTHER),
+        # Issue 32, finding 10: an id with 503 or 429 in it is not a throttle.
+        ("extracted_files: ValueError: acme/ep-503: bad tar header", OTHER),
+        ("frames: KeyError: 'camera-429'", OTHER),
+        ("episode ep_503 429 frames short", OTHER),
         (None, OTHER),
     ],
 )

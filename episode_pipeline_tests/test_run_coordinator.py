@@ -7,11 +7,14 @@ sensor does, and never overrides a placement someone chose."""
 from __future__ import annotations
 
 import logging
+import uuid
 
+import pytest
 import yaml
-from dagster import DagsterRun, DagsterRunStatus, RunsFilter
+from dagster import DagsterEvent, DagsterEventType, DagsterRun, DagsterRunStatus, RunsFilter
 from dagster._core.run_coordinator import SubmitRunContext
-from dagster._core.storage.tags import BACKFILL_ID_TAG
+from dagster._core.run_coordinator.queued_run_coordinator import RunQueueConfig
+from dagster._core.storage.tags import BACKFILL_ID_TAG, PRIORITY_TAG
 from dagster._core.test_utils import (
     create_run_for_test,
     create_test_daemon_workspace_context,
@@ -23,21 +26,45 @@ from dagster._daemon.run_coordinator.queued_run_coordinator_daemon import (
     QueuedRunCoordinatorDaemon,
 )
 
+from episode_pipeline.campaign.governor import NO_CAPACITY as NO_CAPACITY_CLASS
+from episode_pipeline.campaign.governor import THROTTLED as THROTTLED_CLASS
+from episode_pipeline.campaign.governor import classify_error
 from episode_pipeline.config.settings import ECS, SUBPROCESS
+from episode_pipeline.db.batches import create_batch
+from episode_pipeline.defs.batches import BATCH_JOB_NAME
 from episode_pipeline.defs.campaign_queue import CAMPAIGN_TAG, publish_limits, published_limits
+from episode_pipeline.defs.campaigns import run_error
 from episode_pipeline.defs.jobs import EPISODE_JOB_NAME
-from episode_pipeline.defs.run_coordinator import PLACEMENT_TAGS, is_placed, missing_episode_tags
+from episode_pipeline.defs.run_coordinator import (
+    PLACEMENT_TAGS,
+    batch_queue_config,
+    is_placed,
+    missing_episode_tags,
+)
 from episode_pipeline.defs.runs import (
     ECS_CPU_TAG,
     ECS_MEMORY_TAG,
+    EPISODE_LOCK_TAG_PREFIX,
     ORG_TAG,
     PARTITION_TAG,
     TRANSCODER_TAG,
+    batch_child_tags,
+    episode_lock_tags,
+    episode_tags,
 )
+from episode_pipeline.episodes.batches import batch_key
 from episode_pipeline.local.dev import WORKSPACE_FILE
 from episode_pipeline.reprocess import Selection, reprocess
 from episode_pipeline.transcode.placement import RUN_WITHOUT_TRANSCODE
 from episode_pipeline_tests.support import new_ref
+from episode_pipeline_tests.support.ecs import (
+    ECS_RUN_LAUNCHER,
+    NO_CAPACITY,
+    THROTTLED,
+    StubEcs,
+    dequeue_with_ecs,
+    queued_run,
+)
 from episode_pipeline_tests.support.runs import JOB_ORIGIN
 
 COORDINATOR = {
@@ -252,3 +279,169 @@ def test_the_queue_launches_a_campaigns_runs_up_to_the_limit_its_driver_publishe
             if run.status != DagsterRunStatus.QUEUED:
                 launched[run.tags[CAMPAIGN_TAG]] = launched.get(run.tags[CAMPAIGN_TAG], 0) + 1
     assert launched == {"held-to-2": 2, "unlimited": 2}
+
+
+# -- launch failures ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("ecs", "expected", "text"),
+    [
+        (StubEcs(error=THROTTLED), THROTTLED_CLASS, "(ThrottlingException)"),
+        (StubEcs(response=NO_CAPACITY), NO_CAPACITY_CLASS, "RESOURCE:CPU"),
+    ],
+    ids=["runtask-throttled", "no-capacity"],
+)
+def test_an_ecs_launch_failure_reaches_the_governor(
+    ecs: StubEcs, expected: str, text: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 32, finding 2: Dagster's run queue daemon dequeues a campaign's run and launches it
+    with production's `EcsRunLauncher`, whose ECS client is a STUB answering RunTask as ECS does
+    when throttled or out of capacity (support/ecs.py). The daemon records the launcher's
+    exception in an engine event and fails the run with a generic message; the driver's
+    `run_error` reads the engine event's error, which classifies as backpressure."""
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-west-2")
+    monkeypatch.setenv("RUN_TASK_RETRIES", "0")  # dagster-aws's own retries of RunTask
+    overrides = {"run_coordinator": COORDINATOR, "run_launcher": ECS_RUN_LAUNCHER}
+    with instance_for_test(overrides=overrides) as instance:
+        run = queued_run(instance, {CAMPAIGN_TAG: "c1", PARTITION_TAG: new_ref().partition_key})
+        dequeue_with_ecs(instance, ecs)
+        failed = instance.get_run_by_id(run.run_id)
+        assert failed is not None and failed.status == DagsterRunStatus.FAILURE
+        assert len(ecs.calls) == 1  # the launcher did call RunTask
+        error = run_error(instance, failed)
+    assert text in error
+    assert classify_error(error) == expected
+
+
+# -- a batch run (K > 1) in the queue -----------------------------------------------------------
+
+
+def ended(instance, run: DagsterRun) -> None:
+    """The run succeeded (what its worker would report)."""
+    event = DagsterEvent(DagsterEventType.RUN_SUCCESS.value, job_name=run.job_name)
+    instance.report_dagster_event(event, run_id=run.run_id)
+
+
+QUEUED = DagsterRunStatus.QUEUED
+
+
+def dequeue(instance) -> set[str]:
+    """One iteration of Dagster's run queue daemon; the ids of the runs it launched."""
+    queued = {run.run_id for run in instance.get_runs(RunsFilter(statuses=[QUEUED]))}
+    with create_test_daemon_workspace_context(EmptyWorkspaceTarget(), instance) as workspace:
+        list(QueuedRunCoordinatorDaemon(interval_seconds=1).run_iteration(workspace))
+    still = {run.run_id for run in instance.get_runs(RunsFilter(statuses=[QUEUED]))}
+    return queued - still
+
+
+def test_a_batch_takes_one_slot_and_holds_its_episodes_against_their_uploads(
+    stack, settings, db_conn, monkeypatch
+) -> None:
+    """Issue 32, finding 8, on Dagster's own dequeue with dagster.yaml's limits (scaled) and the
+    stack's database: a batch run (K = 2) waits while an upload of one of its episodes runs (and
+    loses to it when both are queued), and holds its episodes while it runs, so a fresh upload
+    of one waits; its episode run in progress inside it (started outside the queue, with the
+    campaign's tags) takes no second slot of the deployment, the lane or the campaign."""
+    for name, value in stack.env.items():
+        monkeypatch.setenv(name, value)
+    campaign = f"c{uuid.uuid4().hex[:8]}"
+    first, second, other = new_ref(), new_ref(), new_ref()
+    key = batch_key(campaign, 0, 0)
+    create_batch(db_conn, key, [first, second])
+    coordinator = {
+        **COORDINATOR,
+        "config": {
+            "max_concurrent_runs": 2,
+            "tag_concurrency_limits": [
+                {"key": ORG_TAG, "value": {"applyLimitPerUniqueValue": True}, "limit": 4},
+                {"key": PARTITION_TAG, "value": {"applyLimitPerUniqueValue": True}, "limit": 1},
+                {"key": CAMPAIGN_TAG, "limit": 8},
+            ],
+        },
+    }
+    launcher = {"module": "dagster._core.test_utils", "class": "MockedRunLauncher"}
+    overrides = {"run_coordinator": coordinator, "run_launcher": launcher}
+    with instance_for_test(overrides=overrides) as instance:
+        publish_limits(instance, {campaign: 2})
+
+        def submit(job_name: str, partition: str, priority: str, **tags: str) -> DagsterRun:
+            run = create_run_for_test(
+                instance,
+                job_name=job_name,
+                tags={PARTITION_TAG: partition, PRIORITY_TAG: priority, **tags},
+                status=DagsterRunStatus.NOT_STARTED,
+                remote_job_origin=JOB_ORIGIN._replace(job_name=job_name),
+            )
+            instance.run_coordinator.submit_run(SubmitRunContext(run, None))
+            return instance.get_run_by_id(run.run_id)
+
+        # An upload of the batch's first episode and the batch, queued together: the upload
+        # (priority 0) goes first, and the batch waits for it (both hold the first episode).
+        upload = submit(EPISODE_JOB_NAME, first.partition_key, "0")
+        batch = submit(BATCH_JOB_NAME, key, "-10", **{CAMPAIGN_TAG: campaign})
+        assert set(episode_lock_tags([first.partition_key, second.partition_key])) <= set(
+            batch.tags
+        )
+        assert set(episode_lock_tags([first.partition_key])) <= set(upload.tags)
+        assert dequeue(instance) == {upload.run_id}
+        assert dequeue(instance) == set()  # the upload still runs: the batch waits
+        ended(instance, upload)
+        assert dequeue(instance) == {batch.run_id}
+
+        # The batch runs its second episode in its own task, outside the queue.
+        child_tags = {
+            **batch_child_tags(key, batch.run_id, batch.tags),
+            **episode_tags(second.partition_key),
+            PARTITION_TAG: second.partition_key,
+        }
+        child = create_run_for_test(
+            instance, job_name=EPISODE_JOB_NAME, tags=child_tags, status=DagsterRunStatus.STARTED
+        )
+        # A fresh upload of the batch's first episode waits for the batch; another run of the
+        # same campaign starts: the batch and its episode run take one of the deployment's 2
+        # slots and one of the campaign's 2, not two.
+        fresh = submit(EPISODE_JOB_NAME, first.partition_key, "0")
+        campaign_run = submit(
+            EPISODE_JOB_NAME, other.partition_key, "-10", **{CAMPAIGN_TAG: campaign}
+        )
+        assert dequeue(instance) == {campaign_run.run_id}
+        assert instance.get_run_by_id(fresh.run_id).status == QUEUED
+        ended(instance, child)
+        ended(instance, batch)
+        assert dequeue(instance) == {fresh.run_id}
+
+
+def test_the_queue_config_counts_a_batch_once_and_holds_its_episodes() -> None:
+    """The rule alone: each limit a batch's episode run counts against is raised by it (not a
+    per-unique-value one); each episode a batch in flight holds may have one run in progress."""
+    config = RunQueueConfig(
+        max_concurrent_runs=2,
+        tag_concurrency_limits=[
+            {"key": ORG_TAG, "value": {"applyLimitPerUniqueValue": True}, "limit": 1},
+            {"key": CAMPAIGN_TAG, "limit": 8},
+            {"key": CAMPAIGN_TAG, "value": "c1", "limit": 0},
+            {"key": "dagster/backfill", "limit": 10},
+        ],
+    )
+    batch = DagsterRun(
+        job_name=BATCH_JOB_NAME,
+        run_id="b",
+        tags={CAMPAIGN_TAG: "c1", **episode_lock_tags(["o/e1", "o/e2"])},
+        status=DagsterRunStatus.STARTED,
+    )
+    child = DagsterRun(
+        job_name=EPISODE_JOB_NAME,
+        run_id="e2",
+        tags={CAMPAIGN_TAG: "c1", ORG_TAG: "o", PARTITION_TAG: "o/e2"},
+        status=DagsterRunStatus.STARTED,
+    )
+    counted = batch_queue_config(config, [batch], [child])
+    assert counted.max_concurrent_runs == 3
+    assert [entry["limit"] for entry in counted.tag_concurrency_limits] == [1, 9, 1, 10, 1, 1]
+    assert [entry["key"] for entry in counted.tag_concurrency_limits[-2:]] == [
+        f"{EPISODE_LOCK_TAG_PREFIX}o/e1",
+        f"{EPISODE_LOCK_TAG_PREFIX}o/e2",
+    ]
+    unlimited = config._replace(max_concurrent_runs=-1)
+    assert batch_queue_config(unlimited, [batch], [child]).max_concurrent_runs == -1

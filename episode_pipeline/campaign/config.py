@@ -38,6 +38,7 @@ class CampaignConfig:
                 max_limit=values["concurrency_max"],
                 increase_after=values["increase_after"],
                 pause_seconds=values["pause_seconds"],
+                max_pause_seconds=values["max_pause_seconds"],
                 window=values["failure_window"],
                 max_failure_rate=values["max_failure_rate"],
             ),

@@ -1,14 +1,17 @@
 """The campaign's governor (AIMD, seed 004's): how many of its runs are launched at once.
 
-Backpressure halves the limit (never below `min_limit`) and pauses the campaign for the
-`Retry-After` given, or `pause_seconds`: S3 answering SlowDown/503, ECS RunTask throttling or
+Backpressure halves the limit (never below `min_limit`), at most once per tick and once per pause
+(one congestion event, as AIMD), and pauses the campaign for the `Retry-After` given (at most
+`max_pause_seconds`), or `pause_seconds`: S3 answering SlowDown/503, ECS RunTask throttling or
 reporting no capacity, or the campaign's run failure rate over the last `window` outcomes passing
 `max_failure_rate`. A streak of `increase_after` successes adds one (never above `max_limit`).
 Every change is a `Decision`, logged by the driver and shown by `campaign status`.
 
-How the signals arrive: a run that failed on S3 or ECS throttling failed with that error in its
-event log; the driver classifies each failed run's error (`classify_error`) and records the class
-on the ledger row, then feeds the outcomes here.
+How the signals arrive: a run throttled by S3 failed its step with that error; a run ECS would not
+start (RunTask throttled, no capacity) carries the launcher's exception in the run queue's engine
+event (`defs/campaigns.run_error` reads both). The driver classifies each failed run's error
+(`classify_error`), records the class on the ledger row (backpressure uses up no attempt:
+`ledger.after_outcome`), then feeds the outcomes here.
 """
 
 from __future__ import annotations
@@ -24,9 +27,21 @@ NO_CAPACITY = "no_capacity"  # ECS could not place the task
 OTHER = "other"  # an ordinary failure: counted in the failure rate
 BACKPRESSURE = (THROTTLED, NO_CAPACITY)
 
-_THROTTLE_PATTERNS = re.compile(
-    r"SlowDown|Slow Down|\b503\b|ServiceUnavailable|Throttling|ThrottlingException|"
-    r"Rate exceeded|TooManyRequests|RequestLimitExceeded|\b429\b",
+# The forms botocore and AWS print, not a bare number: an episode id such as `ep-503` must not
+# read as a throttle. Error codes as botocore quotes them (`An error occurred (SlowDown) ...`),
+# case-sensitive as AWS spells them; an HTTP status only as `(503)` (botocore's code when the
+# body had none), `status code 503`, `HTTP 503` / `HTTP/1.1 503`, `'HTTPStatusCode': 503` or
+# urllib3's `too many 503 error responses`.
+_THROTTLE_CODES = re.compile(
+    r"\b(?:SlowDown|Slow Down|ServiceUnavailable|Service Unavailable|Throttling|"
+    r"ThrottlingException|ThrottledException|RequestThrottled|TooManyRequests|"
+    r"TooManyRequestsException|RequestLimitExceeded|Rate exceeded)\b"
+)
+_THROTTLE_STATUSES = re.compile(
+    r"\((?:503|429)\)|"
+    r"\b(?:status(?: code)?|HTTP(?:/\d(?:\.\d)?)?)\s*[:=]?\s*(?:503|429)\b|"
+    r"HTTPStatusCode[\"']?\s*:\s*(?:503|429)\b|"
+    r"\btoo many (?:503|429) error responses",
     re.IGNORECASE,
 )
 _CAPACITY_PATTERNS = re.compile(
@@ -42,7 +57,7 @@ def classify_error(message: str | None) -> str:
     text = message or ""
     if _CAPACITY_PATTERNS.search(text):
         return NO_CAPACITY
-    if _THROTTLE_PATTERNS.search(text):
+    if _THROTTLE_CODES.search(text) or _THROTTLE_STATUSES.search(text):
         return THROTTLED
     return OTHER
 
@@ -60,6 +75,9 @@ class GovernorSettings:
     max_limit: int = 16
     increase_after: int = 20  # successes in a row
     pause_seconds: float = 60.0  # when backpressure gives no Retry-After
+    # The longest pause a Retry-After may ask for: a bad header (or proxy) cannot park the
+    # campaign for a day.
+    max_pause_seconds: float = 900.0
     window: int = 20  # outcomes the failure rate is measured over
     max_failure_rate: float = 0.5
 
@@ -68,6 +86,11 @@ class GovernorSettings:
             raise ValueError(
                 f"governor: need 1 <= min_limit ({self.min_limit}) <= start_limit "
                 f"({self.start_limit}) <= max_limit ({self.max_limit})"
+            )
+        if not 0 < self.pause_seconds <= self.max_pause_seconds:
+            raise ValueError(
+                f"governor: need 0 < pause_seconds ({self.pause_seconds:g}) <= max_pause_seconds "
+                f"({self.max_pause_seconds:g})"
             )
 
 
@@ -148,27 +171,59 @@ def _back_off(
     return replace(state, limit=limit, ok_streak=0, paused_until=until, recent=()), decision
 
 
+def pause_for(seen: Observation, settings: GovernorSettings) -> float:
+    """The pause one backpressure signal asks for: its Retry-After, else the default, capped."""
+    return min(seen.retry_after_seconds or settings.pause_seconds, settings.max_pause_seconds)
+
+
 def observe(
     state: GovernorState,
     observations: Sequence[Observation],
     settings: GovernorSettings,
     now: datetime,
 ) -> tuple[GovernorState, list[Decision]]:
-    """Fold one tick's finished runs into the state; the decisions taken, in order."""
+    """Fold one tick's finished runs into the state; the decisions taken, in order.
+
+    As AIMD halves once per congestion event (not per lost packet), the limit is halved at most
+    once per tick, and not at all by backpressure while an earlier back-off's pause lasts: the
+    runs that fail together in a burst, or that were in flight when it began, are one signal. A
+    later signal asking for a longer pause extends it without halving again.
+    """
     decisions: list[Decision] = []
+    halved = False
     for seen in observations:
         if not seen.succeeded and seen.error_class in BACKPRESSURE:
-            seconds = seen.retry_after_seconds or settings.pause_seconds
+            seconds = pause_for(seen, settings)
+            if halved or state.is_paused(now):
+                until = now + timedelta(seconds=seconds)
+                if state.paused_until is None or until > state.paused_until:
+                    decisions.append(
+                        Decision(
+                            f"{seen.error_class} again: pause extended to {seconds:g} s "
+                            f"(concurrency stays {state.limit})",
+                            state.limit,
+                            state.limit,
+                            until,
+                        )
+                    )
+                    state = replace(state, paused_until=until)
+                continue
             state, decision = _back_off(state, settings, now, seconds, seen.error_class or "")
             decisions.append(decision)
+            halved = True
             continue
         recent = (*state.recent, seen.succeeded)[-settings.window :]
         state = replace(state, recent=recent)
         failures = recent.count(False)
-        if len(recent) >= settings.window and failures / len(recent) > settings.max_failure_rate:
+        if (
+            not halved
+            and len(recent) >= settings.window
+            and failures / len(recent) > settings.max_failure_rate
+        ):
             why = f"failure rate {failures}/{len(recent)} over the window"
             state, decision = _back_off(state, settings, now, settings.pause_seconds, why)
             decisions.append(decision)
+            halved = True
             continue
         if not seen.succeeded:
             state = replace(state, ok_streak=0)

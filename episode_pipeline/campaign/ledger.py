@@ -13,6 +13,8 @@ import random
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from episode_pipeline.campaign.governor import BACKPRESSURE
+
 PENDING = "pending"
 REQUESTED = "requested"
 SUCCEEDED = "succeeded"
@@ -90,11 +92,19 @@ def backoff_seconds(attempts: int, policy: RetryPolicy, rng: random.Random) -> f
 def after_outcome(
     attempts: int, outcome: Outcome, now: datetime, policy: RetryPolicy, rng: random.Random
 ) -> Transition:
-    """`requested` → succeeded | failed (with its retry time) | rejected; `attempts` counts runs."""
-    attempts += 1
+    """`requested` → succeeded | failed (with its retry time) | rejected; `attempts` counts runs.
+
+    Backpressure (S3 or ECS throttling, no ECS capacity) says nothing about the episode: it uses
+    up no attempt, so a throttling storm cannot reject good episodes for good. The episode is
+    retried after the backoff its next attempt would wait (the governor pauses the campaign
+    meanwhile)."""
     if outcome.succeeded:
-        return Transition(SUCCEEDED, attempts, None, None, None)
+        return Transition(SUCCEEDED, attempts + 1, None, None, None)
     error = (outcome.error or "run failed")[:500]
+    if outcome.retryable and outcome.error_class in BACKPRESSURE:
+        retry_at = now + timedelta(seconds=backoff_seconds(attempts + 1, policy, rng))
+        return Transition(FAILED, attempts, retry_at, error, outcome.error_class)
+    attempts += 1
     if not outcome.retryable or attempts >= policy.max_attempts:
         return Transition(REJECTED, attempts, None, error, outcome.error_class)
     retry_at = now + timedelta(seconds=backoff_seconds(attempts, policy, rng))

@@ -442,6 +442,11 @@ class CampaignSettings(EnvSettings):
     pause_seconds: float = setting(
         "CAMPAIGN_PAUSE_SECONDS", "The pause after backpressure that gave no Retry-After.", 60.0
     )
+    max_pause_seconds: float = setting(
+        "CAMPAIGN_MAX_PAUSE_SECONDS",
+        "The longest pause a throttle's Retry-After may ask of the governor (it is capped here).",
+        900.0,
+    )
     failure_window: int = setting(
         "CAMPAIGN_FAILURE_WINDOW", "Finished runs the failure rate is measured over.", 20
     )

@@ -20,7 +20,9 @@ keeps its own run, outputs, checks, status and failure, and the UI one result pe
 - If the task dies mid-batch and the batch run ends, the child left STARTED is failed by the
   `orphaned_runs` sensor (run monitoring fails the batch run).
 
-Uploads never come here: their runs are `process_episode` itself, one episode a run.
+Uploads never come here: their runs are `process_episode` itself, one episode a run. The child
+runs start outside the run queue; the queue counts a batch once and holds its episodes against
+an upload of one of them (`defs/run_coordinator.batch_queue_config`).
 """
 
 from collections.abc import Callable, Iterable, Mapping

@@ -42,6 +42,7 @@ from episode_pipeline.defs.jobs import EPISODE_JOB_NAME
 from episode_pipeline.defs.partitions import EPISODES_PARTITION_NAME
 from episode_pipeline.defs.resources.database import PostgresResource
 from episode_pipeline.defs.retention import _connect, delete_episodes
+from episode_pipeline.defs.run_errors import user_error_text
 from episode_pipeline.defs.runs import IN_FLIGHT_STATUSES, PARTITION_TAG, known_partitions
 from episode_pipeline.runtime.injection_points import reach
 
@@ -129,26 +130,37 @@ class TickReport:
         return "; ".join(parts + self.decisions)
 
 
+# Where a failed run's error is read, in order: a failed step's; an error an engine event carries
+# (a launch that raised: the run queue records the launcher's exception — boto3's RunTask
+# ThrottlingException, dagster-aws's "Task failed. Failure reason: RESOURCE:CPU" — in an engine
+# event, then fails the run with a generic message); the run's own.
+_ERROR_EVENTS = (
+    DagsterEventType.STEP_FAILURE,
+    DagsterEventType.ENGINE_EVENT,
+    DagsterEventType.RUN_FAILURE,
+)
+
+
 def run_error(instance: DagsterInstance, run: DagsterRun) -> str:
-    """The failed run's first step error (or its own), as one line of text."""
-    records = instance.get_records_for_run(
-        run.run_id, of_type={DagsterEventType.STEP_FAILURE, DagsterEventType.RUN_FAILURE}
-    ).records
+    """The failed run's first step error, else its launch error, else its own, as one line."""
+    records = instance.get_records_for_run(run.run_id, of_type=set(_ERROR_EVENTS)).records
+    errors: dict[DagsterEventType, str] = {}
+    message = None
     for record in records:
         event = record.event_log_entry.dagster_event
-        data = event.event_specific_data if event else None
-        error = getattr(data, "error", None)
+        if event is None or event.event_type in errors:
+            continue
+        error = getattr(event.event_specific_data, "error", None)
         if error is not None:
-            while error.cause is not None and error.cls_name in (
-                "DagsterExecutionStepExecutionError",
-                "DagsterUserCodeExecutionError",
-            ):
-                error = error.cause
-            step = f"{event.step_key}: " if event and event.step_key else ""
-            return f"{step}{error.cls_name}: {error.message.strip()}"[:1000]
-        if record.event_log_entry.message:
-            return record.event_log_entry.message[:1000]
-    return f"run {run.status.value.lower()}"
+            error_type, text = user_error_text(error)
+            step = f"{event.step_key}: " if event.step_key else ""
+            errors[event.event_type] = f"{step}{error_type}: {text}"[:1000]
+        elif event.event_type == DagsterEventType.RUN_FAILURE and message is None:
+            message = record.event_log_entry.message or None
+    for event_type in _ERROR_EVENTS:
+        if event_type in errors:
+            return errors[event_type]
+    return (message or f"run {run.status.value.lower()}")[:1000]
 
 
 def _runs_by_episode(

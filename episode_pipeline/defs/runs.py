@@ -49,6 +49,11 @@ BATCH_TAG = "episode_pipeline/batch"
 BATCH_RUN_TAG = "episode_pipeline/batch_run"
 # Tags of a batch run that its episode runs inherit (the campaign's own tags).
 CAMPAIGN_TAG_PREFIX = "episode_pipeline/campaign"
+# An episode held in the run queue (defs/run_coordinator.py): every queued run of an episode
+# carries `<prefix><ORG/EP>`, and a batch run one for each of its episodes, so that while a batch
+# is in flight the queue launches either it or a run of one of its episodes, never both (its
+# episodes run inside it, outside the queue: `dagster/partition` cannot hold them).
+EPISODE_LOCK_TAG_PREFIX = "episode_pipeline/episode_lock/"
 
 # A run that may still do work. Dagster's IN_PROGRESS_RUN_STATUSES leaves out QUEUED and
 # NOT_STARTED, so a run waiting behind the per-org limit would look absent and get a twin.
@@ -68,6 +73,11 @@ def episode_tags(partition_key: str) -> dict[str, str]:
     """Tags on every run of an episode, however it was launched (sensor, backfill, Launchpad)."""
     ref = parse_partition_key(partition_key)
     return {ORG_TAG: ref.org_id, EPISODE_TAG: ref.episode_id}
+
+
+def episode_lock_tags(partition_keys: Iterable[str]) -> dict[str, str]:
+    """The run queue's hold on each of these episodes (EPISODE_LOCK_TAG_PREFIX)."""
+    return {EPISODE_LOCK_TAG_PREFIX + key: "1" for key in partition_keys}
 
 
 def placement_tags(placement: Placement) -> dict[str, str]:
