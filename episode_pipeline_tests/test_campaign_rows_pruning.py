@@ -31,6 +31,7 @@ from dagster import (
     DagsterEventType,
     DagsterInstance,
     DagsterRunStatus,
+    build_sensor_context,
 )
 from dagster._core.events import AssetObservationData
 from dagster._core.execution.backfill import BulkActionStatus
@@ -64,6 +65,7 @@ from episode_pipeline.defs.retention import (
     prune,
 )
 from episode_pipeline.defs.runs import PARTITION_TAG
+from episode_pipeline.defs.sensors.campaign import campaign_driver
 from episode_pipeline.episodes.keys import EpisodeRef
 from episode_pipeline.local.stack import StackInfo
 from episode_pipeline_tests.support.instances import private_instance_config
@@ -283,6 +285,12 @@ def test_one_campaigns_failing_tick_stops_neither_the_others_nor_the_limits(
         (good_id,),
     ).fetchone()
     assert rejected[:2] == ("rejected", "unkeyable") and "invalid episode id 'a b'" in rejected[2]
+
+    # The sensor's tick fails after that (counted in SensorTickFailures), naming the campaign.
+    context = build_sensor_context(instance=instance, resources={"postgres": postgres})
+    with pytest.raises(RuntimeError, match=f"campaign {broken_id} .*tick failed"):
+        campaign_driver()(context)
+    assert published_limits(instance)[good_id] > 0
 
 
 def observe_in_run(instance: DagsterInstance, run_id: str, ref: EpisodeRef) -> None:
