@@ -27,6 +27,7 @@ import yaml
 from dagster import (
     AssetKey,
     AssetMaterialization,
+    AssetObservation,
     DagsterEvent,
     DagsterEventType,
     DagsterInstance,
@@ -37,7 +38,7 @@ from dagster import (
     SkipReason,
     build_sensor_context,
 )
-from dagster._core.events import StepMaterializationData
+from dagster._core.events import AssetObservationData, StepMaterializationData
 from dagster._core.execution.backfill import BulkActionStatus
 from dagster._core.storage.tags import BACKFILL_ID_TAG
 from dagster._core.test_utils import create_run_for_test, create_test_daemon_workspace_context
@@ -239,6 +240,30 @@ def test_pruning_deletes_settled_episodes_and_nothing_in_flight_or_within_its_wi
     prune(instance, POLICY, now=NOW + 15 * DAY_SECONDS)
     assert state(instance, failed) == (0, 0, False)
     assert pruned_successes(instance, [upload_id(failed.partition_key, "v1")]) == {}
+
+
+@pytest.mark.integration
+def test_a_runs_own_archive_observation_is_no_upload_waiting(instance: DagsterInstance) -> None:
+    """A run of an episode whose observations were pruned (`reprocess`, a campaign) logs the
+    observation of the bytes it reads, after its own creation: past the window the episode is
+    pruned, not kept for ever for an upload that never comes."""
+    ref = new_ref()
+    instance.add_dynamic_partitions(EPISODES_PARTITION_NAME, [ref.partition_key])
+    run = record_run(instance, ref, DagsterRunStatus.SUCCESS, None)
+    observation = AssetObservation(asset_key="raw_archive", partition=ref.partition_key)
+    instance.report_dagster_event(
+        DagsterEvent(
+            event_type_value=DagsterEventType.ASSET_OBSERVATION.value,
+            job_name=EPISODE_JOB_NAME,
+            event_specific_data=AssetObservationData(observation),
+        ),
+        run.run_id,
+    )
+    backdate(instance, run.run_id, 5)  # its events too: the observation 2 min after creation
+
+    prune(instance, POLICY, now=NOW)
+
+    assert state(instance, ref) == (0, 0, False)
 
 
 @pytest.fixture(scope="module")

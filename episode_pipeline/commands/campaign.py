@@ -76,14 +76,16 @@ def campaign_id_for(name: str) -> str:
 
 
 def plan(conn: Any, settings: Settings, args: argparse.Namespace) -> dict[str, Any]:
+    from episode_pipeline.db.campaigns import count_selection
     from episode_pipeline.db.outputs import measured_run_seconds
 
     versions = current_code_versions(settings)
     target = code_version_digest(versions)
     selection = selection_of(args, target)
     query, params = episodes_query(conn, selection)
-    count = conn.execute(f"SELECT count(*) FROM ({query}) AS s", params).fetchone()[0]
-    sample = conn.execute(f"SELECT * FROM ({query}) AS s LIMIT 5", params).fetchall()
+    # Issue 27's rule: a row the pipeline cannot key is skipped, counted and named, never fatal.
+    selected = count_selection(conn, query, params)
+    count = selected.episodes
     config = config_of(args, settings)
     run_seconds, measured = measured_run_seconds(conn)
     canary = config.canary.wave_size(count) if count else 0
@@ -100,7 +102,9 @@ def plan(conn: Any, settings: Settings, args: argparse.Namespace) -> dict[str, A
         "target_code_version": target,
         "code_versions": versions,
         "episodes": count,
-        "examples": [f"{org}/{ep}" for org, ep in sample],
+        "examples": [ref.partition_key for ref in selected.examples],
+        "skipped": selected.skipped,  # rows the pipeline cannot key: not in the campaign
+        "skipped_rows": [row.describe() for row in selected.skipped_rows],
         "canary_wave": canary,
         "config": config.to_json(),
         "estimate": figures.as_dict(),
@@ -121,6 +125,7 @@ def format_plan(planned: dict[str, Any]) -> str:
             f"target code version: {planned['target_code_version']}",
             f"episodes selected: {planned['episodes']}"
             + (f" (e.g. {', '.join(planned['examples'])})" if planned["examples"] else ""),
+            *skipped_lines(planned),
             f"waves: {e['waves']} (canary {planned['canary_wave']}, then up to "
             f"{waves['wave_size']} each), {e['runs']} run(s) of K={waves['episodes_per_run']}",
             f"estimate ({measured}): {e['task_hours']} task-hours, {e['s3_requests']} S3 "
@@ -129,6 +134,19 @@ def format_plan(planned: dict[str, Any]) -> str:
             f"({e['seconds_per_episode']} task-s per episode)",
         ]
     )
+
+
+def skipped_lines(planned: dict[str, Any]) -> list[str]:
+    if not planned["skipped"]:
+        return []
+    named = planned["skipped_rows"]
+    more = planned["skipped"] - len(named)
+    return [
+        f"skipped: {planned['skipped']} row(s) the pipeline cannot key (`episode-pipeline status"
+        " --invalid` lists them; docs/operations.md#rows-the-pipeline-cannot-key)",
+        *(f"  {row}" for row in named),
+        *([f"  and {more} more"] if more > 0 else []),
+    ]
 
 
 def status(conn: Any, campaign_id: str, now: datetime | None = None) -> dict[str, Any]:
@@ -299,7 +317,8 @@ def start(
     from episode_pipeline.defs.campaigns import register_campaign
 
     if not planned["episodes"]:
-        raise ValueError(f"no episode matches {selection.describe()}: nothing to start")
+        skipped = f" ({planned['skipped']} row(s) skipped: unkeyable)" if planned["skipped"] else ""
+        raise ValueError(f"no episode matches {selection.describe()}{skipped}: nothing to start")
     config = CampaignConfig.from_json(planned["config"])
     name = args.name or f"reprocess {selection.describe()}"
     campaign_id = campaign_id_for(args.name or "campaign")
@@ -307,7 +326,7 @@ def start(
         conn,
         campaign_id,
         name,
-        {"describe": selection.describe(), **_selection_json(args)},
+        {"describe": selection.describe(), **_selection_json(args), "skipped": planned["skipped"]},
         planned["target_code_version"],
         config.to_json(),
         GovernorState.start(config.governor).to_json(),
@@ -315,6 +334,15 @@ def start(
         params,
     )
     db.log_decision(conn, campaign_id, "state", f"started over {count} episode(s)")
+    if planned["skipped"]:
+        db.log_decision(
+            conn,
+            campaign_id,
+            "selection",
+            f"skipped {planned['skipped']} row(s) the pipeline cannot key: "
+            + "; ".join(planned["skipped_rows"][:3]),
+            {"skipped": planned["skipped"], "rows": planned["skipped_rows"]},
+        )
     register_campaign(instance, campaign_id)
     return campaign_id, count
 

@@ -9,18 +9,22 @@ from datetime import datetime
 from typing import Any
 
 import psycopg
+from psycopg import sql
 from psycopg.types.json import Jsonb
 
 from episode_pipeline.campaign.ledger import (
     FAILED,
     PENDING,
+    REJECTED,
     REQUESTED,
     RUNNING,
+    SETTLED,
     SUCCEEDED,
     Transition,
 )
+from episode_pipeline.db.episodes import unkeyable_sql
 from episode_pipeline.episodes.batches import batch_key
-from episode_pipeline.episodes.keys import EpisodeRef
+from episode_pipeline.episodes.keys import EpisodeRef, UnkeyableRow, ref_of_row
 
 
 @dataclass(frozen=True)
@@ -65,6 +69,62 @@ def _ledger_row(row: Sequence[Any]) -> LedgerRow:
     return LedgerRow(EpisodeRef(row[0], row[1]), *row[2:])
 
 
+# -- the selection: a query of (org_id, episode_id) rows, keyed by issue 27's rule -------------
+
+SKIPPED_NAMED = 20  # unkeyable rows named in the plan and in the campaign's decision row
+UNKEYABLE = "unkeyable"  # the error class of a ledger row the pipeline cannot key
+
+
+def _selected(episodes_query: str) -> sql.Composable:
+    return sql.SQL("({}) AS s (org_id, episode_id)").format(sql.SQL(episodes_query))  # type: ignore[arg-type]
+
+
+# A selected row `keys.ref_of_row` rejects, in PostgreSQL (the same pattern, db/episodes.py):
+# skipped, counted and named, never inserted into the ledger.
+_UNKEYABLE = unkeyable_sql(sql.SQL("s.org_id"), sql.SQL("s.episode_id"))
+
+
+@dataclass(frozen=True)
+class SelectionCount:
+    """What a selection holds: the episodes the ledger takes (a few named), and the rows the
+    pipeline cannot key (skipped; the first `SKIPPED_NAMED` named, with the reason)."""
+
+    episodes: int
+    examples: list[EpisodeRef]
+    skipped: int
+    skipped_rows: list[UnkeyableRow]
+
+
+def count_selection(
+    conn: psycopg.Connection, episodes_query: str, params: Sequence[Any], examples: int = 5
+) -> SelectionCount:
+    """One pass counts both; the unkeyable rows are read only when there are some."""
+    selected = _selected(episodes_query)
+    row = conn.execute(
+        sql.SQL(
+            "SELECT count(*) FILTER (WHERE NOT {unkeyable}), count(*) FILTER (WHERE {unkeyable})"
+            " FROM {selected}"
+        ).format(unkeyable=_UNKEYABLE, selected=selected),
+        params,
+    ).fetchone()
+    episodes, skipped = (int(row[0]), int(row[1])) if row else (0, 0)
+    read = sql.SQL("SELECT s.org_id, s.episode_id FROM {selected} WHERE {where} LIMIT %s")
+    sample = conn.execute(
+        read.format(selected=selected, where=sql.SQL("NOT {}").format(_UNKEYABLE)),
+        (*params, examples),
+    ).fetchall()
+    rows: list[UnkeyableRow] = []
+    if skipped:
+        found = conn.execute(
+            read.format(selected=selected, where=_UNKEYABLE), (*params, SKIPPED_NAMED)
+        ).fetchall()
+        # The rule decides (the SQL only narrows the scan): what it names is what it skipped.
+        rows = [r for r in (ref_of_row(*pair) for pair in found) if isinstance(r, UnkeyableRow)]
+    return SelectionCount(
+        episodes, [EpisodeRef(org, episode) for org, episode in sample], skipped, rows
+    )
+
+
 def create_campaign(
     conn: psycopg.Connection,
     campaign_id: str,
@@ -76,8 +136,9 @@ def create_campaign(
     episodes_query: str,
     params: Sequence[Any],
 ) -> int:
-    """The campaign and one `pending` row per selected episode (INSERT … SELECT: a million
-    episodes never pass through this process); returns how many."""
+    """The campaign and one `pending` row per selected episode the pipeline can key
+    (INSERT … SELECT: a million episodes never pass through this process; an unkeyable row is
+    left out, `count_selection` names it); returns how many."""
     conn.execute(
         "INSERT INTO campaigns (id, name, selection, target_code_version, state, settings,"
         " governor) VALUES (%s, %s, %s, %s, %s, %s, %s)",
@@ -92,11 +153,13 @@ def create_campaign(
         ),
     )
     cursor = conn.execute(
-        f"""
-        INSERT INTO campaign_episodes (campaign_id, org_id, episode_id, position)
-        SELECT %s, s.org_id, s.episode_id, row_number() OVER (ORDER BY s.org_id, s.episode_id)
-          FROM ({episodes_query}) AS s (org_id, episode_id)
-        """,
+        sql.SQL(
+            """
+            INSERT INTO campaign_episodes (campaign_id, org_id, episode_id, position)
+            SELECT %s, s.org_id, s.episode_id, row_number() OVER (ORDER BY s.org_id, s.episode_id)
+              FROM {selected} WHERE NOT {unkeyable}
+            """
+        ).format(selected=_selected(episodes_query), unkeyable=_UNKEYABLE),
         (campaign_id, *params),
     )
     return cursor.rowcount
@@ -187,20 +250,24 @@ def claim_wave(
     with its batch key (`<campaign>.w<wave>.b<n>`, K episodes each). `FOR UPDATE SKIP LOCKED`:
     two ticks at once never claim the same row. Read in the order of the index of migration 006,
     so a claim reads about `size` rows, however many the campaign holds."""
-    rows = conn.execute(
-        f"""
-        SELECT org_id, episode_id FROM campaign_episodes
-         WHERE {CLAIMABLE_WHERE}
-         ORDER BY attempts, position
-         LIMIT %s
-           FOR UPDATE SKIP LOCKED
-        """,
-        (campaign_id, now, size),
-    ).fetchall()
+    while True:  # again while it rejects a row the pipeline cannot key: it claims the next
+        rows = conn.execute(
+            f"""
+            SELECT org_id, episode_id FROM campaign_episodes
+             WHERE {CLAIMABLE_WHERE}
+             ORDER BY attempts, position
+             LIMIT %s
+               FOR UPDATE SKIP LOCKED
+            """,
+            (campaign_id, now, size),
+        ).fetchall()
+        refs = reject_unkeyable(conn, campaign_id, rows)
+        if len(refs) == len(rows):
+            break
     claimed = []
-    for index, (org_id, episode_id) in enumerate(rows):
+    for index, ref in enumerate(refs):
         claimed.append(
-            (org_id, episode_id, batch_key(campaign_id, wave, index // episodes_per_run))
+            (ref.org_id, ref.episode_id, batch_key(campaign_id, wave, index // episodes_per_run))
         )
     if claimed:
         conn.cursor().executemany(
@@ -214,6 +281,37 @@ def claim_wave(
         LedgerRow(EpisodeRef(org, ep), REQUESTED, 0, wave, key, None, False, now)
         for org, ep, key in claimed
     ]
+
+
+def reject_unkeyable(
+    conn: psycopg.Connection, campaign_id: str, rows: Iterable[Sequence[Any]]
+) -> list[EpisodeRef]:
+    """The claim's rows as refs; a row the pipeline cannot key (one a campaign started before
+    the selection skipped them) becomes `rejected` with the reason, never an exception that
+    rolls the tick back and is claimed first again next tick."""
+    refs, unkeyable = [], []
+    for org_id, episode_id in rows:
+        ref = ref_of_row(org_id, episode_id)
+        (unkeyable if isinstance(ref, UnkeyableRow) else refs).append(ref)
+    if unkeyable:
+        conn.cursor().executemany(
+            "UPDATE campaign_episodes SET state = %s, last_error = %s, error_class = %s,"
+            " retry_after = NULL, updated_at = now()"
+            " WHERE campaign_id = %s AND org_id = %s AND episode_id = %s",
+            [
+                (REJECTED, row.describe()[:500], UNKEYABLE, campaign_id, row.org_id, row.episode_id)
+                for row in unkeyable
+            ],
+        )
+        log_decision(
+            conn,
+            campaign_id,
+            "ledger",
+            f"rejected {len(unkeyable)} row(s) the pipeline cannot key: "
+            + "; ".join(row.describe() for row in unkeyable[:3]),
+            {"unkeyable": [row.describe() for row in unkeyable[:SKIPPED_NAMED]]},
+        )
+    return refs
 
 
 def requested_rows(conn: psycopg.Connection, campaign_id: str) -> list[LedgerRow]:
@@ -303,15 +401,24 @@ def release(conn: psycopg.Connection, campaign_id: str, refs: Iterable[EpisodeRe
     return max(cursor.rowcount, 0)
 
 
+# The states whose run has ended: `succeeded` and `rejected` for good, `failed` until its retry
+# is claimed (the claim adds the partition back). A row `pending` or `requested` may have a run
+# to come. Pruning all three keeps the campaign's live partitions to its runs in flight: a
+# fleet's broken archives (rejected) or a throttling storm's failures (waiting out their
+# backoff) would otherwise fill the live budget and stop the campaign.
+PRUNABLE_STATES = (*SETTLED, FAILED)
+
+
 def settled_added_partitions(
     conn: psycopg.Connection, campaign_id: str, limit: int
 ) -> list[EpisodeRef]:
-    """Episodes whose partition the campaign added and whose episode succeeded: the driver
-    prunes them (migration 006's index holds only the added rows)."""
+    """Episodes whose partition the campaign added and whose run has ended (`PRUNABLE_STATES`):
+    the driver prunes them, by retention's rules (migration 006's index holds only the added
+    rows)."""
     rows = conn.execute(
         "SELECT org_id, episode_id FROM campaign_episodes WHERE campaign_id = %s"
-        " AND partition_added AND state = %s LIMIT %s",
-        (campaign_id, SUCCEEDED, limit),
+        " AND partition_added AND state = ANY(%s) LIMIT %s",
+        (campaign_id, list(PRUNABLE_STATES), limit),
     ).fetchall()
     return [EpisodeRef(org, episode) for org, episode in rows]
 
@@ -327,7 +434,9 @@ def forget_partitions(
 
 
 def live_added_partitions(conn: psycopg.Connection, campaign_id: str) -> int:
-    """The partitions the campaign added and has not pruned (at most a wave's budget)."""
+    """The partitions the campaign added and has neither pruned nor handed to retention: its
+    claims', and those of ended runs a safeguard keeps for now (a run in flight, a newer upload
+    waiting, another backfill); the tick prunes the rest before it counts."""
     row = conn.execute(
         "SELECT count(*) FROM campaign_episodes WHERE campaign_id = %s AND partition_added",
         (campaign_id,),

@@ -308,12 +308,23 @@ def failed_episode_refs(
     return recent_episode_refs(conn, org_id, limit, status=FAILED)
 
 
-# The rows `ref_of_row` rejects, found by PostgreSQL with the same pattern (keys.ID_PATTERN):
-# an id column of type uuid always matches, so only a text id can be invalid.
-_UNKEYABLE = sql.SQL(
-    "(org_id IS NULL OR NOT (org_id ~ {pattern} AND id::text ~ {pattern}"
-    " AND strpos(org_id, {forbidden}) = 0 AND strpos(id::text, {forbidden}) = 0))"
-).format(pattern=sql.Literal(f"^{ID_PATTERN}$"), forbidden=sql.Literal(FORBIDDEN_IN_ID))
+def unkeyable_sql(org_id: sql.Composable, episode_id: sql.Composable) -> sql.Composable:
+    """The rows `ref_of_row` rejects, found by PostgreSQL with the same pattern (keys.ID_PATTERN)
+    over these two text expressions: a filter for queries whose rows never pass through Python
+    (a campaign's ledger is filled by INSERT … SELECT)."""
+    return sql.SQL(
+        "({org} IS NULL OR NOT ({org} ~ {pattern} AND {episode} ~ {pattern}"
+        " AND strpos({org}, {forbidden}) = 0 AND strpos({episode}, {forbidden}) = 0))"
+    ).format(
+        org=org_id,
+        episode=episode_id,
+        pattern=sql.Literal(f"^{ID_PATTERN}$"),
+        forbidden=sql.Literal(FORBIDDEN_IN_ID),
+    )
+
+
+# An id column of type uuid always matches, so only a text id can be invalid.
+_UNKEYABLE = unkeyable_sql(sql.Identifier("org_id"), sql.SQL("id::text"))
 
 
 @dataclass(frozen=True)

@@ -2,8 +2,8 @@
 
 Per campaign: (1) reconcile the finished runs of its waves into the ledger and feed the governor;
 (2) repair a wave whose backfill a crash left unrecorded, release claims whose run never came;
-(3) prune the partitions the campaign added once their episode succeeded; (4) judge the canary
-wave; (5) claim the next wave and hand it to the run queue as one backfill titled
+(3) prune the partitions the campaign added once their run ended, by retention's rules; (4) judge
+the canary wave; (5) claim the next wave and hand it to the run queue as one backfill titled
 `<campaign> · wave N`. Every step is idempotent: a tick killed at any point is finished by the
 next one — the ledger is committed before the backfill, whose id is derived from
 (campaign, wave), and runs are matched to episodes by their campaign and wave tags.
@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import logging
+import os
 import random
 from collections import defaultdict
 from collections.abc import Iterable
@@ -35,13 +37,14 @@ from episode_pipeline.campaign.governor import (
     retry_after_seconds,
 )
 from episode_pipeline.campaign.waves import measured_rate, next_wave_size, runs_to_keep_in_flight
+from episode_pipeline.config.settings import RetentionSettings
 from episode_pipeline.db import campaigns as db
 from episode_pipeline.defs.backfills import record_backfill
 from episode_pipeline.defs.campaign_queue import CAMPAIGN_TAG, publish_limits
 from episode_pipeline.defs.jobs import EPISODE_JOB_NAME
 from episode_pipeline.defs.partitions import EPISODES_PARTITION_NAME
 from episode_pipeline.defs.resources.database import PostgresResource
-from episode_pipeline.defs.retention import _connect, delete_episodes
+from episode_pipeline.defs.retention import prune_campaign_partitions
 from episode_pipeline.defs.run_errors import user_error_text
 from episode_pipeline.defs.runs import IN_FLIGHT_STATUSES, PARTITION_TAG, known_partitions
 from episode_pipeline.runtime.injection_points import reach
@@ -57,6 +60,7 @@ BACKFILL_LEAD_SECONDS = 35.0
 DEFAULT_TICK_SECONDS = 30.0
 FINISHED = (DagsterRunStatus.SUCCESS, DagsterRunStatus.FAILURE, DagsterRunStatus.CANCELED)
 CANARY_WAVE = 0
+log = logging.getLogger(__name__)
 
 
 # A campaign belongs to the Dagster deployment that started it: its id is kept in that instance's
@@ -111,8 +115,11 @@ class TickReport:
     launch_limit: int = 0  # what the run queue may launch now (0: paused, stopped, canceled)
     counts: dict[str, int] = field(default_factory=dict)
     decisions: list[str] = field(default_factory=list)
+    error: str = ""  # the tick failed for this campaign (the others were driven)
 
     def describe(self) -> str:
+        if self.error:
+            return f"campaign {self.campaign} ({self.state}): tick failed, held: {self.error}"
         done = self.counts.get(ledger.SUCCEEDED, 0)
         total = sum(self.counts.values())
         parts = [f"campaign {self.campaign} ({self.state}): {done}/{total} succeeded"]
@@ -208,11 +215,14 @@ def drive(
         )
     ours = registered(instance, [campaign.id for campaign in active])
     lead_seconds = 2 * tick_seconds + BACKFILL_LEAD_SECONDS
-    reports = [
-        drive_campaign(instance, postgres, campaign.id, now, rng, lead_seconds)
-        for campaign in active
-        if campaign.id in ours
-    ]
+    reports = []
+    for campaign in (c for c in active if c.id in ours):
+        try:
+            reports.append(drive_campaign(instance, postgres, campaign.id, now, rng, lead_seconds))
+        except Exception as error:  # one campaign's failure stops neither the others nor the limits
+            log.exception(f"campaign {campaign.id}: tick failed")
+            failed = f"{type(error).__name__}: {error}"[:1000]
+            reports.append(TickReport(campaign.id, state=campaign.state, error=failed))  # limit 0
     publish_limits(instance, {report.campaign: report.launch_limit for report in reports})
     return reports
 
@@ -453,18 +463,32 @@ def create_batches(conn: Any, rows: list[db.LedgerRow]) -> None:
         create_batch(conn, key, refs)
 
 
-def prune_settled(instance: DagsterInstance, postgres: PostgresResource, campaign_id: str) -> int:
-    """Delete what Dagster holds of the partitions this campaign added once their episode
-    succeeded (retention's statements): the campaign's live partitions stay within a wave."""
+def prune_settled(
+    instance: DagsterInstance,
+    postgres: PostgresResource,
+    campaign_id: str,
+    retention: RetentionSettings | None = None,
+) -> int:
+    """Delete what Dagster holds of the partitions this campaign added once their run ended
+    (succeeded, rejected, or failed until its retry is claimed) by retention's rules
+    (`prune_campaign_partitions`): the campaign's live partitions stay within a wave. The
+    campaign forgets a partition once it is deleted, or once retention owns it (another run of
+    the episode is within its window: retention prunes it, the campaign's runs with it); one kept
+    for a wait (a run in flight, an upload waiting for its run, another backfill) stays the
+    campaign's, counted in its live partitions, and is tried again next tick."""
     with postgres.transaction() as conn:
         refs = db.settled_added_partitions(conn, campaign_id, PRUNE_PER_TICK)
     if not refs:
         return 0
-    with _connect(instance) as dagster_conn:
-        counts = delete_episodes(dagster_conn, [ref.partition_key for ref in refs])
+    # The code location's environment, as the retention sensor's settings (definitions.py).
+    retention = retention or RetentionSettings.from_env(os.environ)
+    pruned = prune_campaign_partitions(
+        instance, campaign_id, [ref.partition_key for ref in refs], retention
+    )
+    done = {*pruned.deleted, *pruned.retained}
     with postgres.transaction() as conn:
-        db.forget_partitions(conn, campaign_id, refs)
-    return counts.get("partitions", 0)
+        db.forget_partitions(conn, campaign_id, [ref for ref in refs if ref.partition_key in done])
+    return pruned.counts.get("partitions", 0)
 
 
 def judge_canary(conn: Any, campaign: db.Campaign, config: CampaignConfig) -> str:

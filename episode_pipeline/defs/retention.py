@@ -32,6 +32,7 @@ from dagster._core.execution.backfill import BulkActionsFilter, BulkActionStatus
 from dagster_postgres import PostgresRunStorage
 
 from episode_pipeline.config.settings import RetentionSettings
+from episode_pipeline.defs.campaign_queue import CAMPAIGN_TAG
 from episode_pipeline.defs.partitions import BATCHES_PARTITION_NAME, EPISODES_PARTITION_NAME
 from episode_pipeline.defs.runs import IN_FLIGHT_STATUSES, UPLOAD_TAG
 from episode_pipeline.runtime import metrics
@@ -72,16 +73,29 @@ def cutoffs(settings: RetentionSettings, now: float) -> tuple[float, float]:
     )
 
 
-def prunable(episode: EpisodeRuns, settings: RetentionSettings, now: float) -> bool:
+# Why retention keeps an episode (`kept_because`). The first three are waits: what keeps it
+# ends soon. The window is retention's own: the episode is pruned when it has passed.
+IN_FLIGHT = "a run of it is in flight"
+WAITING_UPLOAD = "a newer upload waits for its run"
+IN_BACKFILL = "a requested backfill has still to run it"
+WITHIN_WINDOW = "its latest run ended within the retention window"
+
+
+def kept_because(episode: EpisodeRuns, settings: RetentionSettings, now: float) -> str | None:
+    """Why the episode must stay (one of the reasons above), or None: it may be pruned."""
     if episode.in_flight:
-        return False
+        return IN_FLIGHT
     if episode.newest_observation is not None and (
         episode.newest_observation > episode.latest_created
     ):
-        return False  # a newer upload was seen after its last run: its run is still to come
+        return WAITING_UPLOAD  # a newer upload was seen after its last run: its run is to come
     succeeded, failed = cutoffs(settings, now)
     cutoff = succeeded if episode.latest_status == DagsterRunStatus.SUCCESS.value else failed
-    return episode.last_ended < cutoff
+    return None if episode.last_ended < cutoff else WITHIN_WINDOW
+
+
+def prunable(episode: EpisodeRuns, settings: RetentionSettings, now: float) -> bool:
+    return kept_because(episode, settings, now) is None
 
 
 def upload_record(run_id: str, ended: float) -> str:
@@ -142,12 +156,15 @@ _CANDIDATES = sa.text(
      LIMIT :limit
     """
 )
+# Reported uploads only (run_id ''): a run logs an observation of the bytes it reads when none
+# was reported (a reprocessed or campaign run of a pruned episode), after its own creation; that
+# one is no upload waiting, and would keep the episode for ever.
 _NEWEST_OBSERVATIONS = sa.text(
     """
     SELECT partition, extract(epoch FROM max(timestamp))
       FROM event_logs
      WHERE asset_key = :asset_key AND dagster_event_type = :observation
-       AND partition = ANY(:partitions)
+       AND partition = ANY(:partitions) AND run_id = ''
      GROUP BY partition
     """
 )
@@ -287,12 +304,21 @@ def delete_episodes(conn: Any, partitions: Sequence[str]) -> dict[str, int]:
     return counts
 
 
-def partitions_of_active_backfills(instance: DagsterInstance) -> set[str]:
-    """Episodes a requested backfill has still to run (`reprocess`): kept, whatever their age."""
+def partitions_of_active_backfills(
+    instance: DagsterInstance, except_campaign: str | None = None
+) -> set[str]:
+    """Episodes a requested backfill has still to run (`reprocess`, a campaign's wave): kept,
+    whatever their age. `except_campaign`: that campaign's own waves do not count (its ledger
+    says which of their episodes have ended)."""
     backfills = instance.get_backfills(
         filters=BulkActionsFilter(statuses=[BulkActionStatus.REQUESTED])
     )
-    return {key for backfill in backfills for key in backfill.partition_names or ()}
+    return {
+        key
+        for backfill in backfills
+        if except_campaign is None or backfill.tags.get(CAMPAIGN_TAG) != except_campaign
+        for key in backfill.partition_names or ()
+    }
 
 
 def prune(
@@ -337,6 +363,115 @@ def prune(
     metrics.count(metrics.EPISODES_PRUNED, report.episodes)
     metrics.gauge(metrics.LIVE_PARTITIONS, report.live_partitions)
     return report
+
+
+# -- a campaign's partitions: the same rule, the campaign's own runs settled ---------------------
+
+# Per partition: any run in flight; the newest status and end among the runs that are not the
+# campaign's; the newest run's creation (all runs: a reported upload after it waits).
+_CAMPAIGN_EPISODES = sa.text(
+    """
+    SELECT r.partition,
+           bool_or(r.status = ANY(:in_flight)),
+           (array_agg(r.status ORDER BY r.id DESC) FILTER (WHERE t.run_id IS NULL))[1],
+           max(coalesce(r.end_time, extract(epoch FROM r.update_timestamp)))
+               FILTER (WHERE t.run_id IS NULL),
+           extract(epoch FROM max(r.create_timestamp))
+      FROM runs r
+      LEFT JOIN run_tags t
+        ON t.run_id = r.run_id AND t.key = :campaign_tag AND t.value = :campaign
+     WHERE r.partition = ANY(:partitions)
+     GROUP BY r.partition
+    """
+)
+LONG_AGO = float("-inf")  # a campaign's own run, or none: past every window
+
+
+def campaign_episodes(conn: Any, campaign_id: str, partitions: Sequence[str]) -> list[EpisodeRuns]:
+    """The partitions as retention's rule reads them, the campaign's own runs counted as ended
+    long ago: they settled its ledger row, and it prunes them at once (its live budget), not a
+    window later. Every other run — an upload's, a `reprocess`'s, another campaign's — keeps
+    its window."""
+    runs = {
+        partition: (bool(in_flight), status, ended, created)
+        for partition, in_flight, status, ended, created in conn.execute(
+            _CAMPAIGN_EPISODES,
+            {
+                "partitions": list(partitions),
+                "in_flight": _in_flight(),
+                "campaign_tag": CAMPAIGN_TAG,
+                "campaign": campaign_id,
+            },
+        ).fetchall()
+    }
+    observed = dict(
+        conn.execute(
+            _NEWEST_OBSERVATIONS,
+            {
+                "asset_key": RAW_ARCHIVE_ASSET_KEY,
+                "observation": DagsterEventType.ASSET_OBSERVATION.value,
+                "partitions": list(partitions),
+            },
+        ).fetchall()
+    )
+    episodes = []
+    for partition in partitions:
+        in_flight, status, ended, created = runs.get(partition, (False, None, None, None))
+        episodes.append(
+            EpisodeRuns(
+                partition=partition,
+                in_flight=in_flight,
+                latest_status=status or DagsterRunStatus.SUCCESS.value,
+                last_ended=LONG_AGO if ended is None else float(ended),
+                latest_created=LONG_AGO if created is None else float(created),
+                newest_observation=float(observed[partition]) if partition in observed else None,
+            )
+        )
+    return episodes
+
+
+@dataclass
+class CampaignPrune:
+    """What a campaign's prune did with its candidate partitions."""
+
+    deleted: list[str] = field(default_factory=list)
+    # Kept for another run's window: retention prunes them (the campaign's runs with them).
+    retained: list[str] = field(default_factory=list)
+    waiting: dict[str, str] = field(default_factory=dict)  # kept for now: partition → why
+    counts: dict[str, int] = field(default_factory=dict)  # delete_episodes' rows by kind
+
+
+def prune_campaign_partitions(
+    instance: DagsterInstance,
+    campaign_id: str,
+    partitions: Sequence[str],
+    settings: RetentionSettings | None = None,
+    now: float | None = None,
+) -> CampaignPrune:
+    """Delete what Dagster holds of partitions the campaign added whose runs ended, by
+    retention's rule (`kept_because` over `campaign_episodes`): never a run in flight, an
+    upload waiting for its run, an episode another backfill has still to run, nor another
+    run's history within its window (those are `retained`: retention's from now on)."""
+    settings = settings or RetentionSettings()
+    now = time.time() if now is None else now
+    result = CampaignPrune()
+    if not partitions:
+        return result
+    busy = partitions_of_active_backfills(instance, except_campaign=campaign_id)
+    with _connect(instance) as conn:
+        for episode in campaign_episodes(conn, campaign_id, partitions):
+            reason = kept_because(episode, settings, now)
+            if reason in (None, WITHIN_WINDOW) and episode.partition in busy:
+                reason = IN_BACKFILL
+            if reason is None:
+                result.deleted.append(episode.partition)
+            elif reason == WITHIN_WINDOW:
+                result.retained.append(episode.partition)
+            else:
+                result.waiting[episode.partition] = reason
+        if result.deleted:
+            result.counts = delete_episodes(conn, result.deleted)
+    return result
 
 
 # -- the uploads sensor's fallback --------------------------------------------------------------

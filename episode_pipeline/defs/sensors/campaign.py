@@ -39,6 +39,9 @@ def campaign_driver(settings: CampaignSettings | None = None) -> SensorDefinitio
         reports = drive(context.instance, postgres, tick_seconds=settings.tick_seconds)
         for report in reports:
             context.log.info(report.describe())
+        failed = [report.describe() for report in reports if report.error]
+        if failed:  # after the others were driven and the limits published: a failed tick
+            raise RuntimeError(" | ".join(failed))  # counted in SensorTickFailures (alarmed)
         if not reports:
             return SkipReason("no campaign running")
         # A SkipReason still records the tick, with each campaign's progress in the tick log.
