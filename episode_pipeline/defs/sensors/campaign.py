@@ -11,8 +11,10 @@ from dagster import (
 )
 
 from episode_pipeline.config.settings import CampaignSettings
-from episode_pipeline.defs.campaigns import drive
+from episode_pipeline.db import campaigns as db
+from episode_pipeline.defs.campaigns import drive, registered
 from episode_pipeline.defs.resources.database import PostgresResource
+from episode_pipeline.runtime import metrics
 
 CAMPAIGN_SENSOR_NAME = "campaign_driver"
 
@@ -39,6 +41,19 @@ def campaign_driver(settings: CampaignSettings | None = None) -> SensorDefinitio
         reports = drive(context.instance, postgres, tick_seconds=settings.tick_seconds)
         for report in reports:
             context.log.info(report.describe())
+            if report.stalled:
+                context.log.warning(
+                    f"campaign {report.campaign} is stalled ({report.stalled}): "
+                    "episode-pipeline campaign status names the cause"
+                )
+        # Every tick: the campaigns that cannot go on (a stopped one too, driven or not) and
+        # those this tick found so (one done with every episode rejected), for the alarm.
+        with postgres.connect() as conn:
+            recorded = db.stalled_campaigns(conn)
+        stalled = registered(context.instance, recorded) | {
+            r.campaign for r in reports if r.stalled
+        }
+        metrics.gauge(metrics.CAMPAIGNS_STALLED, len(stalled))
         if not reports:
             return SkipReason("no campaign running")
         # A SkipReason still records the tick, with each campaign's progress in the tick log.
