@@ -338,7 +338,7 @@ run "the_alarms_notify_an_existing_alerts_topic" {
   assert {
     condition = alltrue([for alarm in concat(
       [aws_cloudwatch_metric_alarm.upload_age, aws_cloudwatch_metric_alarm.no_processing, aws_cloudwatch_metric_alarm.failure_rate,
-      aws_cloudwatch_metric_alarm.uploads_sensor_silent, aws_cloudwatch_metric_alarm.lost_uploads,
+        aws_cloudwatch_metric_alarm.uploads_sensor_silent, aws_cloudwatch_metric_alarm.lost_uploads,
       aws_cloudwatch_metric_alarm.campaign_stalled],
       values(aws_cloudwatch_metric_alarm.sensor_failing),
       ) : alarm.alarm_actions == toset(["arn:aws:sns:us-west-2:123456789012:toborverse-alerts"])
