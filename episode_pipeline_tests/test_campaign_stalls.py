@@ -53,6 +53,7 @@ def start_campaign(
     db_conn: psycopg.Connection,
     episodes: int,
     recorded: bool,
+    *flags: str,
 ) -> tuple[list[EpisodeRef], str, dict]:
     """A campaign over `episodes` processed episodes (recorded before by an older code version,
     or never: the first campaign after migration 004), its canary of one."""
@@ -68,7 +69,7 @@ def start_campaign(
                 db_conn, ref, {"e": "0"}, OLD, run_id=None, wall_seconds=1, archive_bytes=1
             )
     argv = ["campaign", "start", "--org", org, "--stale", "--name", org, "--canary-episodes", "1"]
-    args = build_parser().parse_args(argv)
+    args = build_parser().parse_args([*argv, *flags])
     planned = commands.plan(db_conn, settings, args)
     query, params, selection = planned.pop("_query")
     campaign_id, _ = commands.start(db_conn, instance, planned, query, params, selection, args)
@@ -161,6 +162,24 @@ def test_a_first_campaign_without_a_baseline_stops_before_its_first_full_wave(
     result = commands.status(db_conn, campaign_id)
     assert result["stalled"] is None and result["report"]["accepted_no_baseline"] is True
     assert len(db.wave_rows(db_conn, campaign_id, 1)) == 2
+
+
+def test_a_campaign_started_accepting_no_baseline_passes_its_canary_on_success(
+    instance: DagsterInstance, settings: Settings, db_conn: psycopg.Connection
+) -> None:
+    """The operator knows up front (`campaign start --accept-no-baseline`): the canary still
+    needs its episodes to succeed, not figures from before."""
+    postgres = PostgresResource.from_settings(settings.database)
+    flag = "--accept-no-baseline"
+    _, campaign_id, planned = start_campaign(instance, settings, db_conn, 2, False, flag)
+    now = datetime.now(UTC)
+    drive(instance, postgres, now, random.Random(1))
+    succeed(instance, db_conn, campaign_id, 0, planned)
+    drive(instance, postgres, now + timedelta(seconds=30), random.Random(1))
+    result = commands.status(db_conn, campaign_id)
+    assert (result["state"], result["report"]["canary"]) == ("running", "passed")
+    assert (result["report"]["compared"], result["stalled"]) == (0, None)
+    assert len(db.wave_rows(db_conn, campaign_id, 1)) == 1
 
 
 def test_claims_released_tick_after_tick_are_a_stall_with_its_cause(

@@ -302,7 +302,7 @@ def cmd_campaign(args: argparse.Namespace) -> int:
         if args.campaign is None:
             raise ValueError(f"campaign {args.action} needs the campaign's id")
         if args.accept_no_baseline and args.action != "resume":
-            raise ValueError("--accept-no-baseline goes with `campaign resume`")
+            raise ValueError("--accept-no-baseline goes with `campaign start` or `resume`")
         new_state = act(conn, args.campaign, args.action, args.accept_no_baseline)
         conn.commit()
         print(f"campaign {args.campaign}: {new_state}")
@@ -348,6 +348,9 @@ def start(
         params,
     )
     db.log_decision(conn, campaign_id, "state", f"started over {count} episode(s)")
+    if getattr(args, "accept_no_baseline", False):  # known up front: no figures from before
+        db.update_campaign(conn, campaign_id, report={"accept_no_baseline": True})
+        db.log_decision(conn, campaign_id, "canary", "no baseline accepted at start")
     register_campaign(instance, campaign_id)
     return campaign_id, count
 
@@ -406,7 +409,8 @@ def add_campaign_parser(commands: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--accept-no-baseline",
         action="store_true",
-        help="resume: go on although the canary had no figures from before to compare",
+        help="start or resume: go on although the canary has no figures from before to compare "
+        "(the first campaign after migration 004)",
     )
     parser.add_argument("--json", action="store_true", help="machine-readable output")
     parser.set_defaults(handler=cmd_campaign)
