@@ -284,16 +284,23 @@ def cmd_campaign(args: argparse.Namespace) -> int:
                 from episode_pipeline.db import campaigns as db
 
                 rows = [
-                    {"id": c.id, "name": c.name, "state": c.state, "created_at": c.created_at}
+                    {
+                        "id": c.id,
+                        "name": c.name,
+                        "state": c.state,
+                        "created_at": c.created_at,
+                        "stalled": ((c.report or {}).get("stall") or {}).get("cause"),
+                    }
                     for c in db.all_campaigns(conn)
                 ]
                 if args.json:
                     print(json.dumps(rows, indent=2, default=str))
                 else:
                     for row in rows:
+                        stalled = f"  STALLED ({row['stalled']})" if row["stalled"] else ""
                         print(
                             f"{row['id']}  {row['state']:9}  "
-                            f"{row['created_at']:%Y-%m-%d %H:%M}  {row['name']}"
+                            f"{row['created_at']:%Y-%m-%d %H:%M}  {row['name']}{stalled}"
                         )
                 return 0
             result = status(conn, args.campaign)

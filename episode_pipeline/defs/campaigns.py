@@ -127,6 +127,8 @@ class TickReport:
         if self.pruned:
             parts.append(f"pruned {self.pruned} partition(s)")
         parts.append(f"concurrency {self.limit}")
+        if self.stalled:
+            parts.append(f"STALLED ({self.stalled}): campaign status names the cause")
         return "; ".join(parts + self.decisions)
 
 

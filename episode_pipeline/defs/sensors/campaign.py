@@ -40,12 +40,10 @@ def campaign_driver(settings: CampaignSettings | None = None) -> SensorDefinitio
                 return SkipReason("no campaigns table (migration 004): nothing to drive")
         reports = drive(context.instance, postgres, tick_seconds=settings.tick_seconds)
         for report in reports:
-            context.log.info(report.describe())
             if report.stalled:
-                context.log.warning(
-                    f"campaign {report.campaign} is stalled ({report.stalled}): "
-                    "episode-pipeline campaign status names the cause"
-                )
+                context.log.warning(report.describe())
+            else:
+                context.log.info(report.describe())
         # Every tick: the campaigns that cannot go on (a stopped one too, driven or not) and
         # those this tick found so (one done with every episode rejected), for the alarm.
         with postgres.connect() as conn:
