@@ -7,6 +7,7 @@ and in the `campaign_driver` tick's `CampaignsStalled`. The runs are those a dae
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import random
 import uuid
@@ -54,6 +55,7 @@ def start_campaign(
     episodes: int,
     recorded: bool,
     *flags: str,
+    max_live_partitions: int | None = None,
 ) -> tuple[list[EpisodeRef], str, dict]:
     """A campaign over `episodes` processed episodes (recorded before by an older code version,
     or never: the first campaign after migration 004), its canary of one."""
@@ -70,6 +72,9 @@ def start_campaign(
             )
     argv = ["campaign", "start", "--org", org, "--stale", "--name", org, "--canary-episodes", "1"]
     args = build_parser().parse_args([*argv, *flags])
+    if max_live_partitions is not None:
+        pacing = dataclasses.replace(settings.campaign, max_live_partitions=max_live_partitions)
+        settings = dataclasses.replace(settings, campaign=pacing)
     planned = commands.plan(db_conn, settings, args)
     query, params, selection = planned.pop("_query")
     campaign_id, _ = commands.start(db_conn, instance, planned, query, params, selection, args)
@@ -204,3 +209,25 @@ def test_claims_released_tick_after_tick_are_a_stall_with_its_cause(
     succeed(instance, db_conn, campaign_id, 2, planned)  # the third canary wave's run comes
     drive(instance, postgres, now + timedelta(seconds=window + 90), random.Random(1))
     assert commands.status(db_conn, campaign_id)["stalled"] is None
+
+
+def test_a_live_partition_budget_full_with_nothing_in_flight_is_a_stall_at_once(
+    instance: DagsterInstance, settings: Settings, db_conn: psycopg.Connection
+) -> None:
+    """Deliverable 3: the wave size is 0 because the partitions the campaign added and has not
+    pruned fill its budget (here one, held by an episode waiting for its retry), and no run is
+    in flight to free one: no wave will ever come, and `status` says so at once."""
+    postgres = PostgresResource.from_settings(settings.database)
+    refs, campaign_id, _ = start_campaign(
+        instance, settings, db_conn, 2, True, "--wave-size", "1", max_live_partitions=1
+    )
+    db_conn.execute(
+        "UPDATE campaign_episodes SET state = 'failed', attempts = 1, partition_added = true,"
+        " retry_after = now() + interval '1 day' WHERE campaign_id = %s AND episode_id = %s",
+        (campaign_id, refs[0].episode_id),
+    )
+    (report,) = drive(instance, postgres, datetime.now(UTC), random.Random(1))
+    assert (report.claimed, report.stalled) == (0, "budget_full")
+    result = commands.status(db_conn, campaign_id)
+    assert result["stalled"]["cause"] == "budget_full"
+    assert "CAMPAIGN_MAX_LIVE_PARTITIONS" in commands.format_status(result)
