@@ -213,8 +213,8 @@ def act(
     new_state = ledger.campaign_action(campaign.state, action)
     values: dict[str, Any] = {"state": new_state}
     report = campaign.report or {}
+    verdict = report.get("canary")
     if action == "resume":
-        verdict = report.get("canary")
         if verdict == canary.NO_BASELINE and not accept_no_baseline:
             raise ValueError(
                 f"campaign {campaign_id}: the canary compared {report.get('compared', 0)} "
@@ -233,7 +233,9 @@ def act(
             report["accepted_no_baseline"] = True
         values["report"] = report
     db.update_campaign(conn, campaign_id, **values)
-    accepted = " (without a canary baseline)" if report.get("accepted_no_baseline") else ""
+    accepted = (
+        " (no canary baseline)" if action == "resume" and verdict == canary.NO_BASELINE else ""
+    )
     db.log_decision(conn, campaign_id, "state", f"{action} by the operator: {new_state}{accepted}")
     return new_state
 
