@@ -539,7 +539,9 @@ def start_campaign(fleet: Any, name: str) -> tuple[str, dict[str, Any], float]:
     from episode_pipeline.config.settings import CampaignSettings
     from episode_pipeline.db.connection import connect
 
+    # The fleet was never processed: its canary has no figures from before to compare.
     start = ["campaign", "start", "--stale", "--org", fleet_state.FLEET_ORG, "--name", name]
+    start.append("--accept-no-baseline")
     args = build_parser().parse_args(
         [*start, "--concurrency", str(CampaignSettings().concurrency_max)]
     )

@@ -9,7 +9,8 @@ episodes (Dagster's storage holds retention's working set; the application's tab
   (`idx_events_by_asset`, a range on the id); each failed run's cause from its failure events
   (by run id, at most `CAUSES_READ` runs);
 - the queues' attributes (depth, in flight, the DLQ's depth); the oldest upload waiting: the
-  oldest queued run (received, waiting for launch). The age of a message not yet received is
+  oldest queued run (received, waiting for launch) that is no campaign's (a campaign's wait for
+  its own limit, 0 while it is paused). The age of a message not yet received is
   SQS's `ApproximateAgeOfOldestMessage`, a CloudWatch metric (the alarm watches it); a peek at
   the messages would tell their `SentTimestamp` but counts as a receive, and three probes would
   move an upload to the dead-letter queue;
@@ -38,6 +39,7 @@ from dagster._core.scheduler.instigation import TickStatus
 from episode_pipeline.config.settings import HealthSettings, Settings
 from episode_pipeline.defs.asset_keys import EPISODE_KEY
 from episode_pipeline.defs.assets.episode import UPLOAD_TO_PROCESSED_METADATA
+from episode_pipeline.defs.campaign_queue import CAMPAIGN_TAG
 from episode_pipeline.defs.failures import failure_cause, was_processing
 from episode_pipeline.defs.jobs import EPISODE_JOB_NAME
 from episode_pipeline.uploads.upload_queue import UploadQueue
@@ -71,9 +73,10 @@ class Backlog:
     visible: int | None  # None: no queue configured
     in_flight: int | None
     dead_letters: int | None
-    queued_runs: int
+    queued_runs: int  # uploads' runs: a campaign's are not uploads waiting
     oldest_waiting_seconds: float | None
     oldest_waiting_source: str  # where the age comes from
+    campaign_queued_runs: int = 0  # paced by their campaign (held at 0 while it is paused)
 
     @property
     def waiting(self) -> int:
@@ -216,7 +219,9 @@ def format_health(report: Mapping[str, Any]) -> str:
             if b["visible"] is None
             else f"queue {b['visible']} waiting, {b['in_flight']} in flight"
         )
-        + f"; {b['queued_runs']} queued run(s); oldest waiting "
+        + f"; {b['queued_runs']} queued run(s)"
+        + (f" (and {b['campaign_queued_runs']} of campaigns)" if b["campaign_queued_runs"] else "")
+        + "; oldest waiting "
         + ("-" if b["oldest_waiting_seconds"] is None else f"{b['oldest_waiting_seconds']:.0f} s")
         + f" ({b['oldest_waiting_source']}); dead-letter queue "
         + ("-" if b["dead_letters"] is None else str(b["dead_letters"])),
@@ -312,7 +317,7 @@ def episode_latencies(instance: DagsterInstance, succeeded: Sequence[Any], cutof
 def backlog(instance: DagsterInstance, settings: Settings, now: float) -> Backlog:
     depth = UploadQueue(settings.sqs_queue_url, settings.aws).depth()
     dead = UploadQueue(settings.dlq_url, settings.aws).depth()
-    queued = instance.get_run_records(
+    records = instance.get_run_records(
         RunsFilter(
             job_name=EPISODE_JOB_NAME,
             statuses=[DagsterRunStatus.QUEUED, DagsterRunStatus.NOT_STARTED],
@@ -321,6 +326,10 @@ def backlog(instance: DagsterInstance, settings: Settings, now: float) -> Backlo
         order_by="create_timestamp",
         ascending=True,
     )
+    # A campaign's queued runs wait for its own limit (0 while it is paused or stopped, a queue
+    # kept full on purpose while it runs): no upload waits on them. A stalled campaign has its
+    # own alarm (`CampaignsStalled`).
+    queued = [r for r in records if CAMPAIGN_TAG not in r.dagster_run.tags]
     age, source = None, "nothing waiting"
     if queued:
         age = now - queued[0].create_timestamp.timestamp()
@@ -334,6 +343,7 @@ def backlog(instance: DagsterInstance, settings: Settings, now: float) -> Backlo
         queued_runs=len(queued),
         oldest_waiting_seconds=age,
         oldest_waiting_source=source,
+        campaign_queued_runs=len(records) - len(queued),
     )
 
 

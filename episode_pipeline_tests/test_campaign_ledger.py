@@ -113,8 +113,12 @@ def test_the_stale_selection_and_a_claim_that_cannot_pick_twice(
     assert db.state_counts(db_conn, campaign_id)[ledger.SUCCEEDED] == 1
 
     wave_of_done = rows[done].wave
-    (pair,) = db.canary_pairs(db_conn, campaign_id, wave_of_done)
-    assert pair[0] == done and pair[1] == FIGURES and pair[2] == FIGURES
+    (canary,) = [
+        e
+        for e in db.canary_episodes(db_conn, campaign_id, [wave_of_done])
+        if e.key == done.partition_key
+    ]
+    assert (canary.state, canary.before, canary.after) == (ledger.SUCCEEDED, FIGURES, FIGURES)
 
 
 def test_a_claim_reads_its_rows_in_claim_order_from_the_index(

@@ -166,6 +166,47 @@ def test_health_names_a_stopped_daemon_with_uploads_waiting(
     ), text
 
 
+def test_health_does_not_count_a_campaigns_queued_runs_as_uploads_waiting(
+    stack: StackInfo, settings: Settings
+) -> None:
+    """Issue 32, finding 10: a paused campaign's runs stay queued (its launch limit is 0), a
+    running one keeps runs queued on purpose; none is an upload waiting. An upload's queued
+    run still is."""
+    import dataclasses
+
+    from dagster import DagsterRunStatus
+    from dagster._core.test_utils import create_run_for_test
+
+    from episode_pipeline.defs.campaign_queue import CAMPAIGN_TAG
+    from episode_pipeline.defs.jobs import EPISODE_JOB_NAME
+    from episode_pipeline.defs.runs import PARTITION_TAG
+
+    plain = settings_without_queue(settings)
+    strict = dataclasses.replace(  # any upload queued at all has waited too long
+        plain, health=dataclasses.replace(plain.health, oldest_upload_seconds=0)
+    )
+    with private_instance(stack, "campaign_queued") as instance:
+        beat(instance, age_seconds=600)  # the daemon stopped, too: still nothing waits
+        # NOT_STARTED: waiting like a queued run (health reads both), without the code
+        # location's origin a QUEUED one must carry.
+        tags = {CAMPAIGN_TAG: "paused-1", PARTITION_TAG: "acme/c-1"}
+        create_run_for_test(
+            instance, job_name=EPISODE_JOB_NAME, status=DagsterRunStatus.NOT_STARTED, tags=tags
+        )
+        report = check_health(instance, strict, SENSORS)
+        assert report.healthy, report.reasons
+        assert (report.backlog.queued_runs, report.backlog.campaign_queued_runs) == (0, 1)
+        assert "(and 1 of campaigns)" in format_health(report.as_dict())
+
+        upload = {PARTITION_TAG: "acme/u-1"}
+        create_run_for_test(
+            instance, job_name=EPISODE_JOB_NAME, status=DagsterRunStatus.NOT_STARTED, tags=upload
+        )
+        report = check_health(instance, strict, SENSORS)
+    assert report.reasons[0].endswith("with 1 upload(s) waiting"), report.reasons
+    assert report.reasons[1].startswith("the oldest upload has waited")
+
+
 def test_health_names_a_sensor_failing_its_ticks(stack: StackInfo, settings: Settings) -> None:
     with private_instance(stack, "sensor_failing") as instance:
         beat(instance)

@@ -247,6 +247,31 @@ resource "aws_cloudwatch_metric_alarm" "lost_uploads" {
   ok_actions    = local.alarm_actions
 }
 
+# --- A reprocessing campaign that cannot go on ----------------------------------------------------
+# The campaign driver's tick writes how many campaigns cannot go on by themselves (stopped by
+# the canary, no wave because their live partitions fill the budget, every claim released, no
+# episode settled for two stale-claim windows, done with every episode rejected). The cause is in
+# `episode-pipeline campaign status <id>`; the rule: episode_pipeline/campaign/progress.py.
+
+resource "aws_cloudwatch_metric_alarm" "campaign_stalled" {
+  alarm_name        = "${local.prefix}-campaign-stalled"
+  alarm_description = "A reprocessing campaign cannot go on by itself: `episode-pipeline campaign status <id>` names the cause (canary without baseline or with findings, live-partition budget full, claims released, no progress, every episode rejected). ${local.runbook}"
+
+  namespace           = local.metric_namespace
+  metric_name         = "CampaignsStalled"
+  dimensions          = merge(local.deployment, { Sensor = "campaign_driver" })
+  statistic           = "Maximum"
+  period              = local.sensor_periods["campaign_driver"]
+  evaluation_periods  = 1
+  comparison_operator = "GreaterThanOrEqualToThreshold"
+  threshold           = 1
+  # No point: the driver did not tick (its sensor's own alarms) or found no campaign table.
+  treat_missing_data = "notBreaching"
+
+  alarm_actions = local.alarm_actions
+  ok_actions    = local.alarm_actions
+}
+
 # --- The dashboard ------------------------------------------------------------------------------
 # One page: the alarms, then two graphs a row: throughput, latency, failures by cause, the
 # backlog, the sensors, retention's working set and the output. A metric line is
@@ -287,6 +312,7 @@ locals {
       aws_cloudwatch_metric_alarm.upload_age, aws_cloudwatch_metric_alarm.no_processing,
       aws_cloudwatch_metric_alarm.failure_rate, aws_cloudwatch_metric_alarm.uploads_sensor_silent,
       aws_cloudwatch_metric_alarm.lost_uploads, aws_cloudwatch_metric_alarm.dlq_not_empty,
+      aws_cloudwatch_metric_alarm.campaign_stalled,
     ] : alarm.arn],
     [for alarm in aws_cloudwatch_metric_alarm.sensor_failing : alarm.arn],
   )

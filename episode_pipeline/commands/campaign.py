@@ -11,7 +11,7 @@ import secrets
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from episode_pipeline.campaign import ledger
+from episode_pipeline.campaign import canary, ledger
 from episode_pipeline.campaign.canary import FIGURES
 from episode_pipeline.campaign.config import CampaignConfig
 from episode_pipeline.campaign.governor import GovernorState
@@ -182,6 +182,7 @@ def status(conn: Any, campaign_id: str, now: datetime | None = None) -> dict[str
         "measured_episodes_per_second": round(governor.episodes_per_second, 3),
         "paused_until": governor.paused_until.isoformat() if governor.is_paused(now) else None,
         "waves_started": campaign.next_wave,
+        "stalled": (campaign.report or {}).get("stall"),  # campaign/progress.py: the cause
         "report": campaign.report,
         "errors_by_class": db.errors_by_class(conn, campaign_id),
         "decisions": db.decisions(conn, campaign_id, limit=10),
@@ -200,6 +201,8 @@ def format_status(s: dict[str, Any]) -> str:
         + (f", paused until {s['paused_until']}" if s["paused_until"] else "")
         + f"; {s['waves_started']} wave(s) started",
     ]
+    if s.get("stalled"):
+        lines.append(f"  STALLED ({s['stalled']['cause']}): {s['stalled']['message']}")
     if s["report"]:
         lines.append(f"  report: {json.dumps(s['report'])[:2000]}")
     for error in s["errors_by_class"]:
@@ -209,8 +212,17 @@ def format_status(s: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def act(conn: Any, campaign_id: str, action: str) -> str:
-    """pause | resume | cancel: the new state (resume after the canary accepts its findings)."""
+def act(
+    conn: Any,
+    campaign_id: str,
+    action: str,
+    accept_no_baseline: bool = False,
+    now: datetime | None = None,
+) -> str:
+    """pause | resume | cancel: the new state. A resume after the canary stopped the campaign
+    accepts its findings; after it stopped for want of a baseline, only with
+    `accept_no_baseline` (the operator's deliberate yes to going on without the comparison).
+    A resume starts the progress clock again (campaign/progress.py)."""
     from episode_pipeline.db import campaigns as db
 
     campaign = db.lock_campaign(conn, campaign_id)
@@ -218,10 +230,31 @@ def act(conn: Any, campaign_id: str, action: str) -> str:
         raise ValueError(f"no campaign {campaign_id!r}")
     new_state = ledger.campaign_action(campaign.state, action)
     values: dict[str, Any] = {"state": new_state}
-    if action == "resume" and (campaign.report or {}).get("canary") == "stopped":
-        values["report"] = {**campaign.report, "canary": "resumed"}
+    report = campaign.report or {}
+    verdict = report.get("canary")
+    if action == "resume":
+        if verdict == canary.NO_BASELINE and not accept_no_baseline:
+            raise ValueError(
+                f"campaign {campaign_id}: the canary compared {report.get('compared', 0)} "
+                f"episode(s) with figures from before ({report.get('required')} needed): no "
+                "baseline to judge the change by. `campaign resume --accept-no-baseline` goes on "
+                "without it"
+            )
+        report = {
+            **report,
+            "progress": {"at": (now or datetime.now(UTC)).isoformat(), "released": 0},
+            "stall": None,
+        }
+        if verdict in (canary.FINDINGS, canary.NO_BASELINE):
+            report["canary"] = "resumed"
+        if verdict == canary.NO_BASELINE:
+            report["accepted_no_baseline"] = True
+        values["report"] = report
     db.update_campaign(conn, campaign_id, **values)
-    db.log_decision(conn, campaign_id, "state", f"{action} by the operator: {new_state}")
+    accepted = (
+        " (no canary baseline)" if action == "resume" and verdict == canary.NO_BASELINE else ""
+    )
+    db.log_decision(conn, campaign_id, "state", f"{action} by the operator: {new_state}{accepted}")
     return new_state
 
 
@@ -271,16 +304,23 @@ def cmd_campaign(args: argparse.Namespace) -> int:
                 from episode_pipeline.db import campaigns as db
 
                 rows = [
-                    {"id": c.id, "name": c.name, "state": c.state, "created_at": c.created_at}
+                    {
+                        "id": c.id,
+                        "name": c.name,
+                        "state": c.state,
+                        "created_at": c.created_at,
+                        "stalled": ((c.report or {}).get("stall") or {}).get("cause"),
+                    }
                     for c in db.all_campaigns(conn)
                 ]
                 if args.json:
                     print(json.dumps(rows, indent=2, default=str))
                 else:
                     for row in rows:
+                        stalled = f"  STALLED ({row['stalled']})" if row["stalled"] else ""
                         print(
                             f"{row['id']}  {row['state']:9}  "
-                            f"{row['created_at']:%Y-%m-%d %H:%M}  {row['name']}"
+                            f"{row['created_at']:%Y-%m-%d %H:%M}  {row['name']}{stalled}"
                         )
                 return 0
             result = status(conn, args.campaign)
@@ -288,7 +328,9 @@ def cmd_campaign(args: argparse.Namespace) -> int:
             return 0
         if args.campaign is None:
             raise ValueError(f"campaign {args.action} needs the campaign's id")
-        new_state = act(conn, args.campaign, args.action)
+        if args.accept_no_baseline and args.action != "resume":
+            raise ValueError("--accept-no-baseline goes with `campaign start` or `resume`")
+        new_state = act(conn, args.campaign, args.action, args.accept_no_baseline)
         conn.commit()
         print(f"campaign {args.campaign}: {new_state}")
         if args.action == "cancel":
@@ -343,6 +385,9 @@ def start(
             + "; ".join(planned["skipped_rows"][:3]),
             {"skipped": planned["skipped"], "rows": planned["skipped_rows"]},
         )
+    if getattr(args, "accept_no_baseline", False):  # known up front: no figures from before
+        db.update_campaign(conn, campaign_id, report={"accept_no_baseline": True})
+        db.log_decision(conn, campaign_id, "canary", "no baseline accepted at start")
     register_campaign(instance, campaign_id)
     return campaign_id, count
 
@@ -397,6 +442,12 @@ def add_campaign_parser(commands: argparse._SubParsersAction) -> None:
         action="append",
         choices=FIGURES,
         help="a figure the change means to change: the canary ignores it",
+    )
+    parser.add_argument(
+        "--accept-no-baseline",
+        action="store_true",
+        help="start or resume: go on although the canary has no figures from before to compare "
+        "(the first campaign after migration 004)",
     )
     parser.add_argument("--json", action="store_true", help="machine-readable output")
     parser.set_defaults(handler=cmd_campaign)

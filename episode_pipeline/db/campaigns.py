@@ -12,6 +12,7 @@ import psycopg
 from psycopg import sql
 from psycopg.types.json import Jsonb
 
+from episode_pipeline.campaign.canary import CanaryEpisode
 from episode_pipeline.campaign.ledger import (
     FAILED,
     PENDING,
@@ -19,6 +20,7 @@ from episode_pipeline.campaign.ledger import (
     REQUESTED,
     RUNNING,
     SETTLED,
+    STOPPED,
     SUCCEEDED,
     Transition,
 )
@@ -339,11 +341,15 @@ def recorded_since_claim(
     return {EpisodeRef(org, episode): run_id for org, episode, run_id in rows}
 
 
-def wave_rows(conn: psycopg.Connection, campaign_id: str, wave: int) -> list[LedgerRow]:
+def wave_rows(
+    conn: psycopg.Connection, campaign_id: str, wave: int | Sequence[int]
+) -> list[LedgerRow]:
+    """The rows claimed into the wave(s) and not released (a release sets `wave` NULL)."""
+    waves = [wave] if isinstance(wave, int) else list(wave)
     rows = conn.execute(
-        f"SELECT {_ROW_COLUMNS} FROM campaign_episodes WHERE campaign_id = %s AND wave = %s"
-        " ORDER BY position",
-        (campaign_id, wave),
+        f"SELECT {_ROW_COLUMNS} FROM campaign_episodes WHERE campaign_id = %s"
+        " AND wave = ANY(%s) ORDER BY position",
+        (campaign_id, waves),
     ).fetchall()
     return [_ledger_row(row) for row in rows]
 
@@ -485,23 +491,36 @@ def errors_by_class(conn: psycopg.Connection, campaign_id: str) -> list[dict[str
     return [{"class": c, "episodes": int(n), "last_error": e} for c, n, e in rows]
 
 
-def canary_pairs(
-    conn: psycopg.Connection, campaign_id: str, wave: int
-) -> list[tuple[EpisodeRef, dict[str, Any] | None, dict[str, Any] | None, str | None]]:
-    """Each succeeded episode of the wave: its figures before, after, and the code version now."""
+def canary_episodes(
+    conn: psycopg.Connection, campaign_id: str, waves: Sequence[int]
+) -> list[CanaryEpisode]:
+    """Each episode of the canary wave(s) not released: its state, its figures before (read
+    at its claim), after, and the code version now recorded."""
     rows = conn.execute(
         """
-        SELECT c.org_id, c.episode_id, c.previous_figures, o.figures, o.code_version
+        SELECT c.org_id, c.episode_id, c.state, c.previous_figures, o.figures, o.code_version
           FROM campaign_episodes c
           LEFT JOIN episode_outputs o ON o.org_id = c.org_id AND o.episode_id = c.episode_id
-         WHERE c.campaign_id = %s AND c.wave = %s AND c.state = %s
+         WHERE c.campaign_id = %s AND c.wave = ANY(%s)
          ORDER BY c.position
         """,
-        (campaign_id, wave, SUCCEEDED),
+        (campaign_id, list(waves)),
     ).fetchall()
     return [
-        (EpisodeRef(org, ep), before, after, version) for org, ep, before, after, version in rows
+        CanaryEpisode(EpisodeRef(org, ep).partition_key, state, before, after, version)
+        for org, ep, state, before, after, version in rows
     ]
+
+
+def stalled_campaigns(conn: psycopg.Connection) -> list[str]:
+    """Running or stopped campaigns whose report records a stall (`campaign/progress.py`): what
+    the `campaign_driver` sensor's `CampaignsStalled` counts, whichever campaigns a tick drove."""
+    rows = conn.execute(
+        "SELECT id FROM campaigns WHERE state = ANY(%s)"
+        " AND jsonb_typeof(report -> 'stall') = 'object' ORDER BY created_at",
+        ([RUNNING, STOPPED],),
+    ).fetchall()
+    return [campaign_id for (campaign_id,) in rows]
 
 
 def succeeded_since(conn: psycopg.Connection, campaign_id: str, since: datetime) -> int:

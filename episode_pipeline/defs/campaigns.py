@@ -26,8 +26,7 @@ from dagster import DagsterEventType, DagsterInstance, DagsterRun, DagsterRunSta
 from dagster._core.execution.backfill import BulkActionStatus
 from dagster._core.storage.tags import PRIORITY_TAG, WILL_RETRY_TAG
 
-from episode_pipeline.campaign import ledger
-from episode_pipeline.campaign.canary import compare
+from episode_pipeline.campaign import canary, ledger, progress
 from episode_pipeline.campaign.config import CampaignConfig
 from episode_pipeline.campaign.governor import (
     GovernorState,
@@ -116,6 +115,8 @@ class TickReport:
     counts: dict[str, int] = field(default_factory=dict)
     decisions: list[str] = field(default_factory=list)
     error: str = ""  # the tick failed for this campaign (the others were driven)
+    live_budget_full: bool = False  # no wave: the campaign's live partitions fill its budget
+    stalled: str | None = None  # the stall's cause (campaign/progress.py), None: progressing
 
     def describe(self) -> str:
         if self.error:
@@ -134,6 +135,8 @@ class TickReport:
         if self.pruned:
             parts.append(f"pruned {self.pruned} partition(s)")
         parts.append(f"concurrency {self.limit}")
+        if self.stalled:
+            parts.append(f"STALLED ({self.stalled}): campaign status names the cause")
         return "; ".join(parts + self.decisions)
 
 
@@ -234,6 +237,20 @@ def drive_campaign(
     now: datetime,
     rng: random.Random,
     lead_seconds: float = 2 * DEFAULT_TICK_SECONDS + BACKFILL_LEAD_SECONDS,
+) -> TickReport:
+    """One tick of one campaign, then whether it is making progress (`note_progress`)."""
+    report = _drive_campaign(instance, postgres, campaign_id, now, rng, lead_seconds)
+    note_progress(postgres, report, now)
+    return report
+
+
+def _drive_campaign(
+    instance: DagsterInstance,
+    postgres: PostgresResource,
+    campaign_id: str,
+    now: datetime,
+    rng: random.Random,
+    lead_seconds: float,
 ) -> TickReport:
     report = TickReport(campaign_id)
     repair: dict[int, list[db.LedgerRow]] = defaultdict(list)
@@ -353,8 +370,8 @@ def drive_campaign(
             return report
         if campaign.state != ledger.RUNNING:
             return report
-        canary = judge_canary(conn, campaign, config)
-        if canary == "stopped":
+        verdict, canary_size = judge_canary(conn, campaign, config, sum(counts.values()))
+        if verdict == "stopped":
             report.state, report.launch_limit = ledger.STOPPED, 0
             report.decisions.append("canary stopped the campaign")
             return report
@@ -364,6 +381,8 @@ def drive_campaign(
         runs_in_flight = len({row.batch_key for row in in_flight})
         claimable = db.claimable_count(conn, campaign_id, now, config.waves.wave_size)
         per_run = config.waves.episodes_per_run
+        live = db.live_added_partitions(conn, campaign_id) + len(in_flight)
+        report.live_budget_full = claimable > 0 and live >= config.waves.max_live_partitions
         size = next_wave_size(
             settings=config.waves,
             limit=governor.limit,
@@ -371,13 +390,11 @@ def drive_campaign(
                 governor.limit, governor.episodes_per_second / per_run, lead_seconds
             ),
             runs_in_flight=runs_in_flight,
-            campaign_live_partitions=db.live_added_partitions(conn, campaign_id) + len(in_flight),
+            campaign_live_partitions=live,
             claimable=claimable,
-            canary_size=config.canary.wave_size(sum(counts.values()))
-            if campaign.next_wave == CANARY_WAVE
-            else None,
+            canary_size=canary_size,
         )
-        if canary == "waiting" and campaign.next_wave > CANARY_WAVE:
+        if verdict == "waiting":
             size = 0
         if size <= 0:
             return report
@@ -491,40 +508,89 @@ def prune_settled(
     return pruned.counts.get("partitions", 0)
 
 
-def judge_canary(conn: Any, campaign: db.Campaign, config: CampaignConfig) -> str:
-    """`passed`, `waiting` (wave 0 still running) or `stopped` (the campaign is now stopped,
-    with the findings as its report). An operator's resume counts as passed."""
-    verdict = (campaign.report or {}).get("canary")
-    if verdict in ("passed", "resumed"):
-        return "passed"
-    if campaign.next_wave == CANARY_WAVE:
-        return "waiting"
-    rows = db.wave_rows(conn, campaign.id, CANARY_WAVE)
-    if any(row.state == ledger.REQUESTED for row in rows):
-        return "waiting"
-    findings: dict[str, list[str]] = {}
-    for ref, before, after, version in db.canary_pairs(conn, campaign.id, CANARY_WAVE):
-        found = compare(before, after, config.canary)
-        if version != campaign.target_code_version:
-            target = campaign.target_code_version
-            found.append(f"recorded code version {version}, not the campaign's {target}")
-        if found:
-            findings[ref.partition_key] = found
-    succeeded = sum(row.state == ledger.SUCCEEDED for row in rows)
-    if succeeded * 2 < len(rows):
-        findings["(wave)"] = [f"only {succeeded} of {len(rows)} canary episode(s) succeeded"]
-    if findings:
-        report = {"canary": "stopped", "findings": findings, "episodes": len(rows)}
-        db.update_campaign(conn, campaign.id, state=ledger.STOPPED, report=report)
-        db.log_decision(
-            conn,
-            campaign.id,
-            "canary",
-            f"stopped: {len(findings)} episode(s) changed beyond tolerance",
-            report,
+def canary_waves(campaign: db.Campaign) -> list[int]:
+    """The canary's waves: wave 0, and each that ran it again after its claims were released."""
+    return [int(w) for w in (campaign.report or {}).get("canary_waves", [CANARY_WAVE])]
+
+
+def judge_canary(
+    conn: Any, campaign: db.Campaign, config: CampaignConfig, selected: int
+) -> tuple[str, int | None]:
+    """(`passed` | `waiting` | `claim` | `stopped`, the canary wave's size to claim).
+
+    `claim`: the canary's wave is the next one — the first, or another after its claims were
+    all (or too many) released: a canary passes only having compared enough episodes
+    (canary.judge). `stopped`: the campaign is now stopped, the verdict (findings, or no
+    baseline) its report. An operator's resume counts as passed."""
+    report = campaign.report or {}
+    if report.get("canary") in (canary.PASSED, "resumed"):
+        return "passed", None
+    waves = canary_waves(campaign)
+    verdict = canary.judge(
+        config.canary.wave_size(selected),
+        db.canary_episodes(conn, campaign.id, waves),
+        campaign.target_code_version,
+        config.canary,
+        accept_no_baseline=bool(report.get("accept_no_baseline")),
+    )
+    if verdict.outcome == canary.WAITING:
+        return "waiting", None
+    if verdict.outcome == canary.RERUN:
+        if campaign.next_wave not in waves:  # its claims were released: run it again
+            report = {**report, "canary_waves": [*waves, campaign.next_wave]}
+            db.update_campaign(conn, campaign.id, report=report)
+            db.log_decision(conn, campaign.id, "canary", verdict.message(), verdict.as_json())
+        return "claim", verdict.rerun_size
+    report = {**report, **verdict.as_json()}
+    if verdict.outcome == canary.PASSED:
+        db.update_campaign(conn, campaign.id, report=report)
+        db.log_decision(conn, campaign.id, "canary", verdict.message(), verdict.as_json())
+        return "passed", None
+    db.update_campaign(conn, campaign.id, state=ledger.STOPPED, report=report)
+    db.log_decision(conn, campaign.id, "canary", verdict.message(), verdict.as_json())
+    return "stopped", None
+
+
+def note_progress(
+    postgres: PostgresResource, report: TickReport, now: datetime
+) -> progress.Stall | None:
+    """After the tick: is the campaign making progress? Its stall (or None) is recorded on the
+    campaign's report, where `campaign status` reads it, a decision logged when it changes."""
+    settled = sum(report.reconciled.values())
+    with postgres.transaction() as conn:
+        campaign = db.lock_campaign(conn, report.campaign)
+        assert campaign is not None
+        old = campaign.report or {}
+        config = CampaignConfig.from_json(campaign.settings)
+        seen = old.get("progress") or {}
+        at = datetime.fromisoformat(seen["at"]) if seen.get("at") else now  # the first note
+        released = int(seen.get("released", 0))
+        if settled:
+            at, released = now, 0
+        released += report.released
+        found = progress.stall(
+            progress.Facts(
+                state=campaign.state,
+                counts=report.counts,
+                settled=settled,
+                live_budget_full=report.live_budget_full,
+                canary=old.get("canary"),
+                seconds_since_progress=(now - at).total_seconds(),
+                released_since_progress=released,
+                stall_after_seconds=progress.stall_seconds(config.stale_claim_seconds),
+            )
         )
-        return "stopped"
-    report = {"canary": "passed", "episodes": len(rows), "succeeded": succeeded}
-    db.update_campaign(conn, campaign.id, report=report)
-    db.log_decision(conn, campaign.id, "canary", f"passed: {succeeded} episode(s) compared", report)
-    return "passed"
+        new = {
+            **old,
+            "progress": {"at": at.isoformat(), "released": released},
+            "stall": found.as_json() if found else None,
+        }
+        if new != old:
+            db.update_campaign(conn, campaign.id, report=new)
+        was = (old.get("stall") or {}).get("cause")
+        if found and found.cause != was:
+            db.log_decision(conn, campaign.id, "stall", f"stalled ({found.cause}): {found.message}")
+        elif was and not found:
+            db.log_decision(conn, campaign.id, "stall", f"no longer stalled ({was})")
+    report.stalled = found.cause if found else None
+    return found

@@ -71,6 +71,7 @@ MESSAGES_DELETED = "MessagesDeleted"
 LOST_UPLOADS_FOUND = "LostUploadsFound"
 EPISODES_PRUNED = "EpisodesPruned"
 LIVE_PARTITIONS = "LivePartitions"
+CAMPAIGNS_STALLED = "CampaignsStalled"
 
 UNITS: Mapping[str, Unit] = {
     EPISODES_PROCESSED: Unit.COUNT,
@@ -90,6 +91,7 @@ UNITS: Mapping[str, Unit] = {
     LOST_UPLOADS_FOUND: Unit.COUNT,
     EPISODES_PRUNED: Unit.COUNT,
     LIVE_PARTITIONS: Unit.COUNT,
+    CAMPAIGNS_STALLED: Unit.COUNT,
 }
 # What each metric is: the table in docs/operations.md#metrics (`metrics_table`).
 MEANINGS: Mapping[str, str] = {
@@ -110,6 +112,8 @@ MEANINGS: Mapping[str, str] = {
     LOST_UPLOADS_FOUND: "`waiting_uploads`: uploads no event announced (notifications broken)",
     EPISODES_PRUNED: "`dagster_retention`: episodes pruned from Dagster's storage",
     LIVE_PARTITIONS: "`dagster_retention`: episode partitions Dagster still holds after the tick",
+    CAMPAIGNS_STALLED: "`campaign_driver`: campaigns that cannot go on by themselves (the cause: "
+    "`campaign status`)",
 }
 EPISODE_METRICS = (
     EPISODES_PROCESSED,

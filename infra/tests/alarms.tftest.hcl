@@ -36,6 +36,11 @@ mock_provider "aws" {
     target = aws_cloudwatch_metric_alarm.dlq_not_empty
     values = { arn = "arn:aws:cloudwatch:us-west-2:123456789012:alarm:dlq_not_empty" }
   }
+
+  override_resource {
+    target = aws_cloudwatch_metric_alarm.campaign_stalled
+    values = { arn = "arn:aws:cloudwatch:us-west-2:123456789012:alarm:campaign_stalled" }
+  }
 }
 
 variables {
@@ -172,12 +177,28 @@ run "each_alarm_watches_its_metric_and_the_dashboard_shows_them" {
     error_message = "One lost upload found by reconciliation's tick (5 min) alarms."
   }
 
+  # A campaign that cannot go on by itself: one driver tick counting one alarms.
+  assert {
+    condition = (aws_cloudwatch_metric_alarm.campaign_stalled.alarm_name == "episode-pipeline-campaign-stalled"
+      && aws_cloudwatch_metric_alarm.campaign_stalled.namespace == "EpisodePipeline"
+      && aws_cloudwatch_metric_alarm.campaign_stalled.metric_name == "CampaignsStalled"
+      && aws_cloudwatch_metric_alarm.campaign_stalled.dimensions == tomap({ Deployment = "episode-pipeline", Sensor = "campaign_driver" })
+      && aws_cloudwatch_metric_alarm.campaign_stalled.statistic == "Maximum"
+      && aws_cloudwatch_metric_alarm.campaign_stalled.period == 60
+      && aws_cloudwatch_metric_alarm.campaign_stalled.evaluation_periods == 1
+      && aws_cloudwatch_metric_alarm.campaign_stalled.comparison_operator == "GreaterThanOrEqualToThreshold"
+      && aws_cloudwatch_metric_alarm.campaign_stalled.threshold == 1
+      && aws_cloudwatch_metric_alarm.campaign_stalled.treat_missing_data == "notBreaching"
+    )
+    error_message = "A campaign_driver tick counting one stalled campaign (the maximum over its minute) alarms."
+  }
+
   # Every alarm, the dead-letter queue's included, notifies the alerts topic, and again when OK.
   assert {
     condition = alltrue([for alarm in concat(
       [aws_cloudwatch_metric_alarm.upload_age, aws_cloudwatch_metric_alarm.no_processing, aws_cloudwatch_metric_alarm.failure_rate,
         aws_cloudwatch_metric_alarm.uploads_sensor_silent, aws_cloudwatch_metric_alarm.lost_uploads,
-      aws_cloudwatch_metric_alarm.dlq_not_empty],
+      aws_cloudwatch_metric_alarm.dlq_not_empty, aws_cloudwatch_metric_alarm.campaign_stalled],
       values(aws_cloudwatch_metric_alarm.sensor_failing),
       ) : (alarm.alarm_actions == toset([aws_sns_topic.alerts[0].arn]) && alarm.ok_actions == toset([aws_sns_topic.alerts[0].arn])
       && (strcontains(alarm.alarm_description, "docs/operations.md#alarms") || alarm.alarm_name == "episode-pipeline-uploads-dlq-not-empty")
@@ -209,11 +230,11 @@ run "each_alarm_watches_its_metric_and_the_dashboard_shows_them" {
   assert {
     condition = (jsondecode(aws_cloudwatch_dashboard.main.dashboard_body).widgets[0].type == "alarm"
       && jsondecode(aws_cloudwatch_dashboard.main.dashboard_body).widgets[0].properties.alarms == concat(
-        [for name in ["upload_age", "no_processing", "failure_rate", "uploads_sensor_silent", "lost_uploads", "dlq_not_empty"] :
+        [for name in ["upload_age", "no_processing", "failure_rate", "uploads_sensor_silent", "lost_uploads", "dlq_not_empty", "campaign_stalled"] :
         "arn:aws:cloudwatch:us-west-2:123456789012:alarm:${name}"],
         [for alarm in aws_cloudwatch_metric_alarm.sensor_failing : alarm.arn],
     ) && length(aws_cloudwatch_metric_alarm.sensor_failing) == 9)
-    error_message = "The top widget shows the 15 alarms (6, and one per sensor)."
+    error_message = "The top widget shows the 16 alarms (7, and one per sensor)."
   }
 
   assert {
@@ -317,7 +338,8 @@ run "the_alarms_notify_an_existing_alerts_topic" {
   assert {
     condition = alltrue([for alarm in concat(
       [aws_cloudwatch_metric_alarm.upload_age, aws_cloudwatch_metric_alarm.no_processing, aws_cloudwatch_metric_alarm.failure_rate,
-      aws_cloudwatch_metric_alarm.uploads_sensor_silent, aws_cloudwatch_metric_alarm.lost_uploads],
+        aws_cloudwatch_metric_alarm.uploads_sensor_silent, aws_cloudwatch_metric_alarm.lost_uploads,
+      aws_cloudwatch_metric_alarm.campaign_stalled],
       values(aws_cloudwatch_metric_alarm.sensor_failing),
       ) : alarm.alarm_actions == toset(["arn:aws:sns:us-west-2:123456789012:toborverse-alerts"])
     && alarm.ok_actions == toset(["arn:aws:sns:us-west-2:123456789012:toborverse-alerts"])])

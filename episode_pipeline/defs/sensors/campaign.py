@@ -11,8 +11,10 @@ from dagster import (
 )
 
 from episode_pipeline.config.settings import CampaignSettings
-from episode_pipeline.defs.campaigns import drive
+from episode_pipeline.db import campaigns as db
+from episode_pipeline.defs.campaigns import drive, registered
 from episode_pipeline.defs.resources.database import PostgresResource
+from episode_pipeline.runtime import metrics
 
 CAMPAIGN_SENSOR_NAME = "campaign_driver"
 
@@ -38,7 +40,18 @@ def campaign_driver(settings: CampaignSettings | None = None) -> SensorDefinitio
                 return SkipReason("no campaigns table (migration 004): nothing to drive")
         reports = drive(context.instance, postgres, tick_seconds=settings.tick_seconds)
         for report in reports:
-            context.log.info(report.describe())
+            if report.stalled:
+                context.log.warning(report.describe())
+            else:
+                context.log.info(report.describe())
+        # Every tick: the campaigns that cannot go on (a stopped one too, driven or not) and
+        # those this tick found so (one done with every episode rejected), for the alarm.
+        with postgres.connect() as conn:
+            recorded = db.stalled_campaigns(conn)
+        stalled = registered(context.instance, recorded) | {
+            r.campaign for r in reports if r.stalled
+        }
+        metrics.gauge(metrics.CAMPAIGNS_STALLED, len(stalled))
         failed = [report.describe() for report in reports if report.error]
         if failed:  # after the others were driven and the limits published: a failed tick
             raise RuntimeError(" | ".join(failed))  # counted in SensorTickFailures (alarmed)
