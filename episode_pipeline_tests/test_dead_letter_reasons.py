@@ -1,6 +1,6 @@
-"""Why each dead letter is dead (uploads.reasons, docs/operations.md#the-dead-letter-queue-why-
-each-message-is-there): the rule `dlq list` applies, the sensor's redelivery rule, the body's
-reasons and the metric's lines by reason, without servers."""
+"""Why each dead letter is dead (uploads.reasons; the reasons' table is in
+docs/operations.md#the-dead-letter-queue-why-each-message-is-there): the rule `dlq list` applies,
+the sensor's redelivery rule, the body's reasons and the metric's lines by reason, no servers."""
 
 from __future__ import annotations
 

@@ -22,7 +22,8 @@ delivery is decided by the upload's latest run:
   lie). An event for an object that does not exist (HEAD 404: forged, or deleted since) gets no
   partition and no run, and its message is left like a malformed one: it comes back after its
   visibility timeout, is looked at again, and after 3 receives waits in the dead-letter queue
-  (`episode-pipeline dlq list`). Not deleting it keeps "no upload is lost" even where a 404
+  (`episode-pipeline dlq list`, which says "no object at s3://…": the tick records why it left each
+  message, `uploads/reasons.py`). Not deleting it keeps "no upload is lost" even where a 404
   could be transient (a store less consistent than S3, a relay that announces before the PUT
   lands): the next receive sees the object, and a redrive from the DLQ still works. Should the
   HEAD fail otherwise (S3 slow or refusing), the run is requested unplaced and the run
@@ -33,7 +34,10 @@ delivery is decided by the upload's latest run:
   running, so a slow or queued run is not delivered again mid-flight (if it is, it joins).
 
 Each tick logs which uploads it saw, what it decided for each (run key requested, run joined,
-message deleted) and which messages it skipped and why.
+message deleted) and which messages it skipped and why. Every message it leaves on its way to the
+dead-letter queue (malformed, a bad key, no object, a redelivery that finds no run, a failed run,
+a lapsed in-flight run) is a warning naming the message and its reason, a `MessagesLeft` count
+by `Reason`, and a record `dlq list` reads (`uploads/reasons.py`).
 """
 
 from __future__ import annotations
