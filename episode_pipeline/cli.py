@@ -107,10 +107,20 @@ def _print_sync_findings(ref: EpisodeRef) -> None:
 
 
 def _dead_letter_rows(letters: list, instance: object | None) -> list[dict[str, object]]:
-    """One row per (message, upload): what an operator needs to act, runs included if known."""
-    from episode_pipeline.defs.runs import upload_history, upload_id
+    """One row per (message, upload): what an operator needs to act, runs included if known,
+    and why it is a dead letter (`uploads.reasons.dead_letter_reason`)."""
+    from episode_pipeline.defs.runs import latest_runs_of_uploads, upload_history, upload_id
+    from episode_pipeline.defs.sensors.sqs import latest_state, recorded_reasons
     from episode_pipeline.runner import step_errors
+    from episode_pipeline.uploads import reasons
 
+    recorded, latest = {}, {}
+    if instance is not None:
+        recorded = recorded_reasons(instance, [letter.message_id for letter in letters])
+        latest = latest_runs_of_uploads(
+            instance,
+            [upload_id(u.partition_key, u.object_version) for x in letters for u in x.uploads],
+        )
     rows: list[dict[str, object]] = []
     for letter in letters:
         base = {
@@ -119,13 +129,29 @@ def _dead_letter_rows(letters: list, instance: object | None) -> list[dict[str, 
             "uploaded_at": letter.sent_at,
         }
         if not letter.uploads:
-            rows.append({**base, "episode": None, "key": None, "problem": letter.problem})
+            why = reasons.dead_letter_reason(
+                body_problem=letter.body_reason, recorded=None, runs=None
+            )
+            rows.append(
+                {
+                    **base,
+                    "episode": None,
+                    "key": None,
+                    "problem": letter.problem,
+                    "reason": why.kind,
+                    "why": why.text,
+                }
+            )
         for upload in letter.uploads:
-            row = {**base, "episode": upload.partition_key, "key": upload.key}
+            row: dict[str, object] = {
+                **base,
+                "episode": upload.partition_key,
+                "key": upload.key,
+            }
+            runs = None
             if instance is not None:
-                history = upload_history(
-                    instance, upload_id(upload.partition_key, upload.object_version)
-                )
+                upload_key = upload_id(upload.partition_key, upload.object_version)
+                history = upload_history(instance, upload_key)
                 errors = (
                     step_errors(instance, history.last_failed_run_id)
                     if history.last_failed_run_id
@@ -139,6 +165,22 @@ def _dead_letter_rows(letters: list, instance: object | None) -> list[dict[str, 
                     failed_run=history.last_failed_run_id,
                     error="; ".join(errors) or None,
                 )
+                newest = latest.get(upload_key)
+                status = newest.status if newest is not None else None
+                runs = reasons.UploadRuns(
+                    runs=history.runs,
+                    failures=history.failures,
+                    latest_run_id=newest.run_id if newest is not None else None,
+                    latest_state=latest_state(status),
+                    last_failed_run_id=history.last_failed_run_id,
+                    error="; ".join(errors) or None,
+                )
+            why = reasons.dead_letter_reason(
+                body_problem=letter.body_reason,
+                recorded=recorded.get(letter.message_id),
+                runs=runs,
+            )
+            row.update(reason=why.kind, why=why.text)
             rows.append(row)
     return rows
 
@@ -153,6 +195,7 @@ def _format_dead_letters(rows: list[dict[str, object]]) -> str:
             f"  message {row['message_id']}, received {row['receive_count']} time(s), "
             f"uploaded {row['uploaded_at'] or '?'}"
         )
+        lines.append(f"  why: {row['reason']}: {row['why']}")
         if row.get("failures") is not None:
             lines.append(
                 f"  {row['failures']} failed run(s) of {row['runs']}: first "

@@ -76,6 +76,7 @@ from episode_pipeline.reprocess import (
     selection_sql,
 )
 from episode_pipeline.samples.writer import SampleSpec, write_sample
+from episode_pipeline.uploads.reasons import RecordedReason
 from episode_pipeline.uploads.upload_queue import UploadQueue
 from episode_pipeline_tests.support.instances import private_instance_config
 
@@ -320,6 +321,24 @@ def test_a_redelivered_message_of_a_pruned_upload_gets_no_second_run(
     names = ["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"]
     attributes = queue.client.get_queue_attributes(QueueUrl=queue.queue_url, AttributeNames=names)
     assert [int(attributes["Attributes"][n]) for n in names] == [0, 1]
+
+
+@pytest.mark.integration
+def test_the_sensors_reasons_for_dead_letters_expire_with_the_upload_records(
+    instance: DagsterInstance,
+) -> None:
+    """`dlq list`'s reasons (uploads.reasons) outlive any message, then go: no growing table."""
+    old, new = (f"msg-{uuid.uuid4().hex[:8]}" for _ in range(2))
+    days_ago = {old: POLICY.upload_record_days + 1, new: POLICY.upload_record_days - 1}
+    sqs.record_reasons(
+        instance,
+        {
+            m: RecordedReason("no_object", "no object at s3://b/k", 3, NOW - d * DAY_SECONDS)
+            for m, d in days_ago.items()
+        },
+    )
+    prune(instance, POLICY, now=NOW)
+    assert set(sqs.recorded_reasons(instance, [old, new])) == {new}
 
 
 @pytest.mark.integration

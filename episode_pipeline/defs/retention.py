@@ -36,6 +36,7 @@ from episode_pipeline.defs.campaign_queue import CAMPAIGN_TAG
 from episode_pipeline.defs.partitions import BATCHES_PARTITION_NAME, EPISODES_PARTITION_NAME
 from episode_pipeline.defs.runs import IN_FLIGHT_STATUSES, UPLOAD_TAG
 from episode_pipeline.runtime import metrics
+from episode_pipeline.uploads.reasons import REASON_PREFIX
 
 DAY_SECONDS = 24 * 3600
 BATCH_EPISODES = 500  # episodes per group of statements: each statement stays well under 1 s
@@ -213,6 +214,10 @@ _LIVE_PARTITIONS = sa.text(
 _EXPIRE_RECORDS = sa.text(
     "DELETE FROM kvs WHERE key LIKE :prefix AND (value::json ->> 'ended')::float < :cutoff"
 )
+# The uploads sensor's reasons for leaving a message (uploads.reasons), by when it left it.
+_EXPIRE_REASONS = sa.text(
+    "DELETE FROM kvs WHERE key LIKE :prefix AND (value::json ->> 'at')::float < :cutoff"
+)
 
 
 def _in_flight() -> list[str]:
@@ -355,6 +360,7 @@ def prune(
         report.upload_records_expired = conn.execute(
             _EXPIRE_RECORDS, {"prefix": UPLOAD_DONE_PREFIX + "%", "cutoff": record_cutoff}
         ).rowcount
+        conn.execute(_EXPIRE_REASONS, {"prefix": REASON_PREFIX + "%", "cutoff": record_cutoff})
         report.live_partitions = int(
             conn.execute(_LIVE_PARTITIONS, {"partitions_def": EPISODES_PARTITION_NAME}).scalar()
             or 0

@@ -40,6 +40,7 @@ NAMESPACE = "EpisodePipeline"
 DEPLOYMENT = "Deployment"
 CAUSE = "Cause"
 SENSOR = "Sensor"
+REASON = "Reason"  # why an upload message was left unfinished (uploads.reasons)
 MAX_METRICS_PER_DIRECTIVE = 100
 MAX_DIMENSIONS_PER_SET = 30
 
@@ -68,6 +69,7 @@ TICK_SECONDS = "TickSeconds"
 UPLOADS_RECEIVED = "UploadsReceived"
 RUNS_REQUESTED = "RunsRequested"
 MESSAGES_DELETED = "MessagesDeleted"
+MESSAGES_LEFT = "MessagesLeft"
 LOST_UPLOADS_FOUND = "LostUploadsFound"
 EPISODES_PRUNED = "EpisodesPruned"
 LIVE_PARTITIONS = "LivePartitions"
@@ -88,6 +90,7 @@ UNITS: Mapping[str, Unit] = {
     UPLOADS_RECEIVED: Unit.COUNT,
     RUNS_REQUESTED: Unit.COUNT,
     MESSAGES_DELETED: Unit.COUNT,
+    MESSAGES_LEFT: Unit.COUNT,
     LOST_UPLOADS_FOUND: Unit.COUNT,
     EPISODES_PRUNED: Unit.COUNT,
     LIVE_PARTITIONS: Unit.COUNT,
@@ -109,6 +112,8 @@ MEANINGS: Mapping[str, str] = {
     UPLOADS_RECEIVED: "`episode_uploads`: messages received from the upload queue",
     RUNS_REQUESTED: "`episode_uploads`, `waiting_uploads`: runs the tick requested",
     MESSAGES_DELETED: "`episode_upload_done`: messages deleted after their run succeeded",
+    MESSAGES_LEFT: "`episode_uploads`: deliveries on their way to the dead-letter queue (left "
+    "unfinished, or back after a failed, missing or unrenewed run); also by `Reason`",
     LOST_UPLOADS_FOUND: "`waiting_uploads`: uploads no event announced (notifications broken)",
     EPISODES_PRUNED: "`dagster_retention`: episodes pruned from Dagster's storage",
     LIVE_PARTITIONS: "`dagster_retention`: episode partitions Dagster still holds after the tick",
@@ -375,7 +380,12 @@ class Emitter:
         )
 
     def sensor_tick(
-        self, sensor: str, seconds: float, failed: bool, counts: Mapping[str, float]
+        self,
+        sensor: str,
+        seconds: float,
+        failed: bool,
+        counts: Mapping[str, float],
+        by_reason: Mapping[str, Mapping[str, float]] | None = None,
     ) -> dict[str, Any]:
         values = {
             SENSOR_TICKS: 1,
@@ -383,7 +393,15 @@ class Emitter:
             TICK_SECONDS: round(seconds, 3),
             **counts,
         }
-        return self.emit([Directive(((DEPLOYMENT, SENSOR),), values)], {SENSOR: sensor})
+        document = self.emit([Directive(((DEPLOYMENT, SENSOR),), values)], {SENSOR: sensor})
+        # One more line per reason: a document holds one value of a dimension.
+        for name, reasons in (by_reason or {}).items():
+            for reason, value in sorted(reasons.items()):
+                self.emit(
+                    [Directive(((DEPLOYMENT, SENSOR, REASON),), {name: value})],
+                    {SENSOR: sensor, REASON: reason},
+                )
+        return document
 
 
 # -- what a sensor tick counts ------------------------------------------------------------------
@@ -392,6 +410,7 @@ class Emitter:
 @dataclass
 class TickCounts:
     values: dict[str, float] = field(default_factory=dict)
+    by_reason: dict[str, dict[str, float]] = field(default_factory=dict)  # `count_reason`
 
     def add(self, name: str, value: float) -> None:
         self.values[name] = self.values.get(name, 0) + value
@@ -420,6 +439,15 @@ def count(name: str, value: float = 1) -> None:
         counts.add(name, value)
 
 
+def count_reason(name: str, reason: str, value: float = 1) -> None:
+    """`count` this tick's `name`, and also under the dimension `Reason` = `reason`."""
+    count(name, value)
+    counts = _TICK.get()
+    if counts is not None:
+        reasons = counts.by_reason.setdefault(name, {})
+        reasons[reason] = reasons.get(reason, 0) + value
+
+
 def gauge(name: str, value: float) -> None:
     """Set this sensor tick's metric `name` to a level (LivePartitions)."""
     if name not in UNITS:
@@ -435,6 +463,8 @@ def metrics_table() -> str:
     for name, unit in UNITS.items():
         if name == EPISODES_FAILED:
             dimensions = "[Deployment], [Deployment, Cause]"
+        elif name == MESSAGES_LEFT:
+            dimensions = "[Deployment, Sensor], [Deployment, Sensor, Reason]"
         elif name in EPISODE_METRICS:
             dimensions = "[Deployment]"
         else:

@@ -14,7 +14,15 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from episode_pipeline.uploads.events import Malformed, TestEvent, Upload, Uploads, parse_body
+from episode_pipeline.uploads.events import (
+    Malformed,
+    ParsedBody,
+    TestEvent,
+    Upload,
+    Uploads,
+    parse_body,
+)
+from episode_pipeline.uploads.reasons import NO_WORK, Reason
 from episode_pipeline.uploads.upload_queue import MAX_BATCH, UploadQueue
 
 SENT_ATTRIBUTE = "SentTimestamp"
@@ -36,7 +44,11 @@ class DeadLetter:
     receive_count: int
     sent_at: datetime | None  # when S3 sent the event, i.e. about when the upload finished
     uploads: tuple[Upload, ...]
-    problem: str | None  # why the body announces no upload (malformed, a test event)
+    body_reason: Reason | None  # why the body announces no upload (malformed, a bad key, …)
+
+    @property
+    def problem(self) -> str | None:
+        return self.body_reason.text if self.body_reason else None
 
     @property
     def episodes(self) -> list[str]:
@@ -50,29 +62,32 @@ def _when(milliseconds: str | None) -> datetime | None:
         return None
 
 
+def body_reason(parsed: ParsedBody) -> Reason | None:
+    """Why a body announces no upload (the same parse as the sensor's), None when it does: a
+    malformed body or a key naming no episode is left by the sensor until dead-lettered; a body
+    asking for no work is deleted by the sensor, so it is here only if the sensor never saw it."""
+    if isinstance(parsed, Malformed):
+        return Reason(parsed.kind, parsed.reason)
+    if isinstance(parsed, TestEvent):
+        return Reason(NO_WORK, "s3:TestEvent")
+    if not parsed.uploads:
+        return Reason(NO_WORK, "; ".join(parsed.skipped) or "no upload records")
+    return None
+
+
 def as_dead_letter(message: dict) -> DeadLetter:
     """A received SQS message (with its attributes) → DeadLetter."""
     attributes = message.get("Attributes") or {}
     body = str(message.get("Body", ""))
     parsed = parse_body(body)
-    uploads: tuple[Upload, ...] = ()
-    problem = None
-    if isinstance(parsed, Uploads):
-        uploads = parsed.uploads
-        if not uploads:
-            problem = "; ".join(parsed.skipped) or "no upload records"
-    elif isinstance(parsed, Malformed):
-        problem = parsed.reason
-    elif isinstance(parsed, TestEvent):
-        problem = "s3:TestEvent"
     return DeadLetter(
         message_id=str(message.get("MessageId", "")),
         receipt_handle=str(message.get("ReceiptHandle", "")),
         body=body,
         receive_count=int(attributes.get(RECEIVE_COUNT) or 0),
         sent_at=_when(attributes.get(SENT_ATTRIBUTE)),
-        uploads=uploads,
-        problem=problem,
+        uploads=parsed.uploads if isinstance(parsed, Uploads) else (),
+        body_reason=body_reason(parsed),
     )
 
 

@@ -33,6 +33,7 @@ from episode_pipeline.episodes.keys import (
     is_raw_archive_key,
     parse_s3_key,
 )
+from episode_pipeline.uploads.reasons import BAD_KEY, MALFORMED
 
 TEST_EVENT = "s3:TestEvent"
 OBJECT_CREATED_PREFIX = "ObjectCreated:"
@@ -42,6 +43,7 @@ EVENTBRIDGE_SOURCE = "aws.s3"
 EVENTBRIDGE_OBJECT_CREATED = "Object Created"
 SNS_NOTIFICATION = "Notification"
 RECEIVE_COUNT_ATTRIBUTE = "ApproximateReceiveCount"
+BAD_KEY_MARK = "bad-key:"  # `_upload_of`'s answer for a key that names no episode
 
 
 @dataclass(frozen=True)
@@ -93,6 +95,7 @@ class Malformed:
     """A body that is not an S3 event or names no episode: logged and left on the queue."""
 
     reason: str
+    kind: str = MALFORMED  # or BAD_KEY: the key names no episode (uploads.reasons)
 
 
 ParsedBody = TestEvent | Uploads | Malformed
@@ -127,7 +130,7 @@ class _ObjectEvent:
 
 def _upload_of(event: _ObjectEvent) -> Upload | str:
     """An Upload, or a string saying why not: `skip:` + reason for an event that asks for no
-    work, otherwise the reason the event is malformed (naming the field)."""
+    work, `bad-key:` + reason for a key that names no episode (naming the field)."""
     key = event.key
     if not event.created:
         return f"skip:{event.where}: {event.event_name} of {key!r} is not an upload"
@@ -136,7 +139,7 @@ def _upload_of(event: _ObjectEvent) -> Upload | str:
     try:
         ref = parse_s3_key(key)
     except InvalidEpisodeKey as error:
-        return f"{event.key_field}: {error}"
+        return f"{BAD_KEY_MARK}{event.key_field}: {error}"
     if not is_raw_archive_key(key):
         return f"skip:{event.where}: {key!r} is pipeline output, not an upload"
     return Upload(
@@ -237,8 +240,10 @@ def _uploads(outcomes: Sequence[_ObjectEvent | str]) -> Uploads | Malformed:
             uploads.append(outcome)
         elif outcome.startswith("skip:"):
             skipped.append(outcome.removeprefix("skip:"))
-        else:
+        elif outcome.startswith(BAD_KEY_MARK):
             # A key that names no episode is logged and left, so it reaches the DLQ.
+            return Malformed(outcome.removeprefix(BAD_KEY_MARK), kind=BAD_KEY)
+        else:
             return Malformed(outcome)
     return Uploads(uploads=tuple(uploads), skipped=tuple(skipped))
 

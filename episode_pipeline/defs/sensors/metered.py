@@ -21,7 +21,7 @@ from episode_pipeline.runtime import metrics
 # The counters each sensor's line always carries (0 when nothing happened): an alarm on a
 # missing value would otherwise read "no data", not "nothing".
 TICK_COUNTERS: Mapping[str, tuple[str, ...]] = {
-    "episode_uploads": (metrics.UPLOADS_RECEIVED, metrics.RUNS_REQUESTED),
+    "episode_uploads": (metrics.UPLOADS_RECEIVED, metrics.RUNS_REQUESTED, metrics.MESSAGES_LEFT),
     "episode_upload_done": (metrics.MESSAGES_DELETED,),
     "waiting_uploads": (metrics.LOST_UPLOADS_FOUND, metrics.RUNS_REQUESTED),
     "dagster_retention": (metrics.EPISODES_PRUNED,),
@@ -65,7 +65,8 @@ def metered(
             finally:
                 # A failed tick carries only its failure and duration: partial counts mislead.
                 values = {} if failed else counts.values
-                emitter().sensor_tick(name, time.monotonic() - started, failed, values)
+                by_reason = {} if failed else counts.by_reason
+                emitter().sensor_tick(name, time.monotonic() - started, failed, values, by_reason)
 
     sensor._evaluation_fn = evaluate_and_count
     setattr(sensor, _METERED, True)

@@ -22,7 +22,8 @@ delivery is decided by the upload's latest run:
   lie). An event for an object that does not exist (HEAD 404: forged, or deleted since) gets no
   partition and no run, and its message is left like a malformed one: it comes back after its
   visibility timeout, is looked at again, and after 3 receives waits in the dead-letter queue
-  (`episode-pipeline dlq list`). Not deleting it keeps "no upload is lost" even where a 404
+  (`episode-pipeline dlq list`, which says "no object at s3://…": the tick records why it left each
+  message, `uploads/reasons.py`). Not deleting it keeps "no upload is lost" even where a 404
   could be transient (a store less consistent than S3, a relay that announces before the PUT
   lands): the next receive sees the object, and a redrive from the DLQ still works. Should the
   HEAD fail otherwise (S3 slow or refusing), the run is requested unplaced and the run
@@ -33,12 +34,16 @@ delivery is decided by the upload's latest run:
   running, so a slow or queued run is not delivered again mid-flight (if it is, it joins).
 
 Each tick logs which uploads it saw, what it decided for each (run key requested, run joined,
-message deleted) and which messages it skipped and why.
+message deleted) and which messages it skipped and why. Every message it leaves on its way to the
+dead-letter queue (malformed, a bad key, no object, a redelivery that finds no run, a failed run,
+a lapsed in-flight run) is a warning naming the message and its reason, a `MessagesLeft` count
+by `Reason`, and a record `dlq list` reads (`uploads/reasons.py`).
 """
 
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -87,6 +92,7 @@ from episode_pipeline.runtime import metrics
 from episode_pipeline.runtime.injection_points import reach
 from episode_pipeline.storage.bucket import Bucket, ObjectInfo
 from episode_pipeline.transcode.placement import Placement, place
+from episode_pipeline.uploads import reasons
 from episode_pipeline.uploads.events import (
     Handoff,
     Malformed,
@@ -96,6 +102,7 @@ from episode_pipeline.uploads.events import (
     handoffs,
     parse_message,
 )
+from episode_pipeline.uploads.reasons import REASON_PREFIX, Reason, RecordedReason
 from episode_pipeline.uploads.upload_queue import UploadQueue
 
 UPLOADS_SENSOR_NAME = "episode_uploads"
@@ -216,6 +223,40 @@ def run_tags(
     }
 
 
+# -- why a message is left (Dagster's key-value table) ----------------------------------------
+
+
+def record_reasons(instance: DagsterInstance, recorded: Mapping[str, RecordedReason]) -> None:
+    """Keep why each of these messages (by id) was left, for `dlq list`: one statement."""
+    if recorded:
+        instance.run_storage.set_cursor_values(
+            {REASON_PREFIX + message_id: r.to_json() for message_id, r in recorded.items()}
+        )
+
+
+def recorded_reasons(
+    instance: DagsterInstance, message_ids: Iterable[str]
+) -> dict[str, RecordedReason]:
+    """Message id → what the sensor recorded when it last left it (one query)."""
+    keys = {REASON_PREFIX + message_id for message_id in message_ids}
+    if not keys:
+        return {}
+    found = instance.run_storage.get_cursor_values(keys)
+    parsed = {k.removeprefix(REASON_PREFIX): RecordedReason.from_json(v) for k, v in found.items()}
+    return {message_id: r for message_id, r in parsed.items() if r is not None}
+
+
+def latest_state(status: DagsterRunStatus | None) -> str | None:
+    """An upload's latest run status as `uploads.reasons.UploadRuns` reads it."""
+    if status is None:
+        return None
+    if status in IN_FLIGHT_STATUSES:
+        return reasons.LATEST_IN_FLIGHT
+    if status == DagsterRunStatus.SUCCESS:
+        return reasons.LATEST_SUCCEEDED
+    return reasons.LATEST_FAILED
+
+
 # -- what one delivery does (pure) --------------------------------------------------------------
 
 
@@ -274,7 +315,7 @@ class TickPlan:
 
     delete: list[str] = field(default_factory=list)  # receipt handles
     deleted_reasons: list[str] = field(default_factory=list)
-    malformed: list[tuple[str, str]] = field(default_factory=list)  # (message id, reason)
+    malformed: list[tuple[str, Malformed]] = field(default_factory=list)  # (message id, why)
     handoffs: list[Handoff] = field(default_factory=list)
 
 
@@ -287,7 +328,7 @@ def plan_batch(messages: Sequence[QueueMessage]) -> TickPlan:
             plan.delete.append(message.receipt_handle)
             plan.deleted_reasons.append(f"{message.message_id}: s3:TestEvent")
         elif isinstance(body, Malformed):
-            plan.malformed.append((message.message_id, body.reason))
+            plan.malformed.append((message.message_id, body))
         elif isinstance(body, Uploads) and not body.uploads:
             plan.delete.append(message.receipt_handle)
             why = "; ".join(body.skipped) or "no records"
@@ -380,10 +421,11 @@ def evaluate_uploads(
     for receipt_handle, reason in zip(plan.delete, plan.deleted_reasons, strict=True):
         queue.delete(receipt_handle)
         log.info(f"skipped and deleted message {reason}")
-    for message_id, reason in plan.malformed:
+    for message_id, malformed in plan.malformed:
+        metrics.count_reason(metrics.MESSAGES_LEFT, malformed.kind)
         log.warning(
             f"skipped message {message_id}, left on the queue (it reaches the dead-letter "
-            f"queue after 3 receives): {reason}"
+            f"queue after 3 receives): {malformed.kind}: {malformed.reason}"
         )
 
     instance = context.instance
@@ -405,10 +447,30 @@ def evaluate_uploads(
             if d.outcome in wanted
         ],
     )
+    held_of = [held_by(h, messages) for h in plan.handoffs]
+    # Only a redelivery of an upload with no run yet needs what an earlier receive recorded.
+    earlier = recorded_reasons(
+        instance,
+        [
+            m.message_id
+            for held, d in zip(held_of, decisions, strict=True)
+            if d.outcome is Outcome.START
+            for m in held
+            if m.receive_count > 1
+        ],
+    )
+    left: dict[str, RecordedReason] = {}  # message id → why: recorded for `dlq list`
+
+    def leave(held: Sequence[HeldMessage], why: Reason) -> None:
+        for message in held:
+            metrics.count_reason(metrics.MESSAGES_LEFT, why.kind)
+            left[message.message_id] = RecordedReason(
+                why.kind, why.text, message.receive_count, time.time()
+            )
+
     missing: list[str] = []
-    for handoff, decision in zip(plan.handoffs, decisions, strict=True):
+    for handoff, decision, held in zip(plan.handoffs, decisions, held_of, strict=True):
         upload = upload_of(handoff)
-        held = held_by(handoff, messages)
         log.info(
             f"saw upload {upload} (s3 key {handoff.upload.key}) in message(s) "
             + ", ".join(f"{m.message_id} (receive {m.receive_count})" for m in held)
@@ -417,15 +479,33 @@ def evaluate_uploads(
         where = ""
         if decision.outcome in wanted:
             head = heads[handoff.upload.key]
+            receive = max(m.receive_count for m in held)
             if head is None:
                 missing.append(upload)
+                leave(held, reasons.no_object(f"s3://{bucket.name}/{handoff.upload.key}", receive))
                 log.warning(
                     f"{upload}: s3://{bucket.name}/{handoff.upload.key} does not exist (HEAD "
                     "404: a forged event, or deleted since): no partition, no run; message(s) "
                     f"{', '.join(m.message_id for m in held)} left on the queue (back after "
-                    "the visibility timeout, in the dead-letter queue after 3 receives)"
+                    f"the visibility timeout, in the dead-letter queue after 3 receives): "
+                    f"{reasons.NO_OBJECT}"
                 )
                 continue
+            if decision.outcome is Outcome.RETRY:
+                assert latest is not None
+                why = reasons.run_failed(upload, latest.run_id, receive)
+                leave(held, why)
+                log.warning(f"message(s) {', '.join(m.message_id for m in held)}: {why}")
+            else:
+                again = [
+                    m
+                    for m in held
+                    if reasons.redelivered_without_run(m.receive_count, earlier.get(m.message_id))
+                ]
+                if again:
+                    why = reasons.no_run(upload, max(m.receive_count for m in again))
+                    leave(again, why)
+                    log.warning(f"message(s) {', '.join(m.message_id for m in again)}: {why}")
             # A re-upload of a known episode shows stale while its run waits in the queue (a new
             # episode has nothing to be stale; one event per upload would halve the tick rate).
             if handoff.upload.etag and handoff.upload.partition_key in known:
@@ -447,8 +527,15 @@ def evaluate_uploads(
             assert latest is not None
             merged = merge_held(held_messages(latest.tags), held)
             instance.add_run_tags(latest.run_id, sqs_tag(merged))
+            again = [m for m in held if m.receive_count > 1]
+            if again:
+                why = reasons.in_flight(upload, latest.run_id, max(m.receive_count for m in again))
+                leave(again, why)
+                log.warning(f"message(s) {', '.join(m.message_id for m in again)}: {why}")
         log.info(decision.describe() + where)
 
+    # Kept before the runs are requested: a tick that fails after this still leaves its reasons.
+    record_reasons(instance, left)
     requested = [r.run_key for r in run_requests]
     log.info(
         f"tick done: requested {len(requested)} run(s): {', '.join(map(str, requested))}"
