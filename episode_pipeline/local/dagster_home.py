@@ -233,6 +233,8 @@ POOLED_STORAGE_CLASSES = {
     "schedule_storage": ("episode_pipeline.defs.instance_storage", "PooledPostgresScheduleStorage"),
 }
 
+POOL_SETTINGS = ("pool_size", "max_overflow", "pool_recycle_seconds")  # defs/instance_storage.py
+
 # The same without the pool (a new connection per statement): the local instance before issue
 # 27, now only the baseline of benchmarks/local_burst.py.
 UNPOOLED_STORAGE_CLASSES = {
@@ -243,8 +245,11 @@ UNPOOLED_STORAGE_CLASSES = {
 
 
 def storage_config(postgres: dict[str, Any], *, pooled: bool = True) -> dict[str, Any]:
-    """The instance's storage blocks, all on one database (the benchmarks swap them)."""
+    """The instance's storage blocks, all on one database (the benchmarks swap them); the
+    unpooled classes take no pool settings."""
     classes = POOLED_STORAGE_CLASSES if pooled else UNPOOLED_STORAGE_CLASSES
+    if not pooled:
+        postgres = {k: v for k, v in postgres.items() if k not in POOL_SETTINGS}
     return {
         block: {"module": module, "class": cls, "config": postgres}
         for block, (module, cls) in classes.items()
