@@ -159,8 +159,9 @@ def test_a_killed_run_worker_fails_its_run_and_the_retry_converges(
     crash_stage: CrashStage, archive: Path, point: str, about: str, machine_crash: bool
 ) -> None:
     """The run's worker is SIGKILLed at a point inside the run; the run fails naming the cause,
-    its episode is marked `failed` (the killed COPY left no rows), and the upload's message, no
-    longer renewed, brings exactly one retry that processes it."""
+    its episode is marked `failed` (the killed COPY left no rows), and exactly one retry
+    processes it: Dagster's `run_retries` (production's dagster.yaml), which the upload's
+    message, no longer renewed, joins when it comes back (never a second retry of its own)."""
     stage = crash_stage
     ref = EpisodeRef("test-org", f"ep-worker-{uuid.uuid4().hex[:8]}")
     upload_episode(archive, ref, stage.settings)
