@@ -191,6 +191,8 @@ def test_a_killed_run_worker_fails_its_run_and_the_retry_converges(
             statuses = sorted(run.status.value for run in runs)
             assert statuses == ["FAILURE", "SUCCESS"], state(stage, instance, ref)
             (failed,) = [run for run in runs if run.status == DagsterRunStatus.FAILURE]
+            (retried,) = [run for run in runs if run.status == DagsterRunStatus.SUCCESS]
+            assert retried.parent_run_id == failed.run_id  # Dagster's retry, not the sensor's
             # The cause is where an operator looks: the failed run's event log.
             messages = [
                 (entry.dagster_event.message if entry.dagster_event else None) or entry.message
