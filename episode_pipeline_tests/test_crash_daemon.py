@@ -159,8 +159,9 @@ def test_a_killed_run_worker_fails_its_run_and_the_retry_converges(
     crash_stage: CrashStage, archive: Path, point: str, about: str, machine_crash: bool
 ) -> None:
     """The run's worker is SIGKILLed at a point inside the run; the run fails naming the cause,
-    its episode is marked `failed` (the killed COPY left no rows), and the upload's message, no
-    longer renewed, brings exactly one retry that processes it."""
+    its episode is marked `failed` (the killed COPY left no rows), and exactly one retry
+    processes it: Dagster's `run_retries` (production's dagster.yaml), which the upload's
+    message, no longer renewed, joins when it comes back (never a second retry of its own)."""
     stage = crash_stage
     ref = EpisodeRef("test-org", f"ep-worker-{uuid.uuid4().hex[:8]}")
     upload_episode(archive, ref, stage.settings)
@@ -190,6 +191,8 @@ def test_a_killed_run_worker_fails_its_run_and_the_retry_converges(
             statuses = sorted(run.status.value for run in runs)
             assert statuses == ["FAILURE", "SUCCESS"], state(stage, instance, ref)
             (failed,) = [run for run in runs if run.status == DagsterRunStatus.FAILURE]
+            (retried,) = [run for run in runs if run.status == DagsterRunStatus.SUCCESS]
+            assert retried.parent_run_id == failed.run_id  # Dagster's retry, not the sensor's
             # The cause is where an operator looks: the failed run's event log.
             messages = [
                 (entry.dagster_event.message if entry.dagster_event else None) or entry.message

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 from dagster import DagsterRun, DagsterRunStatus
+from dagster._core.storage.tags import WILL_RETRY_TAG
 
 from episode_pipeline.defs.runs import IN_FLIGHT_STATUSES, retry_run_key
 from episode_pipeline.defs.sensors.sqs import Outcome, decide
@@ -11,9 +12,11 @@ from episode_pipeline.defs.sensors.sqs import Outcome, decide
 UPLOAD = "acme/ep-1@etag1"
 
 
-def run(status: DagsterRunStatus, run_id: str = "abcdef0123456789") -> DagsterRun:
-    # DagsterRun refuses QUEUED without its code origin; the decision only reads the status.
-    made = DagsterRun(job_name="process_episode", run_id=run_id)
+def run(
+    status: DagsterRunStatus, run_id: str = "abcdef0123456789", tags: dict[str, str] | None = None
+) -> DagsterRun:
+    # DagsterRun refuses QUEUED without its code origin; the decision reads the status and tags.
+    made = DagsterRun(job_name="process_episode", run_id=run_id, tags=tags or {})
     return made._replace(status=status)
 
 
@@ -45,3 +48,18 @@ def test_a_redelivery_after_a_failure_starts_exactly_one_retry(status):
     assert decide(UPLOAD, failed).run_key == decision.run_key
     # The retry's own failure gets a retry of its own, not the same key again.
     assert decide(UPLOAD, run(status, "99999999aaaa")).run_key != decision.run_key
+
+
+def test_a_redelivery_after_a_crash_dagster_retries_joins_it_and_starts_nothing():
+    """`run_retries` (dagster.yaml) re-runs a crashed run: the failed run is tagged
+    `dagster/will_retry=true` at once, its retry run a few seconds later. A retry of our own in
+    between processed the upload twice (two successful runs: test_crash_daemon.py's machine
+    crash, once the local instance ran production's run_retries)."""
+    crashed = run(DagsterRunStatus.FAILURE, tags={WILL_RETRY_TAG: "true"})
+    decision = decide(UPLOAD, crashed)
+    assert decision.outcome is Outcome.AWAIT_RETRY and decision.run_key is None
+    assert decision.run_id == crashed.run_id
+    # Dagster decided not to retry it (an asset's failure, retries used up, the retry failed to
+    # start): the delivery brings our one retry, as before.
+    given_up = run(DagsterRunStatus.FAILURE, tags={WILL_RETRY_TAG: "false"})
+    assert decide(UPLOAD, given_up).outcome is Outcome.RETRY

@@ -8,8 +8,9 @@ one row update), so a tick can take a few hundred runs well inside the 60 s tick
 
 The two limits are environment variables read by the process that evaluates the sensors (the
 code server), not instance settings: `apply_run_status_sensor_limits` sets them when the code
-location loads, unless the deployment set them itself. The daemon's worker counts are in the
-instance (dagster.yaml, `local.dagster_home.instance_config`), from the constants below.
+location loads, unless the deployment set them itself. The daemon's worker counts (sensor
+threads, submit threads, dequeue threads) are instance settings: production's dagster.yaml, which
+the local instance takes unchanged but for its sensor threads (`local.dagster_home`).
 """
 
 from __future__ import annotations
@@ -24,14 +25,6 @@ RUN_STATUS_SENSOR_PROCESS_LIMIT = 200
 # Finished runs it reads per tick; as many as it may act on, since every run is ours.
 RUN_STATUS_SENSOR_FETCH_LIMIT = 200
 
-# Threads of the sensor daemon: each sensor ticks on its own, so a long reconciliation or
-# retention tick never holds back the upload sensors.
-SENSOR_WORKERS = 4
-# Threads submitting one tick's run requests (300 a tick from the uploads sensor).
-SENSOR_SUBMIT_WORKERS = 4
-# Threads launching dequeued runs: an ECS RunTask takes ~1 s, and 4 stay under its 20 calls/s.
-DEQUEUE_WORKERS = 4
-
 
 def run_status_sensor_env() -> dict[str, str]:
     return {
@@ -44,14 +37,3 @@ def apply_run_status_sensor_limits(environ: MutableMapping[str, str] = os.enviro
     """Our per-tick limits, unless the deployment set its own (Dagster reads them per tick)."""
     for name, value in run_status_sensor_env().items():
         environ.setdefault(name, value)
-
-
-def daemon_sensor_config(*, threads: bool = True) -> dict[str, object]:
-    """The instance's `sensors:` block (production's: every sensor on its own thread)."""
-    if not threads:
-        return {"use_threads": False}
-    return {
-        "use_threads": True,
-        "num_workers": SENSOR_WORKERS,
-        "num_submit_workers": SENSOR_SUBMIT_WORKERS,
-    }

@@ -23,7 +23,11 @@ from dagster import DagsterInstance
 
 from episode_pipeline.config.settings import Settings
 from episode_pipeline.local import aws_setup
-from episode_pipeline.local.dagster_home import instance_config
+from episode_pipeline.local.dagster_home import (
+    Difference,
+    apply_differences,
+    instance_config,
+)
 from episode_pipeline.local.dev import WORKSPACE_FILE
 from episode_pipeline.local.stack import StackInfo
 from episode_pipeline.runtime.injection_points import (
@@ -40,6 +44,39 @@ VISIBILITY_SECONDS = 24
 
 
 HEARTBEAT_SECONDS = 3
+
+
+# What the crash tests' daemon changes in the local instance (itself production's dagster.yaml but
+# for `local_differences`), each with its reason; test_instance_config.py fails on any other.
+COORDINATOR = "run_coordinator"
+CRASH_STAGE_DIFFERENCES = {
+    f"{COORDINATOR}.module": Difference(
+        "episode_pipeline_tests.crash_support",
+        "production's run queue with one injection point after a run is submitted",
+    ),
+    f"{COORDINATOR}.class": Difference("PausingRunCoordinator", "(the same)"),
+    f"{COORDINATOR}.config.dequeue_interval_seconds": Difference(
+        5, "production's interval (the local 1 s is for `dev`)"
+    ),
+    "run_monitoring.start_timeout_seconds": Difference(
+        60, "a run whose launch the kill interrupted is failed after a minute (not 10), retried"
+    ),
+    "run_monitoring.poll_interval_seconds": Difference(
+        5, "a dead worker's run is failed within seconds, so a test sees its retry soon"
+    ),
+}
+QUEUE_PAUSED_DIFFERENCES = {
+    f"{COORDINATOR}.config.dequeue_interval_seconds": Difference(
+        3600, "the same storage, its queue not dequeued: a kill between queued and launched"
+    ),
+}
+
+
+def crash_stage_config(password: str, port: int, database: str) -> dict[str, object]:
+    """The crash stage's dagster.yaml (pure: test_instance_config.py reads it)."""
+    return apply_differences(
+        instance_config(password, port, database=database), CRASH_STAGE_DIFFERENCES
+    )
 
 
 @dataclasses.dataclass
@@ -84,27 +121,15 @@ def crash_stage(
     ) as conn:
         conn.execute(f'CREATE DATABASE "{database}"')
     home = tmp_path_factory.mktemp("crash-dagster")
-    config = instance_config(password, port, database=database)
-    # The local instance's run limits (not its dequeue settings: Dagster's 5 s interval here).
-    limits = {
-        key: config["run_coordinator"]["config"][key]
-        for key in ("max_concurrent_runs", "tag_concurrency_limits")
-    }
-    config["run_coordinator"] = {
-        "module": "episode_pipeline_tests.crash_support",
-        "class": "PausingRunCoordinator",
-        "config": limits,
-    }
-    # A run whose launch the kill interrupted is failed after a minute (not 3), then retried.
-    config["run_monitoring"] |= {"start_timeout_seconds": 60, "poll_interval_seconds": 5}
+    config = crash_stage_config(password, port, database)
     (home / "dagster.yaml").write_text(yaml.safe_dump(config))
     with DagsterInstance.from_config(str(home)) as instance:
         instance.get_runs_count()  # creates the tables once
     # To kill the daemon between "run queued" and "run launched", its queue must not move:
     # the same storage, read through a configuration that dequeues once an hour.
     paused = tmp_path_factory.mktemp("crash-dagster-queue-paused")
-    config["run_coordinator"]["config"] = {**limits, "dequeue_interval_seconds": 3600}
-    (paused / "dagster.yaml").write_text(yaml.safe_dump(config))
+    paused_config = apply_differences(config, QUEUE_PAUSED_DIFFERENCES)
+    (paused / "dagster.yaml").write_text(yaml.safe_dump(paused_config))
 
     env = {
         **os.environ,

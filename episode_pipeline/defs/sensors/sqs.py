@@ -10,6 +10,7 @@ delivery is decided by the upload's latest run:
 | none                     | requests the run (key = the upload)                           |
 | pruned after it succeeded| deletes the message, starts nothing (docs/retention.md)       |
 | queued or running        | joins it: the message is added to the run's `sqs` tag         |
+| crashed, Dagster retries | joins it (`run_retries`: the retry run inherits its tags)     |
 | succeeded                | deletes the message, starts nothing                           |
 | failed or canceled       | requests one retry (key derived from the failed run's id)     |
 
@@ -266,6 +267,7 @@ class Outcome(Enum):
     DONE = "done"
     DONE_PRUNED = "done_pruned"  # succeeded; its runs were deleted by the retention policy
     RETRY = "retry"
+    AWAIT_RETRY = "await_retry"  # failed, and Dagster's `run_retries` is about to re-run it
 
 
 @dataclass(frozen=True)
@@ -280,6 +282,11 @@ class Decision:
             return f"{self.upload}: no run yet: requested run key {self.run_key}"
         if self.outcome is Outcome.JOIN:
             return f"{self.upload}: joined in-flight run {self.run_id}"
+        if self.outcome is Outcome.AWAIT_RETRY:
+            return (
+                f"{self.upload}: run {self.run_id} failed and Dagster retries it (run_retries): "
+                "joined it, for its retry run"
+            )
         if self.outcome is Outcome.DONE:
             return f"{self.upload}: run {self.run_id} already succeeded: message deleted"
         if self.outcome is Outcome.DONE_PRUNED:
@@ -301,6 +308,10 @@ def decide(upload: str, latest: DagsterRun | None, pruned_success: str | None = 
         return Decision(Outcome.DONE, upload, run_id=latest.run_id)
     if latest.status in IN_FLIGHT_STATUSES:
         return Decision(Outcome.JOIN, upload, run_id=latest.run_id)
+    # A crashed run Dagster will re-run (`dagster/will_retry`, no retry run yet): a retry of our
+    # own would process the upload a second time beside Dagster's.
+    if latest.is_complete_and_waiting_to_retry:
+        return Decision(Outcome.AWAIT_RETRY, upload, run_id=latest.run_id)
     return Decision(
         Outcome.RETRY,
         upload,
