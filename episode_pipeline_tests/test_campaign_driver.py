@@ -375,8 +375,8 @@ def test_a_stale_claim_whose_backfill_is_still_requested_is_not_run_twice(
 
     stale = now + timedelta(seconds=settings.campaign.stale_claim_seconds + 60)
     drive(instance, postgres, stale, random.Random(1))
+    assert instance.get_backfill(wave_backfill_id(campaign_id, 1)) is None  # not in two waves
     assert instance.get_backfill(first).status == BulkActionStatus.CANCELING
-    assert instance.get_backfill(wave_backfill_id(campaign_id, 1)) is None
     assert db.wave_rows(db_conn, campaign_id, 0)[0].state == "requested"
 
     # The backfill daemon (back) ends the cancel: the claim is released, an attempt.

@@ -283,12 +283,12 @@ def test_unreadable_limits_launch_no_campaign_run_and_say_why(
             remote_job_origin=JOB_ORIGIN,
         )
         instance.run_storage.set_cursor_values({LIMITS_KEY: "{not json"})
-        assert published_limits(instance) is None
         with (
             caplog.at_level(logging.WARNING),
             create_test_daemon_workspace_context(EmptyWorkspaceTarget(), instance) as workspace,
         ):
             list(QueuedRunCoordinatorDaemon(interval_seconds=1).run_iteration(workspace))
         launched = [run for run in instance.get_runs() if run.status != DagsterRunStatus.QUEUED]
-    assert [run.run_id for run in launched] == [upload.run_id]
+        assert [run.run_id for run in launched] == [upload.run_id]
+        assert published_limits(instance) is None
     assert "no campaign run launches" in caplog.text
