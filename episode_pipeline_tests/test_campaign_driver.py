@@ -397,11 +397,24 @@ def test_a_wave_whose_backfill_keeps_ending_without_runs_is_rejected(
     instance: DagsterInstance, settings: Settings, db_conn: psycopg.Connection
 ) -> None:
     """Finding 7: each release of a claim whose backfill ended without its run is an attempt;
-    out of attempts the episode is `rejected`, naming why, and the campaign ends."""
+    out of attempts the episode is `rejected`, naming why, and the campaign ends. A wave never
+    handed to the run queue (a crash after the claim, then a pause) is released without one."""
     postgres = PostgresResource.from_settings(settings.database)
+    now = datetime.now(UTC)
+    _, paused_id, _ = one_episode_campaign(instance, settings, db_conn, "paused")
+    with postgres.transaction() as conn:  # the claim committed, the tick killed before its backfill
+        db.claim_wave(conn, paused_id, 0, 1, 1, now)
+        db.update_campaign(conn, paused_id, next_wave=1)
+    commands.act(db_conn, paused_id, "pause")
+    drive(instance, postgres, now, random.Random(1))
+    assert instance.get_backfill(wave_backfill_id(paused_id, 0)) is None
+    assert db.state_counts(db_conn, paused_id) == {"pending": 1}
+    assert db_conn.execute(
+        "SELECT attempts, retry_after FROM campaign_episodes WHERE campaign_id = %s", (paused_id,)
+    ).fetchone() == (0, None)
+
     ref, campaign_id, _ = one_episode_campaign(instance, settings, db_conn, "no-runs")
     canary_passed(db_conn, campaign_id)
-    now = datetime.now(UTC)
     attempts = settings.campaign.max_attempts
     for wave in range(attempts):
         drive(instance, postgres, now, random.Random(1))
