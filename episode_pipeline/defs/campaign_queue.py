@@ -32,7 +32,9 @@ def publish_limits(instance: DagsterInstance, limits: Mapping[str, int]) -> None
 def hold(instance: DagsterInstance, campaign_id: str) -> None:
     """Hold one campaign at 0 at once (`campaign cancel`), without waiting for the driver's
     next tick; the driver publishes 0 for it from then on."""
-    limits = published_limits(instance) or {}
+    limits = published_limits(instance)
+    if limits is None:
+        return  # unreadable: the run queue holds every campaign already; the driver rewrites them
     publish_limits(instance, {**limits, campaign_id: 0})
 
 
