@@ -17,7 +17,9 @@ from datetime import UTC, datetime, timedelta
 import psycopg
 import pytest
 import yaml
-from dagster import DagsterInstance, DagsterRunStatus
+from dagster import DagsterInstance, DagsterRun, DagsterRunStatus
+from dagster._core.execution.backfill import BulkActionStatus
+from dagster._core.storage.tags import PARENT_RUN_ID_TAG, ROOT_RUN_ID_TAG, WILL_RETRY_TAG
 from dagster._core.test_utils import create_run_for_test
 
 from episode_pipeline.cli import build_parser
@@ -29,6 +31,7 @@ from episode_pipeline.defs.campaigns import (
     CAMPAIGN_PRIORITY,
     CAMPAIGN_TAG,
     CAMPAIGN_WAVE_TAG,
+    RETRY_DECISION_SECONDS,
     drive,
     wave_backfill_id,
 )
@@ -46,6 +49,7 @@ from episode_pipeline_tests.support.ecs import (
     queued_run,
 )
 from episode_pipeline_tests.support.instances import private_instance_config
+from episode_pipeline_tests.support.runs import JOB_ORIGIN
 
 pytestmark = pytest.mark.integration
 
@@ -249,8 +253,6 @@ def test_a_run_pruned_before_the_tick_is_reconciled_from_the_durable_record(
     """Retention may delete a settled episode's run before the driver's next tick: the
     episode's record (the campaign's code version, written after the claim) says it succeeded,
     so it is never released and run a second time."""
-    from dagster._core.execution.backfill import BulkActionStatus
-
     postgres = PostgresResource.from_settings(settings.database)
     ref, campaign_id, planned = one_episode_campaign(instance, settings, db_conn, "pruned")
     now = datetime.now(UTC)
@@ -279,8 +281,6 @@ def test_a_wave_whose_backfill_made_its_runs_during_the_tick_is_not_released(
     """The backfill daemon submits a wave's runs and ends its backfill between the driver's read
     of the runs (none yet) and its read of the backfill (ended): the claims are kept, not
     released to run a second time (the 100,000-row benchmark's doubled episodes)."""
-    from dagster._core.execution.backfill import BulkActionStatus
-
     postgres = PostgresResource.from_settings(settings.database)
     ref, campaign_id, _ = one_episode_campaign(instance, settings, db_conn, "race")
     now = datetime.now(UTC)
@@ -308,3 +308,203 @@ def test_a_wave_whose_backfill_made_its_runs_during_the_tick_is_not_released(
     (row,) = db.wave_rows(db_conn, campaign_id, 0)
     assert row.state == "requested"
     assert commands.status(db_conn, campaign_id)["counts"]["pending"] == 0
+
+
+def canary_passed(db_conn: psycopg.Connection, campaign_id: str) -> None:
+    """Past the canary (as an operator's resume leaves it): the tests below are about waves."""
+    db.update_campaign(db_conn, campaign_id, report={"canary": "passed"})
+
+
+def crashed_run(
+    instance: DagsterInstance, campaign_id: str, wave: int, ref: EpisodeRef, **tags: str
+) -> DagsterRun:
+    """A run that failed as a crash does under run_retries: `dagster/will_retry=true` (set by
+    the event log when run_retries decides to retry; set here whatever the instance's config)."""
+    run = create_run_for_test(
+        instance,
+        job_name=EPISODE_JOB_NAME,
+        status=DagsterRunStatus.STARTED,
+        tags={
+            CAMPAIGN_TAG: campaign_id,
+            CAMPAIGN_WAVE_TAG: str(wave),
+            PARTITION_TAG: ref.partition_key,
+            **tags,
+        },
+    )
+    instance.report_run_failed(run, "the run worker was killed")
+    instance.add_run_tags(run.run_id, {WILL_RETRY_TAG: "true"})
+    return run
+
+
+def test_a_crashed_runs_retry_decides_and_an_unretried_crash_fails_after_the_decision(
+    instance: DagsterInstance, settings: Settings, db_conn: psycopg.Connection
+) -> None:
+    """Finding 1, two campaigns on one instance. The crashed run keeps `will_retry=true` after
+    its retry succeeded: the retry (tagged with its parent, as run_retries makes it) decides the
+    episode. When run_retries does not retry (its backfill had ended, say) the tag stays
+    `true`: in flight for the retry decision's window, then a failure like any other."""
+    postgres = PostgresResource.from_settings(settings.database)
+    retried, retried_id, _ = one_episode_campaign(instance, settings, db_conn, "retried")
+    unretried, unretried_id, _ = one_episode_campaign(instance, settings, db_conn, "unretried")
+    drive(instance, postgres, datetime.now(UTC), random.Random(1))
+    crashed = crashed_run(instance, retried_id, 0, retried)
+    crashed_run(instance, unretried_id, 0, unretried)
+    retry_tags = {
+        **crashed.tags,
+        PARENT_RUN_ID_TAG: crashed.run_id,
+        ROOT_RUN_ID_TAG: crashed.run_id,
+        "dagster/retry_number": "1",
+    }
+    retry_tags.pop(WILL_RETRY_TAG, None)
+    create_run_for_test(
+        instance, job_name=EPISODE_JOB_NAME, status=DagsterRunStatus.SUCCESS, tags=retry_tags
+    )
+    drive(instance, postgres, datetime.now(UTC) + timedelta(seconds=30), random.Random(1))
+    (row,) = db.wave_rows(db_conn, retried_id, 0)
+    assert (row.state, row.attempts) == ("succeeded", 1)
+    assert db.wave_rows(db_conn, unretried_id, 0)[0].state == "requested"  # a retry may come
+
+    after = datetime.now(UTC) + timedelta(seconds=RETRY_DECISION_SECONDS + 30)
+    drive(instance, postgres, after, random.Random(1))
+    (row,) = db.wave_rows(db_conn, unretried_id, 0)
+    assert (row.state, row.attempts) == ("failed", 1)
+    assert "killed" in (row_error(db_conn, unretried_id, unretried) or "")
+
+
+def row_error(db_conn: psycopg.Connection, campaign_id: str, ref: EpisodeRef) -> str | None:
+    found = db_conn.execute(
+        "SELECT last_error FROM campaign_episodes WHERE campaign_id = %s AND episode_id = %s",
+        (campaign_id, ref.episode_id),
+    ).fetchone()
+    return found[0] if found else None
+
+
+def test_a_stale_claim_whose_backfill_is_still_requested_is_not_run_twice(
+    instance: DagsterInstance, settings: Settings, db_conn: psycopg.Connection
+) -> None:
+    """Finding 6: the daemon is down longer than the stale bound; the wave's backfill is still
+    REQUESTED. It is canceled, and its claim released only once the cancel has ended it: the
+    episode is never in two waves' backfills at once."""
+    postgres = PostgresResource.from_settings(settings.database)
+    ref, campaign_id, _ = one_episode_campaign(instance, settings, db_conn, "stale")
+    canary_passed(db_conn, campaign_id)
+    now = datetime.now(UTC)
+    drive(instance, postgres, now, random.Random(1))
+    first = wave_backfill_id(campaign_id, 0)
+    assert instance.get_backfill(first).status == BulkActionStatus.REQUESTED
+
+    stale = now + timedelta(seconds=settings.campaign.stale_claim_seconds + 60)
+    drive(instance, postgres, stale, random.Random(1))
+    assert instance.get_backfill(wave_backfill_id(campaign_id, 1)) is None  # not in two waves
+    assert instance.get_backfill(first).status == BulkActionStatus.CANCELING
+    assert db.wave_rows(db_conn, campaign_id, 0)[0].state == "requested"
+
+    # The backfill daemon (back) ends the cancel: the claim is released, an attempt.
+    canceled = instance.get_backfill(first).with_status(BulkActionStatus.CANCELED)
+    instance.update_backfill(canceled)
+    drive(instance, postgres, stale + timedelta(seconds=30), random.Random(1))
+    (row,) = db.wave_rows(db_conn, campaign_id, 0) or [None]
+    assert row is None  # released: no longer of wave 0
+    assert commands.status(db_conn, campaign_id)["counts"]["pending"] == 1
+    assert instance.get_backfill(wave_backfill_id(campaign_id, 1)) is None  # its backoff
+    drive(instance, postgres, stale + timedelta(minutes=10), random.Random(1))
+    assert instance.get_backfill(wave_backfill_id(campaign_id, 1)).partition_names == [
+        ref.partition_key
+    ]
+
+
+def test_a_wave_whose_backfill_keeps_ending_without_runs_is_rejected(
+    instance: DagsterInstance, settings: Settings, db_conn: psycopg.Connection
+) -> None:
+    """Finding 7: each release of a claim whose backfill ended without its run is an attempt;
+    out of attempts the episode is `rejected`, naming why, and the campaign ends. A wave never
+    handed to the run queue (a crash after the claim, then a pause) is released without one."""
+    postgres = PostgresResource.from_settings(settings.database)
+    now = datetime.now(UTC)
+    _, paused_id, _ = one_episode_campaign(instance, settings, db_conn, "paused")
+    with postgres.transaction() as conn:  # the claim committed, the tick killed before its backfill
+        db.claim_wave(conn, paused_id, 0, 1, 1, now)
+        db.update_campaign(conn, paused_id, next_wave=1)
+    commands.act(db_conn, paused_id, "pause")
+    drive(instance, postgres, now, random.Random(1))
+    assert instance.get_backfill(wave_backfill_id(paused_id, 0)) is None
+    assert db.state_counts(db_conn, paused_id) == {"pending": 1}
+    assert db_conn.execute(
+        "SELECT attempts, retry_after FROM campaign_episodes WHERE campaign_id = %s", (paused_id,)
+    ).fetchone() == (0, None)
+
+    ref, campaign_id, _ = one_episode_campaign(instance, settings, db_conn, "no-runs")
+    canary_passed(db_conn, campaign_id)
+    attempts = settings.campaign.max_attempts
+    for wave in range(attempts):
+        drive(instance, postgres, now, random.Random(1))
+        backfill = instance.get_backfill(wave_backfill_id(campaign_id, wave))
+        assert backfill is not None, f"wave {wave} not claimed"
+        instance.update_backfill(backfill.with_status(BulkActionStatus.COMPLETED_SUCCESS))
+        now += timedelta(seconds=30)
+        drive(instance, postgres, now, random.Random(1))  # released: an attempt
+        now += timedelta(hours=2)  # past the backoff
+    result = commands.status(db_conn, campaign_id)
+    assert result["state"] == "done"
+    assert {state: n for state, n in result["counts"].items() if n} == {"rejected": 1}
+    assert f"{attempts} attempts" in (row_error(db_conn, campaign_id, ref) or "")
+    assert instance.get_backfill(wave_backfill_id(campaign_id, attempts)) is None
+
+
+def test_a_wave_recorded_after_the_cancel_is_canceled_and_a_settled_cancel_skipped(
+    instance: DagsterInstance,
+    settings: Settings,
+    db_conn: psycopg.Connection,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Finding 10: `campaign cancel` runs while a tick has claimed a wave and not yet recorded
+    its backfill; the tick records it after the command canceled the others. The next tick
+    cancels it, so its queued run is canceled (by Dagster's backfill cancel) and reconciled,
+    never left waiting at limit 0. A canceled campaign with nothing in flight is then skipped
+    without counting its ledger; the run queue still holds it at 0."""
+    from episode_pipeline.defs import campaigns as driver
+
+    postgres = PostgresResource.from_settings(settings.database)
+    _, idle_id, _ = one_episode_campaign(instance, settings, db_conn, "idle")
+    commands.act(db_conn, idle_id, "cancel")
+    reports = drive(instance, postgres, datetime.now(UTC), random.Random(1))
+    assert idle_id not in [report.campaign for report in reports]
+    assert launch_limit(instance, idle_id) == 0
+
+    ref, campaign_id, _ = one_episode_campaign(instance, settings, db_conn, "race-cancel")
+
+    def cancel_between_claim_and_record(name: str, about: str = "") -> None:
+        commands.act(db_conn, campaign_id, "cancel")
+        next_wave = db.get_campaign(db_conn, campaign_id).next_wave
+        assert commands.cancel_backfills(instance, campaign_id, next_wave) == 0  # not recorded
+        assert launch_limit(instance, campaign_id) == 0  # held at once
+
+    monkeypatch.setattr(driver, "reach", cancel_between_claim_and_record)
+    now = datetime.now(UTC)
+    drive(instance, postgres, now, random.Random(1))
+    monkeypatch.undo()
+    backfill_id = wave_backfill_id(campaign_id, 0)
+    assert instance.get_backfill(backfill_id).status == BulkActionStatus.REQUESTED
+    tags = {CAMPAIGN_TAG: campaign_id, CAMPAIGN_WAVE_TAG: "0", PARTITION_TAG: ref.partition_key}
+    queued = create_run_for_test(  # the run the backfill daemon submitted, held at limit 0
+        instance,
+        job_name=EPISODE_JOB_NAME,
+        status=DagsterRunStatus.QUEUED,
+        tags=tags,
+        remote_job_origin=JOB_ORIGIN,
+    )
+    assert launch_limit(instance, campaign_id) == 0
+
+    drive(instance, postgres, now + timedelta(seconds=30), random.Random(1))
+    assert instance.get_backfill(backfill_id).status == BulkActionStatus.CANCELING
+    # Dagster's backfill daemon: the queued run canceled, then the backfill.
+    instance.report_run_canceled(instance.get_run_by_id(queued.run_id))
+    instance.update_backfill(
+        instance.get_backfill(backfill_id).with_status(BulkActionStatus.CANCELED)
+    )
+    drive(instance, postgres, now + timedelta(seconds=60), random.Random(1))
+    (row,) = db.wave_rows(db_conn, campaign_id, 0)
+    assert row.state == "failed" and row.run_id == queued.run_id
+    # Settled: skipped from now on, like the idle one.
+    reports = drive(instance, postgres, now + timedelta(seconds=90), random.Random(1))
+    assert {idle_id, campaign_id}.isdisjoint(report.campaign for report in reports)

@@ -95,7 +95,8 @@ def test_the_stale_selection_and_a_claim_that_cannot_pick_twice(
         ledger.after_outcome(0, ledger.Outcome(False, "SlowDown", "throttled"), now, policy, rng),
         "run-bad",
     )
-    assert db.release(db_conn, campaign_id, [stale]) == 1
+    unlaunched = ledger.after_release(0, None, now, policy, rng)  # never handed to the queue
+    assert db.release(db_conn, campaign_id, [(stale, unlaunched)]) == 1
     counts = db.state_counts(db_conn, campaign_id)
     assert counts == {ledger.SUCCEEDED: 1, ledger.FAILED: 1, ledger.PENDING: 1, ledger.REQUESTED: 2}
     assert db.claimable_count(db_conn, campaign_id, now) == 1  # the failed one waits its backoff
@@ -140,3 +141,46 @@ def test_a_claim_reads_its_rows_in_claim_order_from_the_index(
         )
     assert "campaign_episodes_claim_order_idx" in plan, plan
     assert "Sort" not in plan, plan
+
+
+def test_a_release_is_an_attempt_with_backoff_and_rejects_out_of_attempts(
+    db_conn: psycopg.Connection,
+) -> None:
+    """Finding 7's SQL: a counted release waits its backoff (the claim skips it until then),
+    the last one rejects the row naming why; a row no longer requested is left alone (a crash
+    between the release's read and its write, or a second tick, changes nothing)."""
+    org = f"org-{uuid.uuid4().hex[:6]}"
+    refs = [EpisodeRef(org, f"{org}-ep-{i}") for i in range(2)]
+    for ref in refs:
+        db_conn.execute(
+            "INSERT INTO episodes (id, org_id, status) VALUES (%s, %s, 'processed')",
+            (ref.episode_id, ref.org_id),
+        )
+    campaign_id = make_campaign(db_conn, org, "target")
+    now = datetime.now(UTC)
+    policy, rng = ledger.RetryPolicy(max_attempts=2), random.Random(4)
+    cause = "wave 0's backfill c0 ended COMPLETED_SUCCESS"
+    assert len(db.claim_wave(db_conn, campaign_id, 0, 2, 1, now)) == 2
+    released = ledger.after_release(0, cause, now, policy, rng)
+    assert db.release(db_conn, campaign_id, [(refs[0], released)]) == 1
+    assert db.release(db_conn, campaign_id, [(refs[0], released)]) == 0  # not requested now
+    assert db.claimable_count(db_conn, campaign_id, now) == 0  # waits its backoff
+    assert db.claim_wave(db_conn, campaign_id, 1, 2, 1, now) == []
+    later = released.retry_after
+    (again,) = db.claim_wave(db_conn, campaign_id, 1, 2, 1, later)
+    assert again.ref == refs[0]
+    (row,) = db.wave_rows(db_conn, campaign_id, 1)
+    assert row.attempts == 1
+    last = ledger.after_release(row.attempts, cause, later, policy, rng)
+    assert db.release(db_conn, campaign_id, [(refs[0], last)]) == 1
+    counts = db.state_counts(db_conn, campaign_id)
+    assert counts == {ledger.REJECTED: 1, ledger.REQUESTED: 1}
+    assert db.errors_by_class(db_conn, campaign_id) == [
+        {"class": ledger.NO_RUN, "episodes": 1, "last_error": last.last_error}
+    ]
+    assert db.has_requested(db_conn, campaign_id)
+    # An uncounted release (paused before the backfill) keeps the row's attempts and error.
+    uncounted = ledger.after_release(0, None, later, policy, rng)
+    assert db.release(db_conn, campaign_id, [(refs[1], uncounted)]) == 1
+    assert not db.has_requested(db_conn, campaign_id)
+    assert db.claimable_count(db_conn, campaign_id, now) == 1

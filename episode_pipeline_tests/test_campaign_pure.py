@@ -7,6 +7,8 @@ import random
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from dagster import DagsterRun, DagsterRunStatus
+from dagster._core.storage.dagster_run import RunRecord
 
 from episode_pipeline.campaign import ledger
 from episode_pipeline.campaign.canary import CanarySettings, compare
@@ -181,6 +183,105 @@ def test_claimable_rows_and_the_end_of_a_campaign() -> None:
     assert not ledger.is_claimable(ledger.REQUESTED, None, NOW)
     assert not ledger.is_finished({ledger.SUCCEEDED: 3, ledger.FAILED: 1})
     assert ledger.is_finished({ledger.SUCCEEDED: 3, ledger.REJECTED: 1})
+
+
+def test_a_release_whose_backfill_ended_is_an_attempt_with_backoff_then_rejected() -> None:
+    """Finding 7: a wave whose backfill keeps ending without runs does not loop forever."""
+    rng = random.Random(2)
+    cause = "wave 3's backfill c1 ended CANCELED"
+    # Never handed to the run queue (paused before its backfill was recorded): no attempt.
+    plain = ledger.after_release(1, None, NOW, POLICY, rng)
+    assert (plain.state, plain.attempts, plain.retry_after, plain.last_error) == (
+        ledger.PENDING,
+        1,
+        None,
+        None,
+    )
+    first = ledger.after_release(0, cause, NOW, POLICY, rng)
+    assert (first.state, first.attempts, first.error_class) == (ledger.PENDING, 1, ledger.NO_RUN)
+    assert timedelta(seconds=60) <= first.retry_after - NOW <= timedelta(seconds=70)
+    assert first.last_error == f"no run came: {cause}"
+    assert not ledger.is_claimable(first.state, first.retry_after, NOW)  # waits its backoff
+    assert ledger.is_claimable(first.state, first.retry_after, first.retry_after)
+    last = ledger.after_release(2, cause, NOW, POLICY, rng)
+    assert (last.state, last.attempts, last.retry_after) == (ledger.REJECTED, 3, None)
+    assert cause in last.last_error and "3 attempts" in last.last_error
+
+
+def test_only_a_settled_stopped_or_canceled_campaign_is_skipped() -> None:
+    from episode_pipeline.defs.campaigns import is_settled_out
+
+    assert is_settled_out(ledger.CANCELED, has_requested=False, has_to_prune=False)
+    assert is_settled_out(ledger.STOPPED, has_requested=False, has_to_prune=False)
+    assert not is_settled_out(ledger.CANCELED, has_requested=True, has_to_prune=False)
+    assert not is_settled_out(ledger.STOPPED, has_requested=False, has_to_prune=True)
+    assert not is_settled_out(ledger.RUNNING, has_requested=False, has_to_prune=False)
+    assert not is_settled_out(ledger.PAUSED, has_requested=False, has_to_prune=False)
+
+
+def test_unreadable_launch_limits_close_the_campaign_lane() -> None:
+    """Finding 10: the run queue's limits fail closed (a key-only entry replaces the lane's)."""
+    from dagster._utils.tags import TagConcurrencyLimitsCounter
+
+    from episode_pipeline.defs.campaign_queue import CAMPAIGN_TAG, limit_entries
+
+    assert limit_entries({"a": 2, "b": -1}) == [
+        {"key": CAMPAIGN_TAG, "value": "a", "limit": 2},
+        {"key": CAMPAIGN_TAG, "value": "b", "limit": 0},
+    ]
+    lane = [{"key": CAMPAIGN_TAG, "limit": 8}]
+    counter = TagConcurrencyLimitsCounter([*lane, *limit_entries(None)], [])
+    assert counter.is_blocked(_run("r", DagsterRunStatus.NOT_STARTED, {CAMPAIGN_TAG: "a"}))
+    assert not counter.is_blocked(_run("u", DagsterRunStatus.NOT_STARTED, {"org": "o"}))
+
+
+# -- the run that decides an episode (run lineage under run_retries) ----------------------------
+
+
+def _run(run_id: str, status: DagsterRunStatus, tags: dict[str, str] | None = None) -> DagsterRun:
+    return DagsterRun(job_name="process_episode", run_id=run_id, status=status, tags=tags or {})
+
+
+def _record(run: DagsterRun, ended: datetime | None = NOW) -> RunRecord:
+    return RunRecord(
+        storage_id=1,
+        dagster_run=run,
+        create_timestamp=NOW,
+        update_timestamp=ended or NOW,
+        end_time=ended.timestamp() if ended else None,
+    )
+
+
+WILL_RETRY = {"dagster/will_retry": "true"}
+
+
+def test_a_retried_failure_is_superseded_by_its_retry() -> None:
+    """Finding 1: the tag stays `true` on the crashed run after its retry succeeded."""
+    from episode_pipeline.defs.campaigns import _settled_run
+
+    crashed = _run("a", DagsterRunStatus.FAILURE, WILL_RETRY)
+    retry = _run("b", DagsterRunStatus.SUCCESS, {"dagster/parent_run_id": "a"})
+    assert _settled_run([_record(retry), _record(crashed)], NOW) is retry
+    # The retry still running: in flight; the retry failing for good: it decides.
+    running = _run("b", DagsterRunStatus.STARTED, {"dagster/parent_run_id": "a"})
+    assert _settled_run([_record(running, None), _record(crashed)], NOW) is None
+    failed = _run("b", DagsterRunStatus.FAILURE, {"dagster/parent_run_id": "a"})
+    assert _settled_run([_record(failed), _record(crashed)], NOW) is failed
+    # The parent tagged with its retry's id (run_retries' own tag) is superseded too.
+    tagged = _run("a", DagsterRunStatus.FAILURE, {**WILL_RETRY, "dagster/auto_retry_run_id": "x"})
+    assert _settled_run([_record(tagged)], NOW) is tagged  # its retry gone: it decides
+
+
+def test_a_failure_to_be_retried_waits_only_for_run_retries_decision() -> None:
+    from episode_pipeline.defs.campaigns import RETRY_DECISION_SECONDS, _settled_run
+
+    crashed = _run("a", DagsterRunStatus.FAILURE, WILL_RETRY)
+    assert _settled_run([_record(crashed)], NOW + timedelta(seconds=5)) is None
+    later = NOW + timedelta(seconds=RETRY_DECISION_SECONDS + 1)
+    assert _settled_run([_record(crashed)], later) is crashed
+    # A success of the episode decides over a later failure of another run.
+    ok = _run("c", DagsterRunStatus.SUCCESS)
+    assert _settled_run([_record(crashed), _record(ok)], later) is ok
 
 
 def test_operator_actions_follow_the_states() -> None:

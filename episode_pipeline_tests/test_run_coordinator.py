@@ -32,7 +32,12 @@ from episode_pipeline.campaign.governor import classify_error
 from episode_pipeline.config.settings import ECS, SUBPROCESS
 from episode_pipeline.db.batches import create_batch
 from episode_pipeline.defs.batches import BATCH_JOB_NAME
-from episode_pipeline.defs.campaign_queue import CAMPAIGN_TAG, publish_limits, published_limits
+from episode_pipeline.defs.campaign_queue import (
+    CAMPAIGN_TAG,
+    LIMITS_KEY,
+    publish_limits,
+    published_limits,
+)
 from episode_pipeline.defs.campaigns import run_error
 from episode_pipeline.defs.jobs import EPISODE_JOB_NAME
 from episode_pipeline.defs.run_coordinator import (
@@ -445,3 +450,37 @@ def test_the_queue_config_counts_a_batch_once_and_holds_its_episodes() -> None:
     ]
     unlimited = config._replace(max_concurrent_runs=-1)
     assert batch_queue_config(unlimited, [batch], [child]).max_concurrent_runs == -1
+
+
+def test_unreadable_limits_launch_no_campaign_run_and_say_why(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Finding 10: the published limits cannot be read (a corrupt value here; a storage error
+    alike): Dagster's own dequeue launches no campaign run, a paused one included, never the
+    lane's 4; an upload's run still launches. The daemon's log says why."""
+    coordinator = {
+        **COORDINATOR,
+        "config": {"tag_concurrency_limits": [{"key": CAMPAIGN_TAG, "limit": 4}]},
+    }
+    launcher = {"module": "dagster._core.test_utils", "class": "MockedRunLauncher"}
+    overrides = {"run_coordinator": coordinator, "run_launcher": launcher}
+    with instance_for_test(overrides=overrides) as instance:
+        for _ in range(3):
+            queued_campaign_run(instance, "paused")
+        upload = create_run_for_test(
+            instance,
+            job_name=EPISODE_JOB_NAME,
+            tags={PARTITION_TAG: new_ref().partition_key},
+            status=DagsterRunStatus.QUEUED,
+            remote_job_origin=JOB_ORIGIN,
+        )
+        instance.run_storage.set_cursor_values({LIMITS_KEY: "{not json"})
+        with (
+            caplog.at_level(logging.WARNING),
+            create_test_daemon_workspace_context(EmptyWorkspaceTarget(), instance) as workspace,
+        ):
+            list(QueuedRunCoordinatorDaemon(interval_seconds=1).run_iteration(workspace))
+        launched = [run for run in instance.get_runs() if run.status != DagsterRunStatus.QUEUED]
+        assert [run.run_id for run in launched] == [upload.run_id]
+        assert published_limits(instance) is None
+    assert "no campaign run launches" in caplog.text

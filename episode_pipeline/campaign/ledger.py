@@ -2,7 +2,11 @@
 
 An episode of a campaign is `pending` (to claim), `requested` (claimed into a wave: its run is
 asked for), `succeeded`, `failed` (claimable again after `retry_after`, exponential backoff with
-jitter) or `rejected` (out of attempts, or failed in a way a retry cannot fix). The primary key
+jitter) or `rejected` (out of attempts, or failed in a way a retry cannot fix). A claim whose run
+never came is released back to `pending`; when its wave's backfill ended without the run, that
+counts as an attempt (with the same backoff, in `retry_after`), so a wave that can never make its
+runs ends `rejected` instead of being claimed again every tick. The transitions, each under a
+crash, are listed in docs/campaign-ledger.md. The primary key
 (campaign, org, episode) is the idempotency key: an episode is claimed into at most one wave at a
 time, and a wave's runs are found again by the wave's tag after any crash.
 """
@@ -22,7 +26,7 @@ FAILED = "failed"
 REJECTED = "rejected"
 EPISODE_STATES = (PENDING, REQUESTED, SUCCEEDED, FAILED, REJECTED)
 SETTLED = (SUCCEEDED, REJECTED)  # never claimed again by this campaign
-CLAIMABLE = (PENDING, FAILED)  # FAILED only once its retry_after has passed
+CLAIMABLE = (PENDING, FAILED)  # each once its retry_after (a backoff), if any, has passed
 
 # The campaign's own states.
 RUNNING = "running"
@@ -111,11 +115,34 @@ def after_outcome(
     return Transition(FAILED, attempts, retry_at, error, outcome.error_class)
 
 
+NO_RUN = "no_run"  # the error class of a released claim: its wave's backfill made no run
+
+
+def after_release(
+    attempts: int,
+    cause: str | None,
+    now: datetime,
+    policy: RetryPolicy,
+    rng: random.Random,
+) -> Transition:
+    """`requested` → `pending` (its run never came). `cause` None: the wave was never handed to
+    the run queue (paused or canceled before its backfill was recorded), not an attempt. With a
+    cause (its backfill ended without the run) it is one: the row waits its backoff, and once
+    the attempts run out it is `rejected` with the cause, never claimed again."""
+    if cause is None:
+        return Transition(PENDING, attempts, None, None, None)
+    attempts += 1
+    error = f"no run came: {cause}"[:500]
+    if attempts >= policy.max_attempts:
+        return Transition(REJECTED, attempts, None, f"{error} ({attempts} attempts)", NO_RUN)
+    retry_at = now + timedelta(seconds=backoff_seconds(attempts, policy, rng))
+    return Transition(PENDING, attempts, retry_at, error, NO_RUN)
+
+
 def is_claimable(state: str, retry_after: datetime | None, now: datetime) -> bool:
-    """The claim's WHERE clause, as a rule (db/campaigns.claim_wave runs it in SQL)."""
-    if state == PENDING:
-        return True
-    return state == FAILED and (retry_after is None or retry_after <= now)
+    """The claim's WHERE clause, as a rule (db/campaigns.claim_wave runs it in SQL): a pending
+    or failed row once its `retry_after` (a failure's or a release's backoff) has passed."""
+    return state in CLAIMABLE and (retry_after is None or retry_after <= now)
 
 
 def is_finished(counts: dict[str, int]) -> bool:

@@ -258,21 +258,16 @@ def act(
     return new_state
 
 
-def cancel_backfills(campaign_id: str, waves: int) -> int:
-    """Cancel the campaign's waves still requested in Dagster (their queued runs go too)."""
-    from dagster import DagsterInstance
-    from dagster._core.execution.backfill import BulkActionStatus
+def cancel_backfills(instance: Any, campaign_id: str, waves: int) -> int:
+    """After the cancel: hold the campaign's launches at 0 at once, and cancel its waves still
+    requested in Dagster (their queued runs go too). A wave a driver tick claimed before the
+    cancel and records after it is canceled by the next tick (defs/campaigns.py: a canceled
+    campaign's requested backfills)."""
+    from episode_pipeline.defs.campaign_queue import hold
+    from episode_pipeline.defs.campaigns import cancel_wave_backfill
 
-    from episode_pipeline.defs.campaigns import wave_backfill_id
-
-    canceled = 0
-    with DagsterInstance.get() as instance:
-        for wave in range(waves):
-            backfill = instance.get_backfill(wave_backfill_id(campaign_id, wave))
-            if backfill is not None and backfill.status == BulkActionStatus.REQUESTED:
-                instance.update_backfill(backfill.with_status(BulkActionStatus.CANCELING))
-                canceled += 1
-    return canceled
+    hold(instance, campaign_id)
+    return sum(cancel_wave_backfill(instance, campaign_id, wave) for wave in range(waves))
 
 
 def cmd_campaign(args: argparse.Namespace) -> int:
@@ -338,9 +333,11 @@ def cmd_campaign(args: argparse.Namespace) -> int:
 
             campaign = db.get_campaign(conn, args.campaign)
             assert campaign is not None
-            print(
-                f"canceled {cancel_backfills(args.campaign, campaign.next_wave)} wave backfill(s)"
-            )
+            from dagster import DagsterInstance
+
+            with DagsterInstance.get() as instance:
+                canceled = cancel_backfills(instance, args.campaign, campaign.next_wave)
+            print(f"canceled {canceled} wave backfill(s)")
     return 0
 
 

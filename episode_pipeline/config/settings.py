@@ -463,7 +463,9 @@ class CampaignSettings(EnvSettings):
     )
     stale_claim_seconds: float = setting(
         "CAMPAIGN_STALE_CLAIM_SECONDS",
-        "A claimed episode with no run of its wave after this long goes back to `pending`.",
+        "A claimed episode with no run of its wave after this long: the wave's backfill, if"
+        " still requested, is canceled, and the claim goes back to `pending` (an attempt) once"
+        " it has ended.",
         1800.0,
     )
     canary_episodes: int = setting(

@@ -222,9 +222,10 @@ def state_counts(conn: psycopg.Connection, campaign_id: str) -> dict[str, int]:
 
 # Parameters: campaign id, now. The states are literals so that every plan, generic ones too,
 # can prove the partial index of migration 006 (`state IN ('pending', 'failed')`) covers it.
+# A pending row's retry_after is a counted release's backoff (ledger.after_release).
 CLAIMABLE_WHERE = (
-    f"campaign_id = %s AND (state = '{PENDING}'"
-    f" OR (state = '{FAILED}' AND (retry_after IS NULL OR retry_after <= %s)))"
+    f"campaign_id = %s AND (state = '{PENDING}' OR state = '{FAILED}')"
+    " AND (retry_after IS NULL OR retry_after <= %s)"
 )
 
 
@@ -395,14 +396,34 @@ def apply_outcome(
     )
 
 
-def release(conn: psycopg.Connection, campaign_id: str, refs: Iterable[EpisodeRef]) -> int:
-    """Stale claims back to `pending` (their run never came): seed 004's releaseStale."""
+def release(
+    conn: psycopg.Connection,
+    campaign_id: str,
+    released: Iterable[tuple[EpisodeRef, Transition]],
+) -> int:
+    """Claims whose run never came back to `pending` (or `rejected`), each with its
+    `ledger.after_release` transition: seed 004's releaseStale, counting attempts. A row no
+    longer `requested` is left alone; an uncounted release keeps the row's last error."""
     cursor = conn.cursor()
     cursor.executemany(
-        "UPDATE campaign_episodes SET state = %s, wave = NULL, batch_key = NULL,"
-        " updated_at = now() WHERE campaign_id = %s AND org_id = %s AND episode_id = %s"
-        " AND state = %s",
-        [(PENDING, campaign_id, ref.org_id, ref.episode_id, REQUESTED) for ref in refs],
+        "UPDATE campaign_episodes SET state = %s, attempts = %s, retry_after = %s,"
+        " last_error = coalesce(%s, last_error), error_class = coalesce(%s, error_class),"
+        " wave = NULL, batch_key = NULL, updated_at = now()"
+        " WHERE campaign_id = %s AND org_id = %s AND episode_id = %s AND state = %s",
+        [
+            (
+                t.state,
+                t.attempts,
+                t.retry_after,
+                t.last_error,
+                t.error_class,
+                campaign_id,
+                ref.org_id,
+                ref.episode_id,
+                REQUESTED,
+            )
+            for ref, t in released
+        ],
     )
     return max(cursor.rowcount, 0)
 
@@ -413,6 +434,15 @@ def release(conn: psycopg.Connection, campaign_id: str, refs: Iterable[EpisodeRe
 # fleet's broken archives (rejected) or a throttling storm's failures (waiting out their
 # backoff) would otherwise fill the live budget and stop the campaign.
 PRUNABLE_STATES = (*SETTLED, FAILED)
+
+
+def has_requested(conn: psycopg.Connection, campaign_id: str) -> bool:
+    """Any row of the campaign `requested` (one index probe, not a count of the ledger)."""
+    row = conn.execute(
+        "SELECT EXISTS (SELECT 1 FROM campaign_episodes WHERE campaign_id = %s AND state = %s)",
+        (campaign_id, REQUESTED),
+    ).fetchone()
+    return bool(row and row[0])
 
 
 def settled_added_partitions(

@@ -23,8 +23,14 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from dagster import DagsterEventType, DagsterInstance, DagsterRun, DagsterRunStatus, RunsFilter
-from dagster._core.execution.backfill import BulkActionStatus
-from dagster._core.storage.tags import PRIORITY_TAG, WILL_RETRY_TAG
+from dagster._core.execution.backfill import BULK_ACTION_TERMINAL_STATUSES, BulkActionStatus
+from dagster._core.storage.dagster_run import RunRecord
+from dagster._core.storage.tags import (
+    AUTO_RETRY_RUN_ID_TAG,
+    PARENT_RUN_ID_TAG,
+    PRIORITY_TAG,
+    WILL_RETRY_TAG,
+)
 
 from episode_pipeline.campaign import canary, ledger, progress
 from episode_pipeline.campaign.config import CampaignConfig
@@ -60,6 +66,12 @@ DEFAULT_TICK_SECONDS = 30.0
 FINISHED = (DagsterRunStatus.SUCCESS, DagsterRunStatus.FAILURE, DagsterRunStatus.CANCELED)
 CANARY_WAVE = 0
 log = logging.getLogger(__name__)
+# How long a failed run tagged `dagster/will_retry=true` with no retry yet counts as in flight.
+# run_retries decides within an iteration of the daemon's event log consumer (5 s) and tags the
+# failed run with its retry's id; it never clears the tag when it does not retry (its backfill
+# ended, the job is gone, the retry failed to launch): past this the failure settles the episode.
+# Ten minutes cover a daemon restart.
+RETRY_DECISION_SECONDS = 600.0
 
 
 # A campaign belongs to the Dagster deployment that started it: its id is kept in that instance's
@@ -175,30 +187,63 @@ def run_error(instance: DagsterInstance, run: DagsterRun) -> str:
 
 def _runs_by_episode(
     instance: DagsterInstance, campaign_id: str, waves: Iterable[int]
-) -> dict[tuple[str, int], list[DagsterRun]]:
+) -> dict[tuple[str, int], list[RunRecord]]:
     wanted = sorted({str(w) for w in waves})
     if not wanted:
         return {}
-    runs = instance.get_runs(
+    records = instance.get_run_records(
         RunsFilter(tags={CAMPAIGN_TAG: campaign_id, CAMPAIGN_WAVE_TAG: wanted})
     )
-    found: dict[tuple[str, int], list[DagsterRun]] = defaultdict(list)
-    for run in runs:  # newest first
+    found: dict[tuple[str, int], list[RunRecord]] = defaultdict(list)
+    for record in records:  # newest first
+        run = record.dagster_run
         partition = run.tags.get(PARTITION_TAG)
         if partition:
-            found[(partition, int(run.tags[CAMPAIGN_WAVE_TAG]))].append(run)
+            found[(partition, int(run.tags[CAMPAIGN_WAVE_TAG]))].append(record)
     return found
 
 
-def _settled_run(runs: list[DagsterRun]) -> DagsterRun | None:
-    """The run that decides the episode, or None while one may still do work."""
-    for run in runs:
+def _settled_run(records: list[RunRecord], now: datetime) -> DagsterRun | None:
+    """The run that decides the episode, or None while one may still do work. Read from the run
+    lineage: a run whose retry exists (run_retries tags the retry with its parent's id and the
+    parent with the retry's) is superseded by it; a failure run_retries said it will retry, with
+    no retry yet, is in flight for `RETRY_DECISION_SECONDS` after it ended, then settled."""
+    retried = {record.dagster_run.tags.get(PARENT_RUN_ID_TAG) for record in records}
+    current = [
+        record
+        for record in records
+        if record.dagster_run.run_id not in retried
+        and AUTO_RETRY_RUN_ID_TAG not in record.dagster_run.tags
+    ]
+    for record in current:
+        run = record.dagster_run
         if run.status in IN_FLIGHT_STATUSES:
             return None
         if run.status == DagsterRunStatus.FAILURE and run.tags.get(WILL_RETRY_TAG) == "true":
-            return None  # run_retries will make another
+            ended = record.end_time or record.update_timestamp.timestamp()
+            if now.timestamp() - ended < RETRY_DECISION_SECONDS:
+                return None  # run_retries will make another
+    # Every run superseded and none left (a retry deleted): the newest decides.
+    runs = [record.dagster_run for record in current or records]
     succeeded = [run for run in runs if run.status == DagsterRunStatus.SUCCESS]
     return succeeded[0] if succeeded else (runs[0] if runs else None)
+
+
+def cancel_wave_backfill(instance: DagsterInstance, campaign_id: str, wave: int) -> bool:
+    """Cancel the wave's backfill if it is still requested (Dagster's backfill cancel: its daemon
+    cancels the queued runs, terminates the started ones, then marks it CANCELED)."""
+    backfill = instance.get_backfill(wave_backfill_id(campaign_id, wave))
+    if backfill is None or backfill.status != BulkActionStatus.REQUESTED:
+        return False
+    instance.update_backfill(backfill.with_status(BulkActionStatus.CANCELING))
+    return True
+
+
+def is_settled_out(state: str, has_requested: bool, has_to_prune: bool) -> bool:
+    """A stopped or canceled campaign with no claim in flight and no partition left to prune
+    has nothing for a tick to do: skipped without counting its ledger (a stopped one is
+    resumed by its operator, which makes it running again)."""
+    return state in (ledger.STOPPED, ledger.CANCELED) and not has_requested and not has_to_prune
 
 
 def drive(
@@ -219,14 +264,31 @@ def drive(
     ours = registered(instance, [campaign.id for campaign in active])
     lead_seconds = 2 * tick_seconds + BACKFILL_LEAD_SECONDS
     reports = []
+    limits: dict[str, int] = {}
     for campaign in (c for c in active if c.id in ours):
+        if campaign.state in (ledger.STOPPED, ledger.CANCELED):
+            with postgres.transaction() as conn:
+                idle = is_settled_out(
+                    campaign.state,
+                    db.has_requested(conn, campaign.id),
+                    bool(db.settled_added_partitions(conn, campaign.id, 1)),
+                )
+            if idle:
+                limits[campaign.id] = 0  # nothing of it may launch
+                continue
         try:
-            reports.append(drive_campaign(instance, postgres, campaign.id, now, rng, lead_seconds))
+            report = drive_campaign(instance, postgres, campaign.id, now, rng, lead_seconds)
         except Exception as error:  # one campaign's failure stops neither the others nor the limits
             log.exception(f"campaign {campaign.id}: tick failed")
             failed = f"{type(error).__name__}: {error}"[:1000]
-            reports.append(TickReport(campaign.id, state=campaign.state, error=failed))  # limit 0
-    publish_limits(instance, {report.campaign: report.launch_limit for report in reports})
+            report = TickReport(campaign.id, state=campaign.state, error=failed)  # limit 0
+        reports.append(report)
+        limits[report.campaign] = report.launch_limit
+    # An operator's cancel during the tick (after its campaign was driven) holds it at 0 now,
+    # not at the next tick: the states are read again just before publishing.
+    with postgres.transaction() as conn:
+        running = {campaign.id for campaign in db.campaigns_in(conn, (ledger.RUNNING,))}
+    publish_limits(instance, {key: n if key in running else 0 for key, n in limits.items()})
     return reports
 
 
@@ -284,7 +346,7 @@ def _drive_campaign(
                 continue
             # K > 1 and no run of the episode yet: its batch run has not reached it (wait), or
             # ended before it (a failure of the episode's).
-            run = _settled_run(episode_runs or batch_runs)
+            run = _settled_run(episode_runs or batch_runs, now)
             if run is None:
                 continue
             if run.status == DagsterRunStatus.SUCCESS and episode_runs:
@@ -315,41 +377,77 @@ def _drive_campaign(
         db.update_campaign(conn, campaign_id, governor=governor.to_json())
 
     per_run = config.waves.episodes_per_run
+    if campaign.state == ledger.CANCELED:
+        # `campaign cancel` cancels the backfills recorded when it ran; a wave recorded by a tick
+        # racing it (claimed before the cancel, recorded after) is canceled here, so its runs
+        # never wait at limit 0 forever: they end CANCELED and are reconciled.
+        for wave in sorted({row.wave for row in requested if row.wave is not None}):
+            if cancel_wave_backfill(instance, campaign_id, wave):
+                report.decisions.append(f"canceled wave {wave}'s backfill")
     # (2) A wave whose rows have no run: its backfill missing (a crash after the claim) is
-    # recorded now; one whose backfill has ended without their run releases them.
+    # recorded now; once its backfill has ended without their run they are released (an
+    # attempt each). A stale claim's backfill still requested is canceled first, and its rows
+    # released once the cancel has ended it: it never submits runs beside a later wave's.
+    in_flight_waves = {
+        wave
+        for (_, wave), records in runs.items()
+        if any(record.dagster_run.status in IN_FLIGHT_STATUSES for record in records)
+    }
     for wave, rows in sorted(repair.items()):
         backfill = instance.get_backfill(wave_backfill_id(campaign_id, wave))
         if backfill is None and campaign.state == ledger.RUNNING:
             launch_wave(instance, postgres, campaign.name, campaign_id, wave, rows, per_run)
             report.repaired_waves.append(wave)
             continue
-        # Paused, stopped or canceled before the wave's backfill was recorded: back to pending.
-        ended = backfill is None or backfill.status != BulkActionStatus.REQUESTED
+        if backfill is not None and backfill.status not in BULK_ACTION_TERMINAL_STATUSES:
+            stale_before = now - timedelta(seconds=config.stale_claim_seconds)
+            if (
+                backfill.status == BulkActionStatus.REQUESTED
+                and wave not in in_flight_waves  # a backfill with runs under way is alive
+                and any(row.updated_at < stale_before for row in rows)
+                and cancel_wave_backfill(instance, campaign_id, wave)
+            ):
+                with postgres.transaction() as conn:
+                    message = (
+                        f"canceled wave {wave}'s backfill: no run of {len(rows)} claim(s) after"
+                        f" {config.stale_claim_seconds:.0f} s; released once it has ended"
+                    )
+                    db.log_decision(conn, campaign_id, "ledger", message)
+                report.decisions.append(message)
+            continue  # requested, canceling or failing: it may still submit their runs
+        # Ended (or never recorded: paused, stopped or canceled before it was). The backfill may
+        # have made their runs, and ended, since this tick read the runs: read them again now
+        # that its status is known, so a row with a run stays claimed.
+        made = _runs_by_episode(instance, campaign_id, [wave])
         stale = [
             row
             for row in rows
-            if ended or row.updated_at < now - timedelta(seconds=config.stale_claim_seconds)
+            if not made.get((row.ref.partition_key, wave))
+            and not made.get((row.batch_key or "", wave))
         ]
-        if stale:
-            # The backfill may have made their runs, and ended, since this tick read the runs:
-            # read them again now that its status is known, so a row with a run stays claimed.
-            made = _runs_by_episode(instance, campaign_id, [wave])
-            stale = [
-                row
-                for row in stale
-                if not made.get((row.ref.partition_key, wave))
-                and not made.get((row.batch_key or "", wave))
-            ]
-        if stale:
-            with postgres.transaction() as conn:
-                report.released += db.release(conn, campaign_id, [row.ref for row in stale])
-                db.log_decision(
-                    conn,
-                    campaign_id,
-                    "ledger",
-                    f"released {len(stale)} claim(s) of wave {wave}: no run came "
-                    f"(backfill {backfill.status.value if backfill else 'never recorded'})",
-                )
+        if not stale:
+            continue
+        # Never handed to the run queue is no attempt; a backfill that ended without the run is.
+        cause = (
+            f"wave {wave}'s backfill {backfill.backfill_id} ended {backfill.status.value}"
+            if backfill is not None
+            else None
+        )
+        released = [
+            (row.ref, ledger.after_release(row.attempts, cause, now, config.retry, rng))
+            for row in stale
+        ]
+        rejected = sum(transition.state == ledger.REJECTED for _, transition in released)
+        with postgres.transaction() as conn:
+            report.released += db.release(conn, campaign_id, released)
+            db.log_decision(
+                conn,
+                campaign_id,
+                "ledger",
+                f"released {len(stale)} claim(s) of wave {wave}: no run came "
+                f"(backfill {backfill.status.value if backfill else 'never recorded'})"
+                + (f"; {rejected} rejected, out of attempts" if rejected else ""),
+            )
 
     report.pruned = prune_settled(instance, postgres, campaign_id)
 

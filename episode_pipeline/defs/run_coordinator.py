@@ -158,7 +158,7 @@ class EpisodeRunCoordinator(QueuedRunCoordinator):
         """`dagster.yaml`'s limits and each campaign's governor's (read on every dequeue)."""
         config = super().get_run_queue_config()
         limits = published_limits(self._instance) if self.has_instance else {}
-        if not limits:
+        if limits == {}:
             return self._with_batches(config)
         return self._with_batches(
             config._replace(
