@@ -189,7 +189,18 @@ def test_one_campaign_through_the_drivers_ticks(
     }
     launched = queued_run(instance, tags)
     dequeue_with_ecs(instance, StubEcs(error=THROTTLED))
-    assert instance.get_run_by_id(launched.run_id).status == DagsterRunStatus.FAILURE
+    failed = instance.get_run_by_id(launched.run_id)
+    assert failed.status == DagsterRunStatus.FAILURE
+    # Production's run_retries (this instance's too) will retry a launch failure: the episode
+    # is not settled, but the throttle reaches the governor at once.
+    assert failed.tags[WILL_RETRY_TAG] == "true"
+    drive(instance, postgres, now, rng)
+    result = commands.status(db_conn, campaign_id)
+    assert result["counts"]["requested"] == 2  # the throttled one awaits Dagster's retry
+    assert result["concurrency"] == 1 and result["paused_until"] is not None
+    # Dagster's retries ran out (its auto-reexecution daemon needs a code location, so the test
+    # plays its last decision): the failure settles the episode, no attempt used up.
+    instance.add_run_tags(launched.run_id, {WILL_RETRY_TAG: "false"})
     drive(instance, postgres, now, rng)
     assert not instance.has_dynamic_partition(EPISODES_PARTITION_NAME, ok.partition_key)
     assert instance.has_dynamic_partition(

@@ -35,6 +35,7 @@ from dagster._core.storage.tags import (
 from episode_pipeline.campaign import canary, ledger, progress
 from episode_pipeline.campaign.config import CampaignConfig
 from episode_pipeline.campaign.governor import (
+    BACKPRESSURE,
     GovernorState,
     Observation,
     classify_error,
@@ -306,6 +307,19 @@ def drive_campaign(
     return report
 
 
+def failures_awaiting_retry(records: list[RunRecord], since: datetime | None) -> list[DagsterRun]:
+    """Runs that failed since the last tick and that run_retries says it will retry: the episode
+    is not settled yet, but a launch refused by ECS (throttled, no capacity) must reach the
+    governor now, not after Dagster's retries (each relaunched into the same throttle)."""
+    return [
+        record.dagster_run
+        for record in records
+        if record.dagster_run.status == DagsterRunStatus.FAILURE
+        and record.dagster_run.tags.get(WILL_RETRY_TAG) == "true"
+        and (since is None or (record.end_time or 0.0) > since.timestamp())
+    ]
+
+
 def _drive_campaign(
     instance: DagsterInstance,
     postgres: PostgresResource,
@@ -348,6 +362,12 @@ def _drive_campaign(
             # ended before it (a failure of the episode's).
             run = _settled_run(episode_runs or batch_runs, now)
             if run is None:
+                for retrying in failures_awaiting_retry(episode_runs, governor.measured_at):
+                    error = run_error(instance, retrying)
+                    if (error_class := classify_error(error)) in BACKPRESSURE:
+                        observations.append(
+                            Observation(False, error_class, retry_after_seconds(error))
+                        )
                 continue
             if run.status == DagsterRunStatus.SUCCESS and episode_runs:
                 outcome = ledger.Outcome(succeeded=True)
