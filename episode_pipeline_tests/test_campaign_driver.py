@@ -17,6 +17,8 @@ import psycopg
 import pytest
 import yaml
 from dagster import DagsterInstance, DagsterRunStatus
+from dagster._core.events import RunFailureReason
+from dagster._core.storage.tags import RUN_FAILURE_REASON_TAG
 from dagster._core.test_utils import create_run_for_test
 
 from episode_pipeline.cli import build_parser
@@ -68,6 +70,8 @@ def finish(
         CAMPAIGN_WAVE_TAG: str(wave),
         PARTITION_TAG: ref.partition_key,
     }
+    if not ok:  # a step failed (as S3's throttling does): `run_retries` does not re-run it
+        tags[RUN_FAILURE_REASON_TAG] = RunFailureReason.STEP_FAILURE.value
     status = DagsterRunStatus.SUCCESS if ok else DagsterRunStatus.STARTED
     run = create_run_for_test(instance, job_name=EPISODE_JOB_NAME, status=status, tags=tags)
     if not ok:
