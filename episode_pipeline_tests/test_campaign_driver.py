@@ -18,8 +18,14 @@ import psycopg
 import pytest
 import yaml
 from dagster import DagsterInstance, DagsterRun, DagsterRunStatus
+from dagster._core.events import RunFailureReason
 from dagster._core.execution.backfill import BulkActionStatus
-from dagster._core.storage.tags import PARENT_RUN_ID_TAG, ROOT_RUN_ID_TAG, WILL_RETRY_TAG
+from dagster._core.storage.tags import (
+    PARENT_RUN_ID_TAG,
+    ROOT_RUN_ID_TAG,
+    RUN_FAILURE_REASON_TAG,
+    WILL_RETRY_TAG,
+)
 from dagster._core.test_utils import create_run_for_test
 
 from episode_pipeline.cli import build_parser
@@ -84,6 +90,8 @@ def finish(
         CAMPAIGN_WAVE_TAG: str(wave),
         PARTITION_TAG: ref.partition_key,
     }
+    if not ok:  # a step failed (as S3's throttling does): `run_retries` does not re-run it
+        tags[RUN_FAILURE_REASON_TAG] = RunFailureReason.STEP_FAILURE.value
     status = DagsterRunStatus.SUCCESS if ok else DagsterRunStatus.STARTED
     run = create_run_for_test(instance, job_name=EPISODE_JOB_NAME, status=status, tags=tags)
     if not ok:

@@ -58,6 +58,7 @@ from episode_pipeline.defs.event_log_storage import (
 )
 from episode_pipeline.defs.partitions import EPISODES_PARTITION_NAME, episode_partitions
 from episode_pipeline.defs.retention import delete_episodes
+from episode_pipeline.local.dagster_home import POOL_SETTINGS
 from episode_pipeline.local.stack import StackInfo
 from episode_pipeline_tests.support.instances import private_instance_config
 
@@ -245,8 +246,13 @@ def instances(
     ):
         home = tmp_path_factory.mktemp(f"check-states-{name}")
         if storage:
-            config = {**config, "event_log_storage": {**config["event_log_storage"]}}
-            config["event_log_storage"]["module"], config["event_log_storage"]["class"] = storage
+            module, cls = storage
+            connection = config["event_log_storage"]["config"]
+            unpooled = {k: v for k, v in connection.items() if k not in POOL_SETTINGS}
+            config = {
+                **config,
+                "event_log_storage": {"module": module, "class": cls, "config": unpooled},
+            }
         (home / "dagster.yaml").write_text(yaml.safe_dump(config))
         homes.append(home)
     with (
