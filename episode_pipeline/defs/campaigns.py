@@ -403,7 +403,10 @@ def _drive_campaign(
         # never wait at limit 0 forever: they end CANCELED and are reconciled.
         for wave in sorted({row.wave for row in requested if row.wave is not None}):
             if cancel_wave_backfill(instance, campaign_id, wave):
-                report.decisions.append(f"canceled wave {wave}'s backfill")
+                message = f"canceled wave {wave}'s backfill, recorded after the campaign's cancel"
+                with postgres.transaction() as conn:
+                    db.log_decision(conn, campaign_id, "ledger", message)
+                report.decisions.append(message)
     # (2) A wave whose rows have no run: its backfill missing (a crash after the claim) is
     # recorded now; once its backfill has ended without their run they are released (an
     # attempt each). A stale claim's backfill still requested is canceled first, and its rows
