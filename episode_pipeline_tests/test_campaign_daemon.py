@@ -90,10 +90,14 @@ def stage(
     crash_stage: CrashStage, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[CrashStage]:
     """The crash stage's instance with the local instance's run queue (dequeued every second),
-    not the crash tests' pausing one (Dagster's 5 s): no injection point here needs it."""
+    not the crash tests' pausing one (Dagster's 5 s): no injection point here needs it; and its
+    run monitoring (production's 10-minute start timeout): a run slow to start on a loaded
+    machine is not failed and retried, which would make a second run of its episode."""
     home = tmp_path_factory.mktemp("campaign-dagster")
     config = yaml.safe_load((crash_stage.dagster_home / "dagster.yaml").read_text())
-    config["run_coordinator"] = instance_config("", 0)["run_coordinator"]
+    local = instance_config("", 0)
+    config["run_coordinator"] = local["run_coordinator"]
+    config["run_monitoring"] = local["run_monitoring"]
     (home / "dagster.yaml").write_text(yaml.safe_dump(config))
     env = {**crash_stage.env, "DAGSTER_HOME": str(home)}
     yield dataclasses.replace(crash_stage, dagster_home=home, env=env)
