@@ -33,8 +33,9 @@ from dagster import (
     DagsterRunStatus,
     build_sensor_context,
 )
-from dagster._core.events import AssetObservationData
+from dagster._core.events import AssetObservationData, RunFailureReason
 from dagster._core.execution.backfill import BulkActionStatus
+from dagster._core.storage.tags import RUN_FAILURE_REASON_TAG
 from dagster._core.test_utils import create_run_for_test
 
 from episode_pipeline.cli import build_parser
@@ -114,6 +115,8 @@ def finish(
     tags = {PARTITION_TAG: ref.partition_key}
     if campaign:
         tags |= {CAMPAIGN_TAG: campaign[0], CAMPAIGN_WAVE_TAG: str(campaign[1])}
+    if not ok:  # a step failed (a corrupt archive): production's `run_retries` does not re-run it
+        tags[RUN_FAILURE_REASON_TAG] = RunFailureReason.STEP_FAILURE.value
     status = DagsterRunStatus.SUCCESS if ok else DagsterRunStatus.STARTED
     run = create_run_for_test(instance, job_name=EPISODE_JOB_NAME, status=status, tags=tags)
     if not ok:

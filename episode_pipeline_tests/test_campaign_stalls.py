@@ -17,8 +17,9 @@ from datetime import UTC, datetime, timedelta
 import psycopg
 import pytest
 import yaml
-from dagster import DagsterInstance, build_sensor_context
+from dagster import DagsterInstance, DagsterRunStatus, build_sensor_context
 from dagster._core.execution.backfill import BulkActionStatus
+from dagster._core.test_utils import create_run_for_test
 
 from episode_pipeline.cli import build_parser
 from episode_pipeline.commands import campaign as commands
@@ -26,7 +27,10 @@ from episode_pipeline.config.settings import Settings
 from episode_pipeline.db import campaigns as db
 from episode_pipeline.db.outputs import record_output
 from episode_pipeline.defs.campaigns import drive, wave_backfill_id
+from episode_pipeline.defs.jobs import EPISODE_JOB_NAME
+from episode_pipeline.defs.partitions import EPISODES_PARTITION_NAME
 from episode_pipeline.defs.resources.database import PostgresResource
+from episode_pipeline.defs.runs import PARTITION_TAG
 from episode_pipeline.defs.sensors.campaign import campaign_driver
 from episode_pipeline.defs.sensors.metered import metered
 from episode_pipeline.episodes.keys import EpisodeRef
@@ -127,7 +131,9 @@ def test_a_canary_whose_claims_were_all_released_runs_again_instead_of_passing(
     drive(instance, postgres, now + timedelta(seconds=60), random.Random(1))
     result = commands.status(db_conn, campaign_id)
     assert (result["report"]["canary"], result["report"]["compared"]) == ("passed", 1)
-    assert len(db.wave_rows(db_conn, campaign_id, 2)) == 2  # the rest, after the pass
+    # After the pass, the one never claimed: the released canary episode waits out its
+    # release's backoff (a release is an attempt, docs/campaign-ledger.md).
+    assert len(db.wave_rows(db_conn, campaign_id, 2)) == 1
 
 
 def test_a_first_campaign_without_a_baseline_stops_before_its_first_full_wave(
@@ -215,8 +221,9 @@ def test_a_live_partition_budget_full_with_nothing_in_flight_is_a_stall_at_once(
     instance: DagsterInstance, settings: Settings, db_conn: psycopg.Connection
 ) -> None:
     """Deliverable 3: the wave size is 0 because the partitions the campaign added and has not
-    pruned fill its budget (here one, held by an episode waiting for its retry), and no run is
-    in flight to free one: no wave will ever come, and `status` says so at once."""
+    pruned fill its budget (here one: an episode waiting for its retry, whose partition the prune
+    keeps because an upload's run of it is in progress), and no run of the campaign is in flight
+    to free one: `status` says so at once."""
     postgres = PostgresResource.from_settings(settings.database)
     refs, campaign_id, _ = start_campaign(
         instance, settings, db_conn, 2, True, "--wave-size", "1", max_live_partitions=1
@@ -225,6 +232,13 @@ def test_a_live_partition_budget_full_with_nothing_in_flight_is_a_stall_at_once(
         "UPDATE campaign_episodes SET state = 'failed', attempts = 1, partition_added = true,"
         " retry_after = now() + interval '1 day' WHERE campaign_id = %s AND episode_id = %s",
         (campaign_id, refs[0].episode_id),
+    )
+    instance.add_dynamic_partitions(EPISODES_PARTITION_NAME, [refs[0].partition_key])
+    create_run_for_test(  # an upload's run, outside the campaign: retention keeps the partition
+        instance,
+        job_name=EPISODE_JOB_NAME,
+        status=DagsterRunStatus.STARTED,
+        tags={PARTITION_TAG: refs[0].partition_key},
     )
     (report,) = drive(instance, postgres, datetime.now(UTC), random.Random(1))
     assert (report.claimed, report.stalled) == (0, "budget_full")

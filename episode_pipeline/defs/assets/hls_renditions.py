@@ -182,7 +182,7 @@ def hls_renditions(
             CameraJob(camera=c, sources=[f.key for f in files], output_prefix=ref.hls_prefix(c))
             for c, files in cameras.items()
         ],
-        s3.deadlines(),
+        bucket.deadlines,  # the run's own S3 deadlines, for the transcode's client
     )
     started = time.monotonic()
     outcome = (
