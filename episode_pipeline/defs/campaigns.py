@@ -23,14 +23,6 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from dagster import DagsterEventType, DagsterInstance, DagsterRun, DagsterRunStatus, RunsFilter
-from dagster._core.execution.backfill import BULK_ACTION_TERMINAL_STATUSES, BulkActionStatus
-from dagster._core.storage.dagster_run import RunRecord
-from dagster._core.storage.tags import (
-    AUTO_RETRY_RUN_ID_TAG,
-    PARENT_RUN_ID_TAG,
-    PRIORITY_TAG,
-    WILL_RETRY_TAG,
-)
 
 from episode_pipeline.campaign import canary, ledger, progress
 from episode_pipeline.campaign.config import CampaignConfig
@@ -47,6 +39,15 @@ from episode_pipeline.config.settings import RetentionSettings
 from episode_pipeline.db import campaigns as db
 from episode_pipeline.defs.backfills import record_backfill
 from episode_pipeline.defs.campaign_queue import CAMPAIGN_TAG, publish_limits
+from episode_pipeline.defs.dagster_internals import (
+    AUTO_RETRY_RUN_ID_TAG,
+    BULK_ACTION_TERMINAL_STATUSES,
+    PARENT_RUN_ID_TAG,
+    PRIORITY_TAG,
+    WILL_RETRY_TAG,
+    BulkActionStatus,
+    RunRecord,
+)
 from episode_pipeline.defs.jobs import EPISODE_JOB_NAME
 from episode_pipeline.defs.partitions import EPISODES_PARTITION_NAME
 from episode_pipeline.defs.resources.database import PostgresResource

@@ -46,15 +46,19 @@ from typing import Any
 import psycopg
 from botocore.exceptions import BotoCoreError, ClientError
 from dagster import DagsterRunStatus, RunsFilter
-from dagster._core.run_coordinator import QueuedRunCoordinator, SubmitRunContext
-from dagster._core.run_coordinator.queued_run_coordinator import RunQueueConfig
-from dagster._core.storage.dagster_run import ACTIVE_RUN_STATUSES, DagsterRun
 
 from episode_pipeline.config.settings import DatabaseSettings, Settings, TranscodeSettings
 from episode_pipeline.db.batches import batch_episodes
 from episode_pipeline.db.connection import connect
 from episode_pipeline.defs.batches import BATCH_JOB_NAME
 from episode_pipeline.defs.campaign_queue import limit_entries, published_limits
+from episode_pipeline.defs.dagster_internals import (
+    ACTIVE_RUN_STATUSES,
+    DagsterRun,
+    QueuedRunCoordinator,
+    RunQueueConfig,
+    SubmitRunContext,
+)
 from episode_pipeline.defs.runs import (
     BATCH_RUN_TAG,
     ECS_CPU_TAG,
