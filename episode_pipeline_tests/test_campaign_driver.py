@@ -527,3 +527,30 @@ def test_a_wave_recorded_after_the_cancel_is_canceled_and_a_settled_cancel_skipp
     # Settled: skipped from now on, like the idle one.
     reports = drive(instance, postgres, now + timedelta(seconds=90), random.Random(1))
     assert {idle_id, campaign_id}.isdisjoint(report.campaign for report in reports)
+
+
+def test_a_run_whose_wave_tag_is_not_a_wave_is_no_run_of_the_campaigns_waves(
+    instance: DagsterInstance, settings: Settings, db_conn: psycopg.Connection
+) -> None:
+    """A run of the campaign tagged by hand with a wave tag no wave wrote (`x`, ` 0`) is no run
+    of its waves: the tick neither fails on it nor settles the episode by it (issue 27's rule);
+    the episode's own run decides."""
+    postgres = PostgresResource.from_settings(settings.database)
+    ref, campaign_id, planned = one_episode_campaign(instance, settings, db_conn, "bad-wave")
+    now = datetime.now(UTC)
+    drive(instance, postgres, now, random.Random(1))
+    for tag in ("x", " 0", "0.0"):
+        tags = {CAMPAIGN_TAG: campaign_id, CAMPAIGN_WAVE_TAG: tag, PARTITION_TAG: ref.partition_key}
+        create_run_for_test(
+            instance, job_name=EPISODE_JOB_NAME, status=DagsterRunStatus.FAILURE, tags=tags
+        )
+    (report,) = drive(instance, postgres, now + timedelta(seconds=30), random.Random(1))
+    assert not report.error and db.wave_rows(db_conn, campaign_id, 0)[0].state == "requested"
+
+    run_id = finish(instance, campaign_id, 0, ref, ok=True)
+    versions = planned["code_versions"]
+    record_output(db_conn, ref, versions, OLD, run_id=run_id, wall_seconds=1, archive_bytes=1)
+    (report,) = drive(instance, postgres, now + timedelta(seconds=60), random.Random(1))
+    assert not report.error
+    (row,) = db.wave_rows(db_conn, campaign_id, 0)
+    assert (row.state, row.run_id) == ("succeeded", run_id)

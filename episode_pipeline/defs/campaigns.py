@@ -190,18 +190,22 @@ def run_error(instance: DagsterInstance, run: DagsterRun) -> str:
 def _runs_by_episode(
     instance: DagsterInstance, campaign_id: str, waves: Iterable[int]
 ) -> dict[tuple[str, int], list[RunRecord]]:
-    wanted = sorted({str(w) for w in waves})
-    if not wanted:
+    """The campaign's runs of `waves` by (partition, wave). A run's wave tag is looked up among
+    the tags the waves are written as, never parsed: a tag no wave wrote (a run tagged by hand)
+    is no run of these waves and cannot fail the tick (issue 27's rule)."""
+    wave_of_tag = {str(wave): wave for wave in waves}
+    if not wave_of_tag:
         return {}
     records = instance.get_run_records(
-        RunsFilter(tags={CAMPAIGN_TAG: campaign_id, CAMPAIGN_WAVE_TAG: wanted})
+        RunsFilter(tags={CAMPAIGN_TAG: campaign_id, CAMPAIGN_WAVE_TAG: sorted(wave_of_tag)})
     )
     found: dict[tuple[str, int], list[RunRecord]] = defaultdict(list)
     for record in records:  # newest first
         run = record.dagster_run
         partition = run.tags.get(PARTITION_TAG)
-        if partition:
-            found[(partition, int(run.tags[CAMPAIGN_WAVE_TAG]))].append(record)
+        wave = wave_of_tag.get(run.tags.get(CAMPAIGN_WAVE_TAG, ""))
+        if partition and wave is not None:
+            found[(partition, wave)].append(record)
     return found
 
 
