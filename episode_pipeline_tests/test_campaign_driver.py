@@ -9,6 +9,7 @@ wave whose backfill a crash left unrecorded repaired under the same id, and `sta
 
 from __future__ import annotations
 
+import logging
 import random
 import uuid
 from collections.abc import Iterator
@@ -17,7 +18,7 @@ from datetime import UTC, datetime, timedelta
 import psycopg
 import pytest
 import yaml
-from dagster import DagsterInstance, DagsterRun, DagsterRunStatus
+from dagster import DagsterInstance, DagsterRun, DagsterRunStatus, RunsFilter
 from dagster._core.events import RunFailureReason
 from dagster._core.execution.backfill import BulkActionStatus
 from dagster._core.storage.tags import (
@@ -26,7 +27,13 @@ from dagster._core.storage.tags import (
     RUN_FAILURE_REASON_TAG,
     WILL_RETRY_TAG,
 )
-from dagster._core.test_utils import create_run_for_test
+from dagster._core.test_utils import create_run_for_test, create_test_daemon_workspace_context
+from dagster._core.workspace.load_target import ModuleTarget
+from dagster._daemon.auto_run_reexecution.auto_run_reexecution import (
+    consume_new_runs_for_automatic_reexecution,
+    retry_run,
+)
+from dagster._daemon.backfill import execute_backfill_iteration
 
 from episode_pipeline.cli import build_parser
 from episode_pipeline.commands import campaign as commands
@@ -554,3 +561,67 @@ def test_a_run_whose_wave_tag_is_not_a_wave_is_no_run_of_the_campaigns_waves(
     assert not report.error
     (row,) = db.wave_rows(db_conn, campaign_id, 0)
     assert (row.state, row.run_id) == ("succeeded", run_id)
+
+
+@pytest.mark.slow(seconds=45)  # the code location's server starts (~12 s under load)
+def test_a_canceled_campaigns_failures_awaiting_run_retries_run_no_more(
+    instance: DagsterInstance,
+    settings: Settings,
+    db_conn: psycopg.Connection,
+    stack: StackInfo,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`campaign cancel` while crashed runs await run_retries (production's, in process: Dagster's
+    backfill and run_retries code against the code location). One crash's retry is made after
+    its wave's backfill cancel had ended (run_retries decided while the backfill was CANCELING,
+    the backfill daemon then found no run to cancel): nothing of Dagster's cancels it, so the
+    tick does, and the ledger counts the episode failed once. The other's retry is not made yet
+    at the tick: run_retries is told not to make it, and the episode settles at once."""
+    for name, value in stack.env.items():  # the code location's settings
+        monkeypatch.setenv(name, value)
+    postgres = PostgresResource.from_settings(settings.database)
+    _, made_id, _ = one_episode_campaign(instance, settings, db_conn, "retry-made")
+    _, told_id, _ = one_episode_campaign(instance, settings, db_conn, "retry-told")
+    now = datetime.now(UTC)
+    drive(instance, postgres, now, random.Random(1))  # both canary waves' backfills recorded
+    daemon_log = logging.getLogger(__name__)
+    target = ModuleTarget(
+        module_name="episode_pipeline.definitions",
+        attribute=None,
+        working_directory=None,
+        location_name="episode_pipeline",
+    )
+    with create_test_daemon_workspace_context(target, instance) as workspace:
+        list(execute_backfill_iteration(workspace, daemon_log))  # each wave's run queued
+        crashed = {}
+        for campaign_id in (made_id, told_id):
+            (run,) = instance.get_runs(RunsFilter(tags={CAMPAIGN_TAG: campaign_id}))
+            instance.report_run_failed(run, "the run worker was killed")
+            crashed[campaign_id] = instance.get_run_by_id(run.run_id)
+            assert crashed[campaign_id].tags[WILL_RETRY_TAG] == "true"
+            commands.act(db_conn, campaign_id, "cancel")
+            assert commands.cancel_backfills(instance, campaign_id, 1) == 1
+        list(execute_backfill_iteration(workspace, daemon_log))  # no run left to cancel: ended
+        for campaign_id in (made_id, told_id):
+            backfill = instance.get_backfill(wave_backfill_id(campaign_id, 0))
+            assert backfill.status == BulkActionStatus.CANCELED
+        retry_run(crashed[made_id], workspace)  # run_retries' retry, decided before that
+        (retry,) = instance.get_runs(
+            RunsFilter(tags={CAMPAIGN_TAG: made_id, PARENT_RUN_ID_TAG: crashed[made_id].run_id})
+        )
+        assert retry.status == DagsterRunStatus.QUEUED
+
+        drive(instance, postgres, now + timedelta(seconds=30), random.Random(1))
+        assert instance.get_run_by_id(retry.run_id).status == DagsterRunStatus.CANCELED
+        told = instance.get_run_records(RunsFilter(run_ids=[crashed[told_id].run_id]))
+        list(consume_new_runs_for_automatic_reexecution(workspace, told, daemon_log))
+        assert len(instance.get_runs(RunsFilter(tags={CAMPAIGN_TAG: told_id}))) == 1  # no retry
+
+    drive(instance, postgres, now + timedelta(seconds=60), random.Random(1))
+    (made,) = db.wave_rows(db_conn, made_id, 0)
+    assert (made.state, made.attempts, made.run_id) == ("failed", 1, retry.run_id)
+    (told,) = db.wave_rows(db_conn, told_id, 0)
+    assert (told.state, told.attempts) == ("failed", 1)  # not after the decision's window
+    assert "killed" in (row_error(db_conn, told_id, told.ref) or "")
+    reports = drive(instance, postgres, now + timedelta(seconds=90), random.Random(1))
+    assert {made_id, told_id}.isdisjoint(report.campaign for report in reports)  # settled

@@ -209,7 +209,7 @@ def test_a_release_whose_backfill_ended_is_an_attempt_with_backoff_then_rejected
 
 
 def test_only_a_settled_stopped_or_canceled_campaign_is_skipped() -> None:
-    from episode_pipeline.defs.campaigns import is_settled_out
+    from episode_pipeline.campaign.ledger import is_settled_out
 
     assert is_settled_out(ledger.CANCELED, has_requested=False, has_to_prune=False)
     assert is_settled_out(ledger.STOPPED, has_requested=False, has_to_prune=False)
@@ -217,6 +217,7 @@ def test_only_a_settled_stopped_or_canceled_campaign_is_skipped() -> None:
     assert not is_settled_out(ledger.STOPPED, has_requested=False, has_to_prune=True)
     assert not is_settled_out(ledger.RUNNING, has_requested=False, has_to_prune=False)
     assert not is_settled_out(ledger.PAUSED, has_requested=False, has_to_prune=False)
+    assert not is_settled_out(ledger.CANCELED, False, False, has_unfinished_runs=True)
 
 
 def test_unreadable_launch_limits_close_the_campaign_lane() -> None:

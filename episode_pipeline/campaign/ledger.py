@@ -148,3 +148,18 @@ def is_claimable(state: str, retry_after: datetime | None, now: datetime) -> boo
 def is_finished(counts: dict[str, int]) -> bool:
     """Every episode settled: the campaign is done (failed ones would still be retried)."""
     return sum(counts.get(state, 0) for state in (PENDING, REQUESTED, FAILED)) == 0
+
+
+def is_settled_out(
+    state: str, has_requested: bool, has_to_prune: bool, has_unfinished_runs: bool = False
+) -> bool:
+    """A stopped or canceled campaign with no claim in flight, no partition left to prune and
+    no run of it unfinished (a canceled one's: a late retry of run_retries, to cancel) has
+    nothing for a tick to do: skipped without counting its ledger (a stopped one is resumed by
+    its operator, which makes it running again)."""
+    return (
+        state in (STOPPED, CANCELED)
+        and not has_requested
+        and not has_to_prune
+        and not has_unfinished_runs
+    )

@@ -66,6 +66,7 @@ PRUNE_PER_TICK = 2_000
 BACKFILL_LEAD_SECONDS = 35.0
 DEFAULT_TICK_SECONDS = 30.0
 FINISHED = (DagsterRunStatus.SUCCESS, DagsterRunStatus.FAILURE, DagsterRunStatus.CANCELED)
+NOT_LAUNCHED = [DagsterRunStatus.QUEUED, DagsterRunStatus.NOT_STARTED]
 CANARY_WAVE = 0
 log = logging.getLogger(__name__)
 # How long a failed run tagged `dagster/will_retry=true` with no retry yet counts as in flight.
@@ -245,11 +246,39 @@ def cancel_wave_backfill(instance: DagsterInstance, campaign_id: str, wave: int)
     return True
 
 
-def is_settled_out(state: str, has_requested: bool, has_to_prune: bool) -> bool:
-    """A stopped or canceled campaign with no claim in flight and no partition left to prune
-    has nothing for a tick to do: skipped without counting its ledger (a stopped one is
-    resumed by its operator, which makes it running again)."""
-    return state in (ledger.STOPPED, ledger.CANCELED) and not has_requested and not has_to_prune
+def stop_canceled_runs(instance: DagsterInstance, campaign_id: str) -> list[str]:
+    """A canceled campaign's runs that could still run its episodes, stopped. A failure
+    run_retries said it will retry, its retry not made yet, is told not to be (the tag
+    run_retries reads, set as run_retries sets it when it decides against a retry): the ledger
+    settles it now. A run still queued or not started (a retry run_retries made after its
+    wave's backfill cancel had ended, which nothing else cancels) is canceled as the run queue
+    cancels a queued run; the ledger reconciles it. The campaign's limit is 0 meanwhile."""
+    awaiting = [
+        run.run_id
+        for run in instance.get_runs(
+            RunsFilter(
+                tags={CAMPAIGN_TAG: campaign_id, WILL_RETRY_TAG: "true"},
+                statuses=[DagsterRunStatus.FAILURE],
+            )
+        )
+        if AUTO_RETRY_RUN_ID_TAG not in run.tags
+    ]
+    for run_id in awaiting:
+        instance.add_run_tags(run_id, {WILL_RETRY_TAG: "false"})
+    queued = instance.get_runs(RunsFilter(tags={CAMPAIGN_TAG: campaign_id}, statuses=NOT_LAUNCHED))
+    for run in queued:
+        instance.report_run_canceled(run, message=f"campaign {campaign_id} was canceled")
+    decisions = []
+    if awaiting:
+        decisions.append(f"canceled: no retry of {len(awaiting)} failed run(s) (run_retries)")
+    if queued:
+        decisions.append(f"canceled: {len(queued)} queued run(s) canceled")
+    return decisions
+
+
+def has_unfinished_runs(instance: DagsterInstance, campaign_id: str) -> bool:
+    filters = RunsFilter(tags={CAMPAIGN_TAG: campaign_id}, statuses=IN_FLIGHT_STATUSES)
+    return bool(instance.get_run_ids(filters, limit=1))
 
 
 def drive(
@@ -273,11 +302,16 @@ def drive(
     limits: dict[str, int] = {}
     for campaign in (c for c in active if c.id in ours):
         if campaign.state in (ledger.STOPPED, ledger.CANCELED):
+            # A canceled one's run unfinished (a retry made after its claims settled): to cancel.
+            unfinished = campaign.state == ledger.CANCELED and has_unfinished_runs(
+                instance, campaign.id
+            )
             with postgres.transaction() as conn:
-                idle = is_settled_out(
+                idle = ledger.is_settled_out(
                     campaign.state,
                     db.has_requested(conn, campaign.id),
                     bool(db.settled_added_partitions(conn, campaign.id, 1)),
+                    unfinished,
                 )
             if idle:
                 limits[campaign.id] = 0  # nothing of it may launch
@@ -412,6 +446,12 @@ def _drive_campaign(
                 with postgres.transaction() as conn:
                     db.log_decision(conn, campaign_id, "ledger", message)
                 report.decisions.append(message)
+        stopped = stop_canceled_runs(instance, campaign_id)
+        if stopped:
+            with postgres.transaction() as conn:
+                for message in stopped:
+                    db.log_decision(conn, campaign_id, "ledger", message)
+            report.decisions.extend(stopped)
     # (2) A wave whose rows have no run: its backfill missing (a crash after the claim) is
     # recorded now; once its backfill has ended without their run they are released (an
     # attempt each). A stale claim's backfill still requested is canceled first, and its rows
