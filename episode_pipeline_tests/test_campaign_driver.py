@@ -41,6 +41,7 @@ from episode_pipeline.config.settings import Settings
 from episode_pipeline.db import campaigns as db
 from episode_pipeline.db.outputs import record_output
 from episode_pipeline.defs.campaigns import (
+    AFTER_STALE_CANCEL,
     CAMPAIGN_PRIORITY,
     CAMPAIGN_TAG,
     CAMPAIGN_WAVE_TAG,
@@ -405,12 +406,33 @@ def row_error(db_conn: psycopg.Connection, campaign_id: str, ref: EpisodeRef) ->
     return found[0] if found else None
 
 
+class Crash(BaseException):
+    """The driver's process killed at an injection point: nothing after it runs (not even the
+    per-campaign error handling or the limits' publication)."""
+
+
+def crash_at(point: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Arm `point` of the driver (defs/campaigns.py's `reach`) to kill the tick there."""
+    from episode_pipeline.defs import campaigns as driver
+
+    def reach(name: str, about: str = "") -> None:
+        if name == point:
+            raise Crash(f"{name} reached about {about}")
+
+    monkeypatch.setattr(driver, "reach", reach)
+
+
 def test_a_stale_claim_whose_backfill_is_still_requested_is_not_run_twice(
-    instance: DagsterInstance, settings: Settings, db_conn: psycopg.Connection
+    instance: DagsterInstance,
+    settings: Settings,
+    db_conn: psycopg.Connection,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Finding 6: the daemon is down longer than the stale bound; the wave's backfill is still
     REQUESTED. It is canceled, and its claim released only once the cancel has ended it: the
-    episode is never in two waves' backfills at once."""
+    episode is never in two waves' backfills at once. The tick that canceled it is killed right
+    after the cancel (`AFTER_STALE_CANCEL`): the restarted driver converges, the claim released
+    once, one wave after it."""
     postgres = PostgresResource.from_settings(settings.database)
     ref, campaign_id, _ = one_episode_campaign(instance, settings, db_conn, "stale")
     canary_passed(db_conn, campaign_id)
@@ -420,23 +442,37 @@ def test_a_stale_claim_whose_backfill_is_still_requested_is_not_run_twice(
     assert instance.get_backfill(first).status == BulkActionStatus.REQUESTED
 
     stale = now + timedelta(seconds=settings.campaign.stale_claim_seconds + 60)
-    drive(instance, postgres, stale, random.Random(1))
+    crash_at(AFTER_STALE_CANCEL, monkeypatch)
+    with pytest.raises(Crash):
+        drive(instance, postgres, stale, random.Random(1))
+    monkeypatch.undo()
+    assert instance.get_backfill(first).status == BulkActionStatus.CANCELING
+    drive(instance, postgres, stale + timedelta(seconds=10), random.Random(1))  # restarted
     assert instance.get_backfill(wave_backfill_id(campaign_id, 1)) is None  # not in two waves
     assert instance.get_backfill(first).status == BulkActionStatus.CANCELING
     assert db.wave_rows(db_conn, campaign_id, 0)[0].state == "requested"
 
-    # The backfill daemon (back) ends the cancel: the claim is released, an attempt.
+    # The backfill daemon (back) ends the cancel: the claim is released, an attempt, once.
     canceled = instance.get_backfill(first).with_status(BulkActionStatus.CANCELED)
     instance.update_backfill(canceled)
-    drive(instance, postgres, stale + timedelta(seconds=30), random.Random(1))
+    for seconds in (30, 60):
+        drive(instance, postgres, stale + timedelta(seconds=seconds), random.Random(1))
     (row,) = db.wave_rows(db_conn, campaign_id, 0) or [None]
     assert row is None  # released: no longer of wave 0
     assert commands.status(db_conn, campaign_id)["counts"]["pending"] == 1
+    released = [
+        d for d in db.decisions(db_conn, campaign_id, 50) if d["message"].startswith("released")
+    ]
+    assert len(released) == 1
+    assert db_conn.execute(
+        "SELECT attempts FROM campaign_episodes WHERE campaign_id = %s", (campaign_id,)
+    ).fetchone() == (1,)
     assert instance.get_backfill(wave_backfill_id(campaign_id, 1)) is None  # its backoff
     drive(instance, postgres, stale + timedelta(minutes=10), random.Random(1))
     assert instance.get_backfill(wave_backfill_id(campaign_id, 1)).partition_names == [
         ref.partition_key
     ]
+    assert instance.get_backfill(wave_backfill_id(campaign_id, 2)) is None
 
 
 def test_a_wave_whose_backfill_keeps_ending_without_runs_is_rejected(

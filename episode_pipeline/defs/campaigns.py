@@ -60,6 +60,8 @@ CAMPAIGN_WAVE_TAG = "episode_pipeline/campaign_wave"
 # Below the uploads' (Dagster's default 0): a fresh upload's run is dequeued first.
 CAMPAIGN_PRIORITY = "-10"
 AFTER_CLAIM = "campaign.after_claim"  # injection point: the wave committed, no backfill yet
+# Injection point: a stale wave's backfill canceled, its claims not yet released.
+AFTER_STALE_CANCEL = "campaign.after_stale_cancel"
 PRUNE_PER_TICK = 2_000
 # A claim's way to the run queue beyond the driver's own tick: the backfill daemon's iteration
 # (Dagster's 30 s) and a dequeue (dagster.yaml's 5 s). The runs queued cover it (waves.py).
@@ -475,6 +477,7 @@ def _drive_campaign(
                 and any(row.updated_at < stale_before for row in rows)
                 and cancel_wave_backfill(instance, campaign_id, wave)
             ):
+                reach(AFTER_STALE_CANCEL, about=f"{campaign_id}.w{wave}")
                 with postgres.transaction() as conn:
                     message = (
                         f"canceled wave {wave}'s backfill: no run of {len(rows)} claim(s) after"
