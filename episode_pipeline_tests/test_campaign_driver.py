@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import logging
 import random
+import threading
+import time
 import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -661,3 +663,57 @@ def test_a_canceled_campaigns_failures_awaiting_run_retries_run_no_more(
     assert "killed" in (row_error(db_conn, told_id, told.ref) or "")
     reports = drive(instance, postgres, now + timedelta(seconds=90), random.Random(1))
     assert {made_id, told_id}.isdisjoint(report.campaign for report in reports)  # settled
+
+
+def test_a_cancel_while_the_limits_are_published_leaves_the_campaign_held(
+    instance: DagsterInstance,
+    settings: Settings,
+    db_conn: psycopg.Connection,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`campaign cancel` (the CLI's steps, on a connection of its own) lands between the tick's
+    read of the campaigns' states and its publication of the limits: the cancel waits for the
+    publication (the tick holds the rows it read as running), then holds the campaign at 0. The
+    old tick published the limit it had read over the cancel's 0: the campaign's queued runs
+    launchable after its cancel until the next tick."""
+    from episode_pipeline.db.connection import connect
+    from episode_pipeline.defs import campaigns as driver
+
+    postgres = PostgresResource.from_settings(settings.database)
+    _, campaign_id, _ = one_episode_campaign(instance, settings, db_conn, "publish-race")
+    now = datetime.now(UTC)
+    drive(instance, postgres, now, random.Random(1))
+    assert launch_limit(instance, campaign_id)
+
+    def cancel() -> None:  # `episode-pipeline campaign cancel`
+        with connect(settings.database) as conn:
+            backend.append(conn.info.backend_pid)
+            commands.act(conn, campaign_id, "cancel")
+            conn.commit()
+            commands.cancel_backfills(instance, campaign_id, 1)
+
+    backend: list[int] = []
+    operator = threading.Thread(target=cancel)
+    publish = driver.publish_limits
+
+    def publish_after_the_cancel(target: DagsterInstance, limits: dict[str, int]) -> None:
+        operator.start()
+        while operator.is_alive() and not waiting_on_a_lock(db_conn, backend):
+            time.sleep(0.05)
+        publish(target, limits)
+
+    monkeypatch.setattr(driver, "publish_limits", publish_after_the_cancel)
+    drive(instance, postgres, now + timedelta(seconds=30), random.Random(1))
+    operator.join(timeout=30)
+    assert db.get_campaign(db_conn, campaign_id).state == "canceled"
+    assert launch_limit(instance, campaign_id) == 0
+
+
+def waiting_on_a_lock(db_conn: psycopg.Connection, pids: list[int]) -> bool:
+    """Whether the backend `pids[0]` waits for a row lock."""
+    if not pids:
+        return False
+    found = db_conn.execute(
+        "SELECT wait_event_type FROM pg_stat_activity WHERE pid = %s", (pids[0],)
+    ).fetchone()
+    return bool(found and found[0] == "Lock")

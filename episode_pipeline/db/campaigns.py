@@ -182,6 +182,17 @@ def campaigns_in(conn: psycopg.Connection, states: Iterable[str]) -> list[Campai
     return [Campaign(*row) for row in rows]
 
 
+def lock_running(conn: psycopg.Connection, campaign_ids: Iterable[str]) -> set[str]:
+    """Of `campaign_ids`, those running, their rows share-locked until the transaction ends: an
+    operator's cancel or pause (it locks the row to change it) committed before this read is
+    seen, and one after it waits until the transaction ends."""
+    rows = conn.execute(
+        "SELECT id FROM campaigns WHERE id = ANY(%s) AND state = %s ORDER BY id FOR SHARE",
+        (sorted(campaign_ids), RUNNING),
+    ).fetchall()
+    return {row[0] for row in rows}
+
+
 def all_campaigns(conn: psycopg.Connection, limit: int = 20) -> list[Campaign]:
     rows = conn.execute(
         f"SELECT {_CAMPAIGN_COLUMNS} FROM campaigns ORDER BY created_at DESC LIMIT %s", (limit,)

@@ -327,10 +327,11 @@ def drive(
         reports.append(report)
         limits[report.campaign] = report.launch_limit
     # An operator's cancel during the tick (after its campaign was driven) holds it at 0 now,
-    # not at the next tick: the states are read again just before publishing.
+    # not at the next tick: the states are read again, and the rows read as running stay locked
+    # until the limits are published, so a cancel committed later waits and writes its 0 last.
     with postgres.transaction() as conn:
-        running = {campaign.id for campaign in db.campaigns_in(conn, (ledger.RUNNING,))}
-    publish_limits(instance, {key: n if key in running else 0 for key, n in limits.items()})
+        running = db.lock_running(conn, limits)
+        publish_limits(instance, {key: n if key in running else 0 for key, n in limits.items()})
     return reports
 
 
