@@ -525,7 +525,8 @@ def test_a_wave_recorded_after_the_cancel_is_canceled_and_a_settled_cancel_skipp
     its backfill; the tick records it after the command canceled the others. The next tick
     cancels it, so its queued run is canceled (by Dagster's backfill cancel) and reconciled,
     never left waiting at limit 0. A canceled campaign with nothing in flight is then skipped
-    without counting its ledger; the run queue still holds it at 0."""
+    without counting its ledger; the run queue holds it at 0 until it has been quiet for the
+    retry decision's window, then it leaves the published limits."""
     from episode_pipeline.defs import campaigns as driver
 
     postgres = PostgresResource.from_settings(settings.database)
@@ -569,9 +570,14 @@ def test_a_wave_recorded_after_the_cancel_is_canceled_and_a_settled_cancel_skipp
     drive(instance, postgres, now + timedelta(seconds=60), random.Random(1))
     (row,) = db.wave_rows(db_conn, campaign_id, 0)
     assert row.state == "failed" and row.run_id == queued.run_id
-    # Settled: skipped from now on, like the idle one.
+    # Settled: skipped from now on, like the idle one, held at 0 while run_retries may still
+    # make a retry; once quiet that long, neither is in the published limits any more.
     reports = drive(instance, postgres, now + timedelta(seconds=90), random.Random(1))
     assert {idle_id, campaign_id}.isdisjoint(report.campaign for report in reports)
+    assert launch_limit(instance, campaign_id) == launch_limit(instance, idle_id) == 0
+    quiet = now + timedelta(seconds=RETRY_DECISION_SECONDS + 120)
+    drive(instance, postgres, quiet, random.Random(1))
+    assert launch_limit(instance, campaign_id) is launch_limit(instance, idle_id) is None
 
 
 def test_a_run_whose_wave_tag_is_not_a_wave_is_no_run_of_the_campaigns_waves(

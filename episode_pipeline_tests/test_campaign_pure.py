@@ -220,6 +220,12 @@ def test_only_a_settled_stopped_or_canceled_campaign_is_skipped() -> None:
     assert not is_settled_out(ledger.CANCELED, False, False, has_unfinished_runs=True)
 
 
+def test_a_settled_out_canceled_campaign_leaves_the_launch_limits_once_quiet() -> None:
+    assert ledger.holds_launches_at_zero(ledger.CANCELED, 599.0, quiet_seconds=600.0)
+    assert not ledger.holds_launches_at_zero(ledger.CANCELED, 600.0, quiet_seconds=600.0)
+    assert ledger.holds_launches_at_zero(ledger.STOPPED, 1e9, quiet_seconds=600.0)
+
+
 def test_unreadable_launch_limits_close_the_campaign_lane() -> None:
     """Finding 10: the run queue's limits fail closed (a key-only entry replaces the lane's)."""
     from dagster._utils.tags import TagConcurrencyLimitsCounter

@@ -163,3 +163,12 @@ def is_settled_out(
         and not has_to_prune
         and not has_unfinished_runs
     )
+
+
+def holds_launches_at_zero(state: str, seconds_since_change: float, quiet_seconds: float) -> bool:
+    """Whether a settled-out campaign (`is_settled_out`) keeps its 0 in the published launch
+    limits. A stopped one does (its operator may resume it). A canceled one only until it has
+    been quiet (not driven, nothing of it unfinished) for `quiet_seconds`, the time run_retries
+    takes to make a retry it decided before the tick told it not to: then the entry is dropped,
+    so the limits do not grow by one entry per canceled campaign forever."""
+    return state == STOPPED or (state == CANCELED and seconds_since_change < quiet_seconds)

@@ -315,8 +315,10 @@ def drive(
                     bool(db.settled_added_partitions(conn, campaign.id, 1)),
                     unfinished,
                 )
+            quiet = (now - campaign.updated_at).total_seconds()
             if idle:
-                limits[campaign.id] = 0  # nothing of it may launch
+                if ledger.holds_launches_at_zero(campaign.state, quiet, RETRY_DECISION_SECONDS):
+                    limits[campaign.id] = 0  # nothing of it may launch
                 continue
         try:
             report = drive_campaign(instance, postgres, campaign.id, now, rng, lead_seconds)
