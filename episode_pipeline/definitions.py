@@ -89,7 +89,7 @@ def build_definitions(settings: Settings) -> Definitions:
                 orphaned_runs,
                 *reconciliation_sensors(settings.reconcile),
                 retention_sensor(settings.retention),
-                campaign_driver(settings.campaign),
+                campaign_driver(settings.campaign, settings.retention),
             )
         ],
         resources=build_resources(settings),

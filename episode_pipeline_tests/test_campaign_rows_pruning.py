@@ -151,11 +151,17 @@ def start(
 
 @pytest.mark.integration
 def test_a_rejected_episodes_partition_is_pruned_and_the_campaign_goes_on(
-    instance: DagsterInstance, settings: Settings, db_conn: psycopg.Connection
+    instance: DagsterInstance,
+    settings: Settings,
+    db_conn: psycopg.Connection,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Finding 3: a live budget of one partition, one attempt per episode. The canary's
     episode is rejected (a broken archive): its partition goes, so the next wave fits; before,
-    it stayed counted and the campaign claimed nothing more, silently."""
+    it stayed counted and the campaign claimed nothing more, silently. The prune follows the
+    retention settings the driver was given (the sensor's), never the environment of the
+    moment (here one retention would refuse)."""
+    monkeypatch.setenv("RETENTION_EPISODE_DAYS", "30")  # > the failed window: invalid
     postgres = PostgresResource.from_settings(settings.database)
     refs = stale_episodes(db_conn, 2)
     campaign = dataclasses.replace(settings.campaign, max_live_partitions=1, max_attempts=1)
@@ -174,7 +180,7 @@ def test_a_rejected_episodes_partition_is_pruned_and_the_campaign_goes_on(
     )
 
     finish(instance, refs[0], ok=False, campaign=(campaign_id, 0))
-    drive(instance, postgres, now + timedelta(seconds=30), random.Random(3))
+    drive(instance, postgres, now + timedelta(seconds=30), random.Random(3), retention=POLICY)
     (row,) = db.wave_rows(db_conn, campaign_id, 0)
     assert row.state == "rejected" and not row.partition_added
     assert not instance.has_dynamic_partition(EPISODES_PARTITION_NAME, refs[0].partition_key)

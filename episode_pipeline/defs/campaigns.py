@@ -14,7 +14,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import logging
-import os
 import random
 from collections import defaultdict
 from collections.abc import Iterable
@@ -289,11 +288,14 @@ def drive(
     now: datetime | None = None,
     rng: random.Random | None = None,
     tick_seconds: float = DEFAULT_TICK_SECONDS,
+    retention: RetentionSettings | None = None,
 ) -> list[TickReport]:
     """One tick over every campaign not finished (running ones also claim), then the launch
-    limits published for the run queue (defs/campaign_queue.py)."""
+    limits published for the run queue (defs/campaign_queue.py). `retention`: the code
+    location's (the sensor's settings), by whose rules the campaigns' partitions are pruned."""
     now = now or datetime.now(UTC)
     rng = rng or random.Random()
+    retention = retention or RetentionSettings()
     with postgres.transaction() as conn:
         active = db.campaigns_in(
             conn, (ledger.RUNNING, ledger.PAUSED, ledger.STOPPED, ledger.CANCELED)
@@ -321,7 +323,9 @@ def drive(
                     limits[campaign.id] = 0  # nothing of it may launch
                 continue
         try:
-            report = drive_campaign(instance, postgres, campaign.id, now, rng, lead_seconds)
+            report = drive_campaign(
+                instance, postgres, campaign.id, now, rng, lead_seconds, retention
+            )
         except Exception as error:  # one campaign's failure stops neither the others nor the limits
             log.exception(f"campaign {campaign.id}: tick failed")
             failed = f"{type(error).__name__}: {error}"[:1000]
@@ -344,9 +348,11 @@ def drive_campaign(
     now: datetime,
     rng: random.Random,
     lead_seconds: float = 2 * DEFAULT_TICK_SECONDS + BACKFILL_LEAD_SECONDS,
+    retention: RetentionSettings | None = None,
 ) -> TickReport:
     """One tick of one campaign, then whether it is making progress (`note_progress`)."""
-    report = _drive_campaign(instance, postgres, campaign_id, now, rng, lead_seconds)
+    retention = retention or RetentionSettings()
+    report = _drive_campaign(instance, postgres, campaign_id, now, rng, lead_seconds, retention)
     note_progress(postgres, report, now)
     return report
 
@@ -371,6 +377,7 @@ def _drive_campaign(
     now: datetime,
     rng: random.Random,
     lead_seconds: float,
+    retention: RetentionSettings,
 ) -> TickReport:
     report = TickReport(campaign_id)
     repair: dict[int, list[db.LedgerRow]] = defaultdict(list)
@@ -523,7 +530,7 @@ def _drive_campaign(
                 + (f"; {rejected} rejected, out of attempts" if rejected else ""),
             )
 
-    report.pruned = prune_settled(instance, postgres, campaign_id)
+    report.pruned = prune_settled(instance, postgres, campaign_id, retention)
 
     with postgres.transaction() as conn:
         campaign = db.lock_campaign(conn, campaign_id)
@@ -656,7 +663,7 @@ def prune_settled(
     instance: DagsterInstance,
     postgres: PostgresResource,
     campaign_id: str,
-    retention: RetentionSettings | None = None,
+    retention: RetentionSettings,
 ) -> int:
     """Delete what Dagster holds of the partitions this campaign added once their run ended
     (succeeded, rejected, or failed until its retry is claimed) by retention's rules
@@ -669,8 +676,6 @@ def prune_settled(
         refs = db.settled_added_partitions(conn, campaign_id, PRUNE_PER_TICK)
     if not refs:
         return 0
-    # The code location's environment, as the retention sensor's settings (definitions.py).
-    retention = retention or RetentionSettings.from_env(os.environ)
     pruned = prune_campaign_partitions(
         instance, campaign_id, [ref.partition_key for ref in refs], retention
     )

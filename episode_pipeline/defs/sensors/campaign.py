@@ -10,7 +10,7 @@ from dagster import (
     sensor,
 )
 
-from episode_pipeline.config.settings import CampaignSettings
+from episode_pipeline.config.settings import CampaignSettings, RetentionSettings
 from episode_pipeline.db import campaigns as db
 from episode_pipeline.defs.campaigns import drive, registered
 from episode_pipeline.defs.resources.database import PostgresResource
@@ -19,8 +19,13 @@ from episode_pipeline.runtime import metrics
 CAMPAIGN_SENSOR_NAME = "campaign_driver"
 
 
-def campaign_driver(settings: CampaignSettings | None = None) -> SensorDefinition:
+def campaign_driver(
+    settings: CampaignSettings | None = None, retention: RetentionSettings | None = None
+) -> SensorDefinition:
+    """`retention`: the code location's, by whose rules the driver prunes the partitions its
+    campaigns added (taken once, as the retention sensor takes them)."""
     settings = settings or CampaignSettings()
+    retention = retention or RetentionSettings()
 
     @sensor(
         name=CAMPAIGN_SENSOR_NAME,
@@ -38,7 +43,9 @@ def campaign_driver(settings: CampaignSettings | None = None) -> SensorDefinitio
         with postgres.connect() as conn:
             if not has_outputs_table(conn):
                 return SkipReason("no campaigns table (migration 004): nothing to drive")
-        reports = drive(context.instance, postgres, tick_seconds=settings.tick_seconds)
+        reports = drive(
+            context.instance, postgres, tick_seconds=settings.tick_seconds, retention=retention
+        )
         for report in reports:
             if report.stalled:
                 context.log.warning(report.describe())
