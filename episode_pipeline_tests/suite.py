@@ -28,9 +28,10 @@ DEFAULT_SLOW_SECONDS = 60
 # Modules that take the longest on 2 cores (measured with `make test`, docs/testing.md): they
 # start first. A stale figure costs only wall time, never a test.
 MODULE_SECONDS = {
-    "test_ui.py": 250,
     "test_episode_graph.py": 160,
+    "test_ui.py": 150,
     "test_injected_faults.py": 80,
+    "test_dev_lifecycle.py": 70,
     "test_hls.py": 60,
     "test_hostile_archives.py": 30,
     "test_run_status_daemon.py": 30,

@@ -60,8 +60,8 @@ def archive(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
-# About 90 s each: they start first and spread over the workers (suite.py).
-LONG = pytest.mark.slow(seconds=90)
+# 45-70 s each: they start first and spread over the workers (suite.py).
+LONG = pytest.mark.slow(seconds=70)
 
 
 @pytest.mark.parametrize(

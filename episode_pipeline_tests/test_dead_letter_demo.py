@@ -20,7 +20,7 @@ pytestmark = pytest.mark.integration
 _SESSION_PREFIXES = ("AWS_", "DB_", "SQS_", "DATA_BUCKET", "DAGSTER_HOME", HOME_ENV)
 
 
-@pytest.mark.slow(seconds=180)
+@pytest.mark.slow(seconds=200)
 def test_the_dead_letter_round_trip(tmp_path: Path) -> None:
     home = tmp_path / "dlq-home"
     env = {k: v for k, v in os.environ.items() if not k.startswith(_SESSION_PREFIXES)}

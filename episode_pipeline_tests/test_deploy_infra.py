@@ -398,7 +398,7 @@ def test_terraform_validate_offline(terraform_env: dict[str, str], terraform_dir
     assert report["warning_count"] == 0, "\n".join(problems)
 
 
-@pytest.mark.slow(seconds=70)
+@pytest.mark.slow(seconds=110)
 def test_terraform_test_offline(terraform_env: dict[str, str], terraform_dir: Path) -> None:
     """infra/tests/*.tftest.hcl: plans and applies against the mocked AWS provider."""
     result = _run(["terraform", "test", "-no-color"], cwd=terraform_dir, env=terraform_env)

@@ -140,7 +140,7 @@ def processed_once(stage: CrashStage, instance: DagsterInstance, refs: list[Epis
     )
 
 
-@pytest.mark.slow(seconds=240)
+@pytest.mark.slow(seconds=145)
 def test_a_postgres_crash_under_a_running_daemon_loses_no_upload(
     own_stack: tuple[StackInfo, CrashStage], archive: Path
 ) -> None:
