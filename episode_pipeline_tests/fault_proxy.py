@@ -5,8 +5,9 @@ plan: pass, fail its first attempts with 503 SlowDown / 500 InternalError, or an
 attempt only after a delay. A retry of the same request then passes, so a client that retries
 (botocore's standard mode does) recovers, and one that does not fails — deterministically. The
 requests `refuse` picks are answered 503 SlowDown on every attempt instead, so botocore's retries
-run out on them. `retry_after` adds a `Retry-After` header to every injected error. What was
-injected is counted, so a test can show the faults really happened.
+run out on them, for `refuse_seconds` after the first refusal when given (an S3 incident that
+ends). `retry_after` adds a `Retry-After` header to every injected error. What was injected is
+counted (and the refused paths listed), so a test can show the faults really happened.
 """
 
 from __future__ import annotations
@@ -46,8 +47,11 @@ class FaultPlan:
     slow_seconds: float = 0.0
     seed: int = 9
     refuse: Callable[[str, str], bool] | None = None  # (method, path) → refused every time
+    refuse_seconds: float | None = None  # refusing ends this long after the first refusal
     retry_after: int | None = None  # seconds, sent as `Retry-After` with each injected error
     injected: Counter[str] = field(default_factory=Counter)
+    refused: list[str] = field(default_factory=list)  # the paths refused, in order
+    _refusing_since: float | None = None
     _fates: dict[tuple[str, str, str], list[str]] = field(default_factory=dict)
     _rng: random.Random = field(init=False)
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -55,11 +59,19 @@ class FaultPlan:
     def __post_init__(self) -> None:
         self._rng = random.Random(self.seed)
 
+    def _refusing(self) -> bool:
+        """Still within `refuse_seconds` of the first refusal (which starts the clock)."""
+        now = time.monotonic()
+        if self._refusing_since is None:
+            self._refusing_since = now
+        return self.refuse_seconds is None or now - self._refusing_since < self.refuse_seconds
+
     def next_fate(self, key: tuple[str, str, str]) -> str:
         """`pass`, `error:<n>` or `slow` for this attempt of the request `key`."""
         with self._lock:
-            if self.refuse is not None and self.refuse(key[0], key[1]):
+            if self.refuse is not None and self.refuse(key[0], key[1]) and self._refusing():
                 self.injected["refused"] += 1
+                self.refused.append(key[1])
                 return "error:0"
             if key not in self._fates:
                 draw = self._rng.random()

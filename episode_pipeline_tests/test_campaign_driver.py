@@ -1,5 +1,5 @@
 """The campaign driver's tick against a Dagster instance of its own in the session's PostgreSQL,
-with the runs a daemon would leave (no FFmpeg: test_campaign_daemon.py runs real episodes).
+with the runs a daemon would leave (no FFmpeg: test_campaign_soak.py runs real episodes).
 
 One campaign over four recorded episodes: the canary wave's backfill (title, tags, priority),
 the canary stopping on a duration drift and resuming deliberately, the partitions it added
@@ -51,6 +51,7 @@ from episode_pipeline.defs.campaigns import (
     drive,
     wave_backfill_id,
 )
+from episode_pipeline.defs.failures import fail_episode_of_run
 from episode_pipeline.defs.jobs import EPISODE_JOB_NAME
 from episode_pipeline.defs.partitions import EPISODES_PARTITION_NAME
 from episode_pipeline.defs.resources.database import PostgresResource
@@ -723,3 +724,31 @@ def waiting_on_a_lock(db_conn: psycopg.Connection, pids: list[int]) -> bool:
         "SELECT wait_event_type FROM pg_stat_activity WHERE pid = %s", (pids[0],)
     ).fetchone()
     return bool(found and found[0] == "Lock")
+
+
+def test_a_failed_runs_episode_is_marked_failed_before_the_prune_deletes_the_run(
+    instance: DagsterInstance, settings: Settings, db_conn: psycopg.Connection
+) -> None:
+    """Found by the soak: the tick that reconciles a failed run prunes the episode's partition,
+    its runs with it, often before the run-failure sensor has read the run, and the episode
+    stayed `processing` (a rejected broken archive never said `failed`). The tick marks it
+    first, by the same failure policy; an episode the sensor already marked is left alone."""
+    postgres = PostgresResource.from_settings(settings.database)
+    ref, campaign_id, _ = one_episode_campaign(instance, settings, db_conn, "unmarked")
+    now = datetime.now(UTC)
+    drive(instance, postgres, now, random.Random(1))  # the canary wave; its partition added
+    db_conn.execute("UPDATE episodes SET status = 'processing' WHERE id = %s", (ref.episode_id,))
+    run_id = finish(instance, campaign_id, 0, ref, ok=False, error="extracted_files: corrupt")
+    backfill = instance.get_backfill(wave_backfill_id(campaign_id, 0))
+    assert backfill is not None
+    instance.update_backfill(backfill.with_status(BulkActionStatus.COMPLETED_FAILED))
+
+    report = drive(instance, postgres, now + timedelta(seconds=30), random.Random(1))
+    assert report[0].pruned == 1  # the run is gone with its partition: no sensor will see it
+    assert instance.get_run_by_id(run_id) is None
+    row = db_conn.execute("SELECT status FROM episodes WHERE id = %s", (ref.episode_id,))
+    assert row.fetchone() == ("failed",)
+    # Marked once: the sensor's later pass over another failed run changes nothing more.
+    again = instance.get_run_by_id(finish(instance, campaign_id, 0, ref, ok=False))
+    assert again is not None
+    assert fail_episode_of_run(instance, again, postgres, still_processing=True) is None

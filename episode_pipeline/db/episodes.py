@@ -147,6 +147,15 @@ def mark_failed(
     return cursor.rowcount > 0
 
 
+def is_processing(conn: psycopg.Connection, schema: DatabaseSchema, ref: EpisodeRef) -> bool:
+    """The episode's row says `processing` (locked until the transaction ends)."""
+    where, params = _episode_is(schema, ref)
+    row = conn.execute(
+        sql.SQL("SELECT status FROM episodes WHERE {} FOR UPDATE").format(where), params
+    ).fetchone()
+    return row is not None and row[0] == PROCESSING
+
+
 def replace_metadata(
     conn: psycopg.Connection, schema: DatabaseSchema, ref: EpisodeRef, items: list[MetadataItem]
 ) -> None:

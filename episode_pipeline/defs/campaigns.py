@@ -47,6 +47,7 @@ from episode_pipeline.defs.dagster_internals import (
     BulkActionStatus,
     RunRecord,
 )
+from episode_pipeline.defs.failures import fail_episode_of_run
 from episode_pipeline.defs.jobs import EPISODE_JOB_NAME
 from episode_pipeline.defs.partitions import EPISODES_PARTITION_NAME
 from episode_pipeline.defs.resources.database import PostgresResource
@@ -392,6 +393,7 @@ def _drive_campaign(
         )
         recorded = db.recorded_since_claim(conn, campaign_id, campaign.target_code_version)
         observations = []
+        failed_runs: list[DagsterRun] = []  # the episodes' own runs that ended without success
         for row in requested:
             assert row.wave is not None
             episode_runs = runs.get((row.ref.partition_key, row.wave), [])
@@ -429,6 +431,8 @@ def _drive_campaign(
                     error = f"its batch run {run.run_id} ended before it ran: {error}"
                 error_class = classify_error(error)
                 outcome = ledger.Outcome(False, error, error_class)
+                if episode_runs:
+                    failed_runs.append(run)
                 observations.append(Observation(False, error_class, retry_after_seconds(error)))
             transition = ledger.after_outcome(row.attempts, outcome, now, config.retry, rng)
             db.apply_outcome(conn, campaign_id, row.ref, transition, run.run_id)
@@ -530,6 +534,11 @@ def _drive_campaign(
                 + (f"; {rejected} rejected, out of attempts" if rejected else ""),
             )
 
+    # The run-failure sensor marks a failed run's episode `failed`; the prune below deletes a
+    # settled episode's runs, often in this tick, before that sensor read them (the soak left
+    # a rejected episode `processing`). The same policy first, for an episode still unmarked.
+    for run in failed_runs:
+        fail_episode_of_run(instance, run, postgres, still_processing=True)
     report.pruned = prune_settled(instance, postgres, campaign_id, retention)
 
     with postgres.transaction() as conn:

@@ -34,7 +34,7 @@ from dagster import (
     RunsFilter,
 )
 
-from episode_pipeline.db.episodes import mark_failed
+from episode_pipeline.db.episodes import is_processing, mark_failed
 from episode_pipeline.defs.asset_keys import EXTRACTED_FILES_KEY
 from episode_pipeline.defs.jobs import EPISODE_JOB_NAME
 from episode_pipeline.defs.resources.database import PostgresResource
@@ -69,15 +69,25 @@ def was_processing(run: DagsterRun) -> bool:
 
 
 def fail_episode_of_run(
-    instance: DagsterInstance, run: DagsterRun, postgres: PostgresResource
+    instance: DagsterInstance,
+    run: DagsterRun,
+    postgres: PostgresResource,
+    *,
+    still_processing: bool = False,
 ) -> EpisodeRef | None:
     """Mark the run's episode failed if the run was processing it and had not processed it;
-    the change writes its `EpisodesFailed` metric line with the failure's cause class."""
+    the change writes its `EpisodesFailed` metric line with the failure's cause class.
+    `still_processing`: only while the row still says `processing` — for a run deleted before
+    the run-failure sensor may read it (the campaign's prune), never a second metric line for
+    an episode that sensor already marked."""
     ref = episode_of_run(run)
     if ref is None or not was_processing(run):
         return None
     with postgres.transaction() as conn:
-        changed = mark_failed(conn, postgres.database_schema(), ref, run_started_at(instance, run))
+        schema = postgres.database_schema()
+        if still_processing and not is_processing(conn, schema, ref):
+            return None
+        changed = mark_failed(conn, schema, ref, run_started_at(instance, run))
     if not changed:
         return None
     emit_episode_failed(instance, run, ref)
