@@ -18,7 +18,8 @@ H.264), each processed as its own child run in that one process.
   job is not theirs).
 - `ladder_only_task_s_per_episode`: a ladder-only campaign's batch of the same K episodes (its
   run tagged with the selection `hls_renditions` and what depends on it, as the driver tags a
-  wave: campaign/assets.py), against the whole graph's K side; with the cold start added too.
+  wave: campaign/assets.py), against the whole graph's K side; with the cold start added, and
+  as CPU seconds (`ladder_only_cpu_s_per_episode`).
   Each episode's own run then loads `extracted_files` as stored and leaves its frames.
 
 Each repeat makes new batches of the same uploaded episodes (a batch skips the episodes it
@@ -252,7 +253,13 @@ def measure(ctx: BenchContext) -> list[Result]:
         [(w + COLD_START_SECONDS) / k for w in walls["k"]],
         baseline_name=f"the whole graph's, each task +{COLD_START_SECONDS:g} s cold start",
     )  # fmt: skip
-    return [per_episode, cold, cpu, of_one, ladder_only, ladder_cold]
+    ladder_cpu = seconds_result(
+        NAME, f"ladder_only_cpu_s_per_episode@K={k}",
+        [c / k for c in cpus["ladder"]], [c / k for c in cpus["k"]],
+        baseline_name=f"the whole graph's batch of the same K = {k} episodes: CPU",
+    )  # fmt: skip
+    ladder_cpu.unit = "CPU s"
+    return [per_episode, cold, cpu, of_one, ladder_only, ladder_cold, ladder_cpu]
 
 
 def ladder_only_assets(defs: Any) -> list[str]:

@@ -402,7 +402,6 @@ def _drive_campaign(
             report.decisions.append(decision.message)
         db.update_campaign(conn, campaign_id, governor=governor.to_json())
 
-    per_run = config.waves.episodes_per_run
     if campaign.state == ledger.CANCELED:
         # `campaign cancel` cancels the backfills recorded when it ran; a wave recorded by a tick
         # racing it (claimed before the cancel, recorded after) is canceled here, so its runs
