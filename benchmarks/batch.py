@@ -16,6 +16,11 @@ H.264), each processed as its own child run in that one process.
 - `batch_of_one`: the batch of one against the uploads' own run, `process_episode` of the same
   episode by the same command: what the batch job adds at K = 1 (uploads keep K = 1 and this
   job is not theirs).
+- `ladder_only_task_s_per_episode`: a ladder-only campaign's batch of the same K episodes (its
+  run tagged with the selection `hls_renditions` and what depends on it, as the driver tags a
+  wave: campaign/assets.py), against the whole graph's K side; with the cold start added, and
+  as CPU seconds (`ladder_only_cpu_s_per_episode`).
+  Each episode's own run then loads `extracted_files` as stored and leaves its frames.
 
 Each repeat makes new batches of the same uploaded episodes (a batch skips the episodes it
 already processed); the sides run interleaved.
@@ -87,7 +92,9 @@ class Runs:
                 job.name: job.get_python_origin() for job in repository.get_all_jobs()
             }
 
-    def command(self, job_name: str, partition_key: str) -> tuple[str, list[str]]:
+    def command(
+        self, job_name: str, partition_key: str, tags: dict[str, str] | None = None
+    ) -> tuple[str, list[str]]:
         from dagster import DagsterRunStatus
         from dagster._core.remote_origin import RemoteJobOrigin, RemoteRepositoryOrigin
         from dagster._core.storage.tags import PARTITION_NAME_TAG
@@ -96,7 +103,7 @@ class Runs:
         job = self.defs.resolve_job_def(job_name)
         run = self.instance.create_run_for_job(
             job_def=job,
-            tags={**job.run_tags, PARTITION_NAME_TAG: partition_key},
+            tags={**job.run_tags, PARTITION_NAME_TAG: partition_key, **(tags or {})},
             remote_job_origin=RemoteJobOrigin(
                 RemoteRepositoryOrigin(self.origin, REPOSITORY), job_name
             ),
@@ -151,6 +158,7 @@ def measure(ctx: BenchContext) -> list[Result]:
     from episode_pipeline.defs.batches import BATCH_JOB_NAME
     from episode_pipeline.defs.jobs import EPISODE_JOB_NAME
     from episode_pipeline.defs.partitions import BATCHES_PARTITION_NAME, EPISODES_PARTITION_NAME
+    from episode_pipeline.defs.runs import CAMPAIGN_ASSETS_TAG, assets_tags
     from episode_pipeline.episodes.batches import batch_key
 
     k = ctx.config.batch_k
@@ -162,17 +170,24 @@ def measure(ctx: BenchContext) -> list[Result]:
         instance.add_dynamic_partitions(EPISODES_PARTITION_NAME, [refs[0].partition_key])
     campaign = f"bench{uuid.uuid4().hex[:6]}"
 
-    def batch(repeat: int, episodes: list[Any]) -> tuple[str, tuple[float, float]]:
-        key = batch_key(campaign, repeat, len(episodes))
+    ladder = assets_tags(ladder_only_assets(runs.defs))
+
+    def batch(
+        repeat: int,
+        episodes: list[Any],
+        number: int | None = None,
+        tags: dict[str, str] | None = None,
+    ) -> tuple[str, tuple[float, float]]:
+        key = batch_key(campaign, repeat, len(episodes) if number is None else number)
         with connect(settings.database) as conn:
             create_batch(conn, key, episodes)
             conn.commit()
         instance.add_dynamic_partitions(BATCHES_PARTITION_NAME, [key])
-        run_id, command = runs.command(BATCH_JOB_NAME, key)
+        run_id, command = runs.command(BATCH_JOB_NAME, key, tags)
         return run_id, run_worker(env, command)
 
-    walls: dict[str, list[float]] = {"k": [], "one": [], "upload": []}
-    cpus: dict[str, list[float]] = {"k": [], "one": [], "upload": []}
+    walls: dict[str, list[float]] = {"k": [], "one": [], "upload": [], "ladder": []}
+    cpus: dict[str, list[float]] = {"k": [], "one": [], "upload": [], "ladder": []}
     run_ids: list[str] = []
 
     def measured(side: str, run_id: str, wall_cpu: tuple[float, float]) -> None:
@@ -188,6 +203,9 @@ def measure(ctx: BenchContext) -> list[Result]:
         with ctx.phase("baseline: the uploads' run"):
             run_id, command = runs.command(EPISODE_JOB_NAME, refs[0].partition_key)
             measured("upload", run_id, run_worker(env, command))
+        with ctx.phase(f"ours: a ladder-only campaign's batch, K={k}"):
+            # The K side processed these episodes: their extracted files are stored.
+            measured("ladder", *batch(repeat, refs, number=k + 1, tags=ladder))
     statuses = {instance.get_run_by_id(run_id).status for run_id in run_ids}  # type: ignore[union-attr]
     if statuses != {DagsterRunStatus.SUCCESS}:
         raise RuntimeError(f"{NAME}: runs ended {statuses}")
@@ -223,4 +241,32 @@ def measure(ctx: BenchContext) -> list[Result]:
         NAME, "batch_of_one", walls["one"], walls["upload"],
         baseline_name="the uploads' run (process_episode) of the same episode, same command",
     )  # fmt: skip
-    return [per_episode, cold, cpu, of_one]
+    ladder_walls = [w / k for w in walls["ladder"]]
+    ladder_only = seconds_result(
+        NAME, f"ladder_only_task_s_per_episode@K={k}", ladder_walls, [w / k for w in walls["k"]],
+        baseline_name=f"the whole graph's batch of the same K = {k} episodes, the same command",
+        details={"assets": ladder[CAMPAIGN_ASSETS_TAG].split(",")},
+    )  # fmt: skip
+    ladder_cold = seconds_result(
+        NAME, f"ladder_only_task_s_per_episode_cold@K={k}",
+        [(w + COLD_START_SECONDS) / k for w in walls["ladder"]],
+        [(w + COLD_START_SECONDS) / k for w in walls["k"]],
+        baseline_name=f"the whole graph's, each task +{COLD_START_SECONDS:g} s cold start",
+    )  # fmt: skip
+    ladder_cpu = seconds_result(
+        NAME, f"ladder_only_cpu_s_per_episode@K={k}",
+        [c / k for c in cpus["ladder"]], [c / k for c in cpus["k"]],
+        baseline_name=f"the whole graph's batch of the same K = {k} episodes: CPU",
+    )  # fmt: skip
+    ladder_cpu.unit = "CPU s"
+    return [per_episode, cold, cpu, of_one, ladder_only, ladder_cold, ladder_cpu]
+
+
+def ladder_only_assets(defs: Any) -> list[str]:
+    """A ladder change's selection: `hls_renditions` and what depends on it, in graph order."""
+    from episode_pipeline.campaign.assets import downstream_closure
+    from episode_pipeline.defs.code_versions import asset_children
+    from episode_pipeline.defs.jobs import EPISODE_ASSETS
+
+    closure = downstream_closure(["hls_renditions"], asset_children(defs.resolve_asset_graph()))
+    return [name for name in EPISODE_ASSETS if name in closure]

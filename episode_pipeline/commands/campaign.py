@@ -22,12 +22,18 @@ from episode_pipeline.episodes.code_versions import code_version_digest
 from episode_pipeline.reprocess import STATUSES, Selection, _episode, _since, selection_sql
 
 
-def current_code_versions(settings: Settings) -> dict[str, str]:
-    """The versions the code location deploys under these settings (defs/code_versions.py)."""
+def current_asset_graph(settings: Settings) -> Any:
+    """The asset graph the code location deploys under these settings."""
     from episode_pipeline.definitions import build_definitions
+
+    return build_definitions(settings).resolve_asset_graph()
+
+
+def current_code_versions(settings: Settings, asset_graph: Any = None) -> dict[str, str]:
+    """The versions the code location deploys under these settings (defs/code_versions.py)."""
     from episode_pipeline.defs.code_versions import code_versions
 
-    return code_versions(build_definitions(settings).resolve_asset_graph())
+    return code_versions(asset_graph or current_asset_graph(settings))
 
 
 def selection_of(args: argparse.Namespace, target: str) -> Selection:
@@ -79,7 +85,8 @@ def plan(conn: Any, settings: Settings, args: argparse.Namespace) -> dict[str, A
     from episode_pipeline.db.campaigns import count_selection
     from episode_pipeline.db.outputs import measured_run_seconds
 
-    versions = current_code_versions(settings)
+    graph = current_asset_graph(settings)
+    versions = current_code_versions(settings, graph)
     target = code_version_digest(versions)
     selection = selection_of(args, target)
     query, params = episodes_query(conn, selection)
@@ -108,6 +115,7 @@ def plan(conn: Any, settings: Settings, args: argparse.Namespace) -> dict[str, A
         "canary_wave": canary,
         "config": config.to_json(),
         "estimate": figures.as_dict(),
+        **plan_assets_of(conn, settings, graph, versions, query, params, args),
         "_query": (query, params, selection),
     }
 
@@ -132,6 +140,7 @@ def format_plan(planned: dict[str, Any]) -> str:
             f"requests, {e['hours_to_finish']} h to finish at concurrency "
             f"{planned['config']['governor']['start_limit']} "
             f"({e['seconds_per_episode']} task-s per episode)",
+            *asset_lines(planned),
         ]
     )
 
@@ -282,6 +291,7 @@ def cmd_campaign(args: argparse.Namespace) -> int:
             planned = plan(conn, settings, args)
             query, params, selection = planned.pop("_query")
             if args.action == "plan":
+                planned.pop(ASSETS_INTERNAL, None)
                 print(json.dumps(planned, indent=2) if args.json else format_plan(planned))
                 return 0
             from dagster import DagsterInstance
@@ -365,7 +375,12 @@ def start(
         conn,
         campaign_id,
         name,
-        {"describe": selection.describe(), **_selection_json(args), "skipped": planned["skipped"]},
+        {
+            "describe": selection.describe(),
+            **_selection_json(args),
+            "skipped": planned["skipped"],
+            **campaign_assets_json(planned),
+        },
         planned["target_code_version"],
         config.to_json(),
         GovernorState.start(config.governor).to_json(),
@@ -373,6 +388,7 @@ def start(
         params,
     )
     db.log_decision(conn, campaign_id, "state", f"started over {count} episode(s)")
+    record_asset_selection(conn, campaign_id, planned)
     if planned["skipped"]:
         db.log_decision(
             conn,
@@ -446,5 +462,129 @@ def add_campaign_parser(commands: argparse._SubParsersAction) -> None:
         help="start or resume: go on although the canary has no figures from before to compare "
         "(the first campaign after migration 004)",
     )
+    parser.add_argument(
+        "--whole-graph",
+        action="store_true",
+        help="run every asset of each episode, not only those whose code version changed and "
+        "what depends on them",
+    )
     parser.add_argument("--json", action="store_true", help="machine-readable output")
     parser.set_defaults(handler=cmd_campaign)
+
+
+# -- the asset selection: the changed assets and those downstream (campaign/assets.py) ---------
+
+ASSETS_INTERNAL = "_assets"  # what `start` records beyond the plan's JSON
+
+
+def plan_assets_of(
+    conn: Any,
+    settings: Settings,
+    graph: Any,
+    versions: dict[str, str],
+    query: str,
+    params: tuple[Any, ...],
+    args: argparse.Namespace,
+) -> dict[str, Any]:
+    """The plan's `assets`: which assets the campaign runs, which episodes run the whole graph
+    and why. The episodes the selection serves are HEADed for the stored outputs it loads (one
+    HEAD each, in parallel): one without them runs the whole graph, counted here."""
+    from episode_pipeline.campaign import assets as rules
+    from episode_pipeline.db.campaigns import episodes_recorded_under, recorded_groups
+    from episode_pipeline.defs.code_versions import asset_children, stored_in_s3
+    from episode_pipeline.defs.io_managers.s3_outputs import missing_stored_outputs
+    from episode_pipeline.defs.jobs import EPISODE_ASSETS
+    from episode_pipeline.storage.bucket import Bucket
+
+    children = asset_children(graph)
+    groups = recorded_groups(conn, query, params)
+    chosen = rules.plan_assets(
+        [(recorded, n) for _, recorded, n in groups], versions, children, EPISODE_ASSETS
+    )
+    if getattr(args, "whole_graph", False):
+        chosen = rules.AssetPlan(None, chosen.whole_graph, 0, {})
+    digests: list[str] = []
+    missing = []
+    stored: list[str] = []
+    if chosen.assets is not None:
+        digests = [
+            digest
+            for digest, recorded, _ in groups
+            if digest and recorded and set(versions) <= set(recorded)
+        ]
+        stored = sorted(rules.stored_inputs(chosen.assets, children))
+        served = episodes_recorded_under(conn, query, params, digests)
+        missing = missing_stored_outputs(
+            Bucket(settings.bucket, settings.aws), stored_in_s3(graph, stored), served
+        )
+        chosen = rules.with_missing_outputs(chosen, len(missing))
+    changed = sorted(
+        set().union(
+            *(
+                rules.changed_assets(recorded, versions)
+                for _, recorded, _ in groups
+                if recorded and set(versions) <= set(recorded)
+            )
+        )
+    )
+    return {
+        "assets": {**chosen.as_json(), "changed": changed, "loaded_as_stored": stored},
+        ASSETS_INTERNAL: {
+            "digests": digests,
+            "missing": [ref.partition_key for ref in missing],
+        },
+    }
+
+
+def asset_lines(planned: dict[str, Any]) -> list[str]:
+    """The plan's lines on the assets it runs (text output)."""
+    chosen = planned.get("assets")
+    if not chosen:
+        return []
+    if chosen["whole_graph"]:
+        return [f"assets to run: the whole graph ({', '.join(chosen['assets'])})"]
+    lines = [
+        f"assets to run: {', '.join(chosen['assets'])} (changed: {', '.join(chosen['changed'])};"
+        f" loaded as stored: {', '.join(chosen['loaded_as_stored']) or 'nothing'})"
+    ]
+    if chosen["episodes_whole_graph"]:
+        reasons = ", ".join(f"{n} {why}" for why, n in chosen["whole_graph_reasons"].items())
+        lines.append(
+            f"  the whole graph for {chosen['episodes_whole_graph']} episode(s) ({reasons}),"
+            " in waves of their own"
+        )
+    return lines
+
+
+def campaign_assets_json(planned: dict[str, Any]) -> dict[str, Any]:
+    """What the campaign row keeps of the selection (`selection.assets`): the driver's every
+    tick, a restarted daemon's too, reads it there. Absent: the whole graph."""
+    chosen = planned.get("assets")
+    if not chosen or chosen["whole_graph"]:
+        return {}
+    return {"assets": chosen["assets"]}
+
+
+def record_asset_selection(conn: Any, campaign_id: str, planned: dict[str, Any]) -> None:
+    """Flag the ledger's episodes that run the whole graph, and say so in the decisions."""
+    from episode_pipeline.db import campaigns as db
+    from episode_pipeline.episodes.keys import parse_partition_key
+
+    chosen = planned.get("assets")
+    internal = planned.get(ASSETS_INTERNAL)
+    if not chosen or chosen["whole_graph"] or internal is None:
+        return
+    missing = [parse_partition_key(key) for key in internal["missing"]]
+    whole = db.mark_whole_graph(conn, campaign_id, internal["digests"], missing)
+    db.log_decision(
+        conn,
+        campaign_id,
+        "selection",
+        f"runs {', '.join(chosen['assets'])}; the whole graph for {whole} episode(s)",
+        {
+            "assets": chosen["assets"],
+            "episodes_whole_graph": whole,
+            "digests": internal["digests"],
+            "missing_stored_outputs": internal["missing"][: db.SKIPPED_NAMED],
+        },
+    )

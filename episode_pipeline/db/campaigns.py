@@ -3,7 +3,8 @@ the transaction unless a function says otherwise; the rules are `campaign/`'s.""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+import secrets
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -12,6 +13,7 @@ import psycopg
 from psycopg import sql
 from psycopg.types.json import Jsonb
 
+from episode_pipeline.campaign.assets import is_missing_stored_output
 from episode_pipeline.campaign.canary import CanaryEpisode
 from episode_pipeline.campaign.ledger import (
     FAILED,
@@ -60,10 +62,12 @@ class LedgerRow:
     run_id: str | None
     partition_added: bool
     updated_at: datetime
+    whole_graph: bool = False  # runs every asset, not the campaign's selection (migration 007)
 
 
 _ROW_COLUMNS = (
-    "org_id, episode_id, state, attempts, wave, batch_key, run_id, partition_added, updated_at"
+    "org_id, episode_id, state, attempts, wave, batch_key, run_id, partition_added, updated_at,"
+    " whole_graph"
 )
 
 
@@ -264,16 +268,24 @@ def claim_wave(
     with its batch key (`<campaign>.w<wave>.b<n>`, K episodes each). `FOR UPDATE SKIP LOCKED`:
     two ticks at once never claim the same row. Read in the order of the index of migration 006,
     so a claim reads about `size` rows, however many the campaign holds."""
+    # A wave is of one kind, the whole graph or the campaign's asset selection (its backfill has
+    # one): the kind of the first row in claim order (the start puts whole-graph rows first).
+    first = conn.execute(
+        f"SELECT whole_graph FROM campaign_episodes WHERE {CLAIMABLE_WHERE}"
+        " ORDER BY attempts, position LIMIT 1",
+        (campaign_id, now),
+    ).fetchone()
+    whole_graph = bool(first and first[0])
     while True:  # again while it rejects a row the pipeline cannot key: it claims the next
         rows = conn.execute(
             f"""
             SELECT org_id, episode_id FROM campaign_episodes
-             WHERE {CLAIMABLE_WHERE}
+             WHERE {CLAIMABLE_WHERE} AND whole_graph = %s
              ORDER BY attempts, position
              LIMIT %s
                FOR UPDATE SKIP LOCKED
             """,
-            (campaign_id, now, size),
+            (campaign_id, now, whole_graph, size),
         ).fetchall()
         refs = reject_unkeyable(conn, campaign_id, rows)
         if len(refs) == len(rows):
@@ -292,7 +304,7 @@ def claim_wave(
             [(REQUESTED, wave, key, campaign_id, org, ep) for org, ep, key in claimed],
         )
     return [
-        LedgerRow(EpisodeRef(org, ep), REQUESTED, 0, wave, key, None, False, now)
+        LedgerRow(EpisodeRef(org, ep), REQUESTED, 0, wave, key, None, False, now, whole_graph)
         for org, ep, key in claimed
     ]
 
@@ -384,12 +396,14 @@ def apply_outcome(
     transition: Transition,
     run_id: str | None,
 ) -> None:
-    """`requested` → the transition's state; a row no longer `requested` is left alone."""
+    """`requested` → the transition's state; a row no longer `requested` is left alone. A run
+    that failed for want of a stored output its asset selection reads makes the episode's retry
+    run the whole graph (campaign/assets.py)."""
     conn.execute(
         """
         UPDATE campaign_episodes
            SET state = %s, attempts = %s, retry_after = %s, last_error = %s, error_class = %s,
-               run_id = %s, updated_at = now()
+               run_id = %s, updated_at = now(), whole_graph = whole_graph OR %s
          WHERE campaign_id = %s AND org_id = %s AND episode_id = %s AND state = %s
         """,
         (
@@ -399,6 +413,7 @@ def apply_outcome(
             transition.last_error,
             transition.error_class,
             run_id,
+            is_missing_stored_output(transition.last_error),
             campaign_id,
             ref.org_id,
             ref.episode_id,
@@ -569,5 +584,79 @@ def succeeded_since(conn: psycopg.Connection, campaign_id: str, since: datetime)
         "SELECT count(*) FROM campaign_episodes WHERE campaign_id = %s AND state = %s"
         " AND updated_at >= %s",
         (campaign_id, SUCCEEDED, since),
+    ).fetchone()
+    return int(row[0]) if row else 0
+
+
+# -- the asset selection: which assets the campaign runs, which episodes run them all ----------
+
+
+def recorded_groups(
+    conn: psycopg.Connection, episodes_query: str, params: Sequence[Any]
+) -> list[tuple[str | None, dict[str, str] | None, int]]:
+    """The selection's keyable episodes grouped by their record (`episode_outputs`):
+    `(digest, code versions, episodes)`, `(None, None, n)` for the episodes with none. One pass;
+    a fleet has a few digests, not one per episode."""
+    rows = conn.execute(
+        sql.SQL(
+            "SELECT o.code_version, (array_agg(o.code_versions))[1], count(*) FROM {selected}"
+            " LEFT JOIN episode_outputs o ON o.org_id = s.org_id AND o.episode_id = s.episode_id"
+            " WHERE NOT {unkeyable} GROUP BY o.code_version"
+        ).format(selected=_selected(episodes_query), unkeyable=_UNKEYABLE),
+        params,
+    ).fetchall()
+    return [(digest, versions, int(n)) for digest, versions, n in rows]
+
+
+def episodes_recorded_under(
+    conn: psycopg.Connection, episodes_query: str, params: Sequence[Any], digests: Sequence[str]
+) -> Iterator[EpisodeRef]:
+    """The selection's keyable episodes recorded under these digests, streamed (a server-side
+    cursor, which lives in a transaction: a million never sit in this process at once)."""
+    with conn.transaction(), conn.cursor(name=f"recorded_{secrets.token_hex(4)}") as cursor:
+        cursor.execute(
+            sql.SQL(
+                "SELECT s.org_id, s.episode_id FROM {selected} JOIN episode_outputs o"
+                " ON o.org_id = s.org_id AND o.episode_id = s.episode_id"
+                " WHERE NOT {unkeyable} AND o.code_version = ANY(%s)"
+            ).format(selected=_selected(episodes_query), unkeyable=_UNKEYABLE),
+            (*params, list(digests)),
+        )
+        for org_id, episode_id in cursor:
+            yield EpisodeRef(org_id, episode_id)
+
+
+def mark_whole_graph(
+    conn: psycopg.Connection,
+    campaign_id: str,
+    partial_digests: Sequence[str],
+    missing: Iterable[EpisodeRef],
+) -> int:
+    """Flag the campaign's episodes that run the whole graph: those not recorded under a digest
+    the asset selection serves, and those whose stored outputs are `missing`; then renumber the
+    ledger so they come first (a wave claims one kind: interleaved, the waves would shrink).
+    Returns how many are flagged."""
+    conn.execute(
+        "UPDATE campaign_episodes c SET whole_graph = true WHERE c.campaign_id = %s"
+        " AND NOT EXISTS (SELECT 1 FROM episode_outputs o WHERE o.org_id = c.org_id"
+        " AND o.episode_id = c.episode_id AND o.code_version = ANY(%s))",
+        (campaign_id, list(partial_digests)),
+    )
+    conn.cursor().executemany(
+        "UPDATE campaign_episodes SET whole_graph = true"
+        " WHERE campaign_id = %s AND org_id = %s AND episode_id = %s",
+        [(campaign_id, ref.org_id, ref.episode_id) for ref in missing],
+    )
+    conn.execute(
+        "UPDATE campaign_episodes c SET position = n.position FROM"
+        " (SELECT org_id, episode_id, row_number() OVER (ORDER BY whole_graph DESC, position)"
+        "  AS position FROM campaign_episodes WHERE campaign_id = %s) n"
+        " WHERE c.campaign_id = %s AND c.org_id = n.org_id AND c.episode_id = n.episode_id"
+        " AND c.position <> n.position",
+        (campaign_id, campaign_id),
+    )
+    row = conn.execute(
+        "SELECT count(*) FROM campaign_episodes WHERE campaign_id = %s AND whole_graph",
+        (campaign_id,),
     ).fetchone()
     return int(row[0]) if row else 0

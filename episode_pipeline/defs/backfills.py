@@ -9,7 +9,7 @@ import time
 import uuid
 from collections.abc import Mapping, Sequence
 
-from dagster import DagsterInstance
+from dagster import AssetKey, DagsterInstance
 from dagster._core.definitions.repository_definition import SINGLETON_REPOSITORY_NAME
 from dagster._core.execution.backfill import BulkActionStatus, PartitionBackfill
 from dagster._core.remote_origin import (
@@ -38,8 +38,11 @@ def record_backfill(
     tags: Mapping[str, str],
     backfill_id: str | None = None,
     job_name: str = EPISODE_JOB_NAME,
+    asset_selection: Sequence[str] | None = None,
 ) -> str:
-    """One requested backfill of `job_name` over these (existing) partitions; its id."""
+    """One requested backfill of `job_name` over these (existing) partitions; its id. With
+    `asset_selection`, each run materializes only those assets of the job (the daemon subsets
+    the job, as the Launchpad does for a selection)."""
     origin = RemotePartitionSetOrigin(
         repository_origin=RemoteRepositoryOrigin(
             code_location_origin=InProcessCodeLocationOrigin(
@@ -63,6 +66,9 @@ def record_backfill(
             backfill_timestamp=time.time(),
             title=title,
             description=description,
+            asset_selection=[AssetKey(name) for name in asset_selection]
+            if asset_selection
+            else None,
         )
     )
     return backfill_id

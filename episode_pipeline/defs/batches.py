@@ -25,11 +25,12 @@ runs start outside the run queue; the queue counts a batch once and holds its ep
 an upload of one of them (`defs/run_coordinator.batch_queue_config`).
 """
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import psycopg
 from dagster import (
+    AssetKey,
     DagsterEventType,
     DagsterInstance,
     DagsterRunStatus,
@@ -45,15 +46,20 @@ from dagster import (
     op,
 )
 
+from episode_pipeline.campaign.assets import stored_inputs
 from episode_pipeline.db.batches import batch_episodes
+from episode_pipeline.defs.code_versions import asset_children, stored_in_s3
 from episode_pipeline.defs.failures import fail_episode_of_run
+from episode_pipeline.defs.io_managers.s3_outputs import missing_stored_outputs
 from episode_pipeline.defs.metadata import table
 from episode_pipeline.defs.partitions import EPISODES_PARTITION_NAME, batch_partitions
 from episode_pipeline.defs.resources.database import PostgresResource
+from episode_pipeline.defs.resources.s3 import S3BucketResource
 from episode_pipeline.defs.run_errors import user_error_text
 from episode_pipeline.defs.runs import (
     BATCH_TAG,
     PARTITION_TAG,
+    assets_of_tags,
     batch_child_tags,
     episode_tags,
     in_process_tags,
@@ -61,6 +67,7 @@ from episode_pipeline.defs.runs import (
 )
 from episode_pipeline.episodes.batches import InvalidBatchKey, parse_batch_key
 from episode_pipeline.episodes.keys import EpisodeRef
+from episode_pipeline.storage.bucket import Bucket
 
 BATCH_JOB_NAME = "process_episode_batch"
 SUCCEEDED = "succeeded"
@@ -162,16 +169,18 @@ def run_episode(
     ref: EpisodeRef,
     tags: Mapping[str, str],
     postgres: PostgresResource,
+    assets: Sequence[str] | None = None,
 ) -> EpisodeOutcome:
-    """One child run of the episode job in this process; its failure is its episode's alone.
-    Even an error of Dagster's around the run (no run made, nothing marked) is this episode's
-    outcome, not the batch's."""
+    """One child run of the episode job in this process (of `assets` only, when given); its
+    failure is its episode's alone. Even an error of Dagster's around the run (no run made,
+    nothing marked) is this episode's outcome, not the batch's."""
     try:
         result = episode_job.execute_in_process(
             partition_key=ref.partition_key,
             instance=context.instance,
             raise_on_error=False,
             tags={**tags, **in_process_tags(), **episode_tags(ref.partition_key)},
+            asset_selection=[AssetKey(name) for name in assets] if assets else None,
         )
     except Exception as error:
         context.log.exception(f"{ref}: its run could not be executed")
@@ -194,8 +203,11 @@ def batch_job(episode_job: Callable[[], JobDefinition]) -> JobDefinition:
         description="Runs each episode of the batch as its own run of process_episode, in this "
         "task; one episode's failure is its own. Lists every episode's outcome and run.",
     )
-    def process_batch_episodes(context: OpExecutionContext, postgres: PostgresResource):
-        yield Output(None, metadata=outcome_metadata(run_batch(context, episode_job(), postgres)))
+    def process_batch_episodes(
+        context: OpExecutionContext, postgres: PostgresResource, s3: S3BucketResource
+    ):
+        outcomes = run_batch(context, episode_job(), postgres, s3.get_client())
+        yield Output(None, metadata=outcome_metadata(outcomes))
 
     @job(
         name=BATCH_JOB_NAME,
@@ -209,10 +221,26 @@ def batch_job(episode_job: Callable[[], JobDefinition]) -> JobDefinition:
     return process_episode_batch
 
 
+def episode_assets(
+    episode_job: JobDefinition, assets: Sequence[str] | None, bucket: Bucket, ref: EpisodeRef
+) -> list[str] | None:
+    """What the episode's run materializes: the campaign's selection (the run's tag), or the
+    whole graph (None) when the selection loads a stored output the episode lacks."""
+    if not assets:
+        return None
+    graph = episode_job.asset_layer.asset_graph
+    stored = stored_in_s3(graph, stored_inputs(assets, asset_children(graph)))
+    return None if missing_stored_outputs(bucket, stored, [ref]) else list(assets)
+
+
 def run_batch(
-    context: OpExecutionContext, episode_job: JobDefinition, postgres: PostgresResource
+    context: OpExecutionContext,
+    episode_job: JobDefinition,
+    postgres: PostgresResource,
+    bucket: Bucket,
 ) -> list[EpisodeOutcome]:
-    """Each episode of the context's batch partition in turn, as its own run."""
+    """Each episode of the context's batch partition in turn, as its own run, of the
+    campaign's asset selection when its run names one."""
     batch_key = context.partition_key
     try:
         parse_batch_key(batch_key)
@@ -235,6 +263,7 @@ def run_batch(
     add_episode_partitions(instance, refs)
     done = succeeded_in_batch(instance, batch_key)
     tags = batch_child_tags(batch_key, context.run_id, context.run.tags)
+    selection = assets_of_tags(context.run.tags)
     outcomes: list[EpisodeOutcome] = []
     for position, ref in enumerate(refs):
         if ref.partition_key in done:
@@ -243,7 +272,13 @@ def run_batch(
             )
         else:
             context.log.info(f"batch {batch_key}: episode {position + 1}/{len(refs)} {ref}")
-            outcome = run_episode(context, episode_job, position, ref, tags, postgres)
+            assets = episode_assets(episode_job, selection, bucket, ref)
+            if selection and assets is None:
+                context.log.warning(
+                    f"{ref}: a stored output that {', '.join(selection)} load is missing: "
+                    "its run is of the whole graph"
+                )
+            outcome = run_episode(context, episode_job, position, ref, tags, postgres, assets)
         outcomes.append(outcome)
         log = context.log.warning if outcome.outcome == FAILED else context.log.info
         log(

@@ -16,7 +16,7 @@ import hashlib
 import logging
 import random
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -53,7 +53,12 @@ from episode_pipeline.defs.partitions import EPISODES_PARTITION_NAME
 from episode_pipeline.defs.resources.database import PostgresResource
 from episode_pipeline.defs.retention import prune_campaign_partitions
 from episode_pipeline.defs.run_errors import user_error_text
-from episode_pipeline.defs.runs import IN_FLIGHT_STATUSES, PARTITION_TAG, known_partitions
+from episode_pipeline.defs.runs import (
+    IN_FLIGHT_STATUSES,
+    PARTITION_TAG,
+    assets_tags,
+    known_partitions,
+)
 from episode_pipeline.runtime.injection_points import reach
 
 CAMPAIGN_WAVE_TAG = "episode_pipeline/campaign_wave"
@@ -451,7 +456,6 @@ def _drive_campaign(
             report.decisions.append(decision.message)
         db.update_campaign(conn, campaign_id, governor=governor.to_json())
 
-    per_run = config.waves.episodes_per_run
     if campaign.state == ledger.CANCELED:
         # `campaign cancel` cancels the backfills recorded when it ran; a wave recorded by a tick
         # racing it (claimed before the cancel, recorded after) is canceled here, so its runs
@@ -480,7 +484,7 @@ def _drive_campaign(
     for wave, rows in sorted(repair.items()):
         backfill = instance.get_backfill(wave_backfill_id(campaign_id, wave))
         if backfill is None and campaign.state == ledger.RUNNING:
-            launch_wave(instance, postgres, campaign.name, campaign_id, wave, rows, per_run)
+            launch_wave(instance, postgres, campaign, wave, rows)
             report.repaired_waves.append(wave)
             continue
         if backfill is not None and backfill.status not in BULK_ACTION_TERMINAL_STATUSES:
@@ -604,23 +608,22 @@ def _drive_campaign(
         )
     report.claimed, report.wave = len(claimed), wave
     reach(AFTER_CLAIM, about=f"{campaign_id}.w{wave}")
-    launch_wave(
-        instance, postgres, campaign.name, campaign_id, wave, claimed, config.waves.episodes_per_run
-    )
+    launch_wave(instance, postgres, campaign, wave, claimed)
     return report
 
 
 def launch_wave(
     instance: DagsterInstance,
     postgres: PostgresResource,
-    name: str,
-    campaign_id: str,
+    campaign: db.Campaign,
     wave: int,
     rows: list[db.LedgerRow],
-    episodes_per_run: int,
 ) -> str:
     """Add the wave's missing partitions (remembered as the campaign's, to prune), then record
-    its backfill under the wave's id."""
+    its backfill under the wave's id, of the campaign's asset selection (`wave_assets`: every
+    asset for a wave of whole-graph episodes), in runs of the campaign's K episodes."""
+    name, campaign_id = campaign.name, campaign.id
+    episodes_per_run = CampaignConfig.from_json(campaign.settings).waves.episodes_per_run
     keys = [row.ref.partition_key for row in rows]
     known = known_partitions(instance, keys)
     missing = [row.ref for row in rows if row.ref.partition_key not in known]
@@ -640,6 +643,8 @@ def launch_wave(
         if new_batches:
             instance.add_dynamic_partitions(BATCHES_PARTITION_NAME, new_batches)
         partition_keys, job_name = batch_keys, BATCH_JOB_NAME
+    selection = wave_assets(campaign_assets(campaign), rows)
+    tags = {**campaign_tags(campaign_id, wave), **assets_tags(selection)}
     backfill_id = wave_backfill_id(campaign_id, wave)
     if instance.get_backfill(backfill_id) is None:
         record_backfill(
@@ -649,11 +654,27 @@ def launch_wave(
             description=f"campaign {campaign_id}: {len(keys)} episode(s) in "
             f"{len(partition_keys)} run(s), {len(missing)} partition(s) added "
             "(episode-pipeline campaign status)",
-            tags=campaign_tags(campaign_id, wave),
+            tags=tags,
             backfill_id=backfill_id,
             job_name=job_name,
+            # K > 1: the batch job has no assets to select; its op reads the tag (defs/batches.py).
+            asset_selection=selection if job_name == EPISODE_JOB_NAME else None,
         )
     return backfill_id
+
+
+def campaign_assets(campaign: db.Campaign) -> list[str] | None:
+    """The campaign's asset selection as `start` recorded it (None: the whole graph; a
+    campaign started before selections were recorded runs the whole graph too)."""
+    return (campaign.selection or {}).get("assets") or None
+
+
+def wave_assets(assets: Sequence[str] | None, rows: list[db.LedgerRow]) -> list[str] | None:
+    """A wave's selection: the campaign's, unless its episodes run the whole graph (a claim
+    takes one kind; a repaired wave's rows say which)."""
+    if not assets or any(row.whole_graph for row in rows):
+        return None
+    return list(assets)
 
 
 def create_batches(conn: Any, rows: list[db.LedgerRow]) -> None:

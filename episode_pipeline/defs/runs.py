@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 import socket
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -49,6 +49,10 @@ BATCH_TAG = "episode_pipeline/batch"
 BATCH_RUN_TAG = "episode_pipeline/batch_run"
 # Tags of a batch run that its episode runs inherit (the campaign's own tags).
 CAMPAIGN_TAG_PREFIX = "episode_pipeline/campaign"
+# A campaign run's asset selection, comma-separated (campaign/assets.py): the backfill's runs
+# of the episode job carry it beside their selection, a batch run's op runs its episodes with
+# it (its children inherit it, as every campaign tag). Absent: the whole graph.
+CAMPAIGN_ASSETS_TAG = "episode_pipeline/campaign_assets"
 # An episode held in the run queue (defs/run_coordinator.py): every queued run of an episode
 # carries `<prefix><ORG/EP>`, and a batch run one for each of its episodes, so that while a batch
 # is in flight the queue launches either it or a run of one of its episodes, never both (its
@@ -118,6 +122,16 @@ def batch_child_tags(
         BATCH_RUN_TAG: batch_run_id,
         TRANSCODER_TAG: SUBPROCESS,
     }
+
+
+def assets_tags(assets: Sequence[str] | None) -> dict[str, str]:
+    return {CAMPAIGN_ASSETS_TAG: ",".join(assets)} if assets else {}
+
+
+def assets_of_tags(tags: Mapping[str, str]) -> list[str] | None:
+    """The asset selection a run's tags name (None: the whole graph)."""
+    value = tags.get(CAMPAIGN_ASSETS_TAG)
+    return [name for name in value.split(",") if name] if value else None
 
 
 def in_process_tags() -> dict[str, str]:

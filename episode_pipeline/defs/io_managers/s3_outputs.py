@@ -13,9 +13,11 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from datetime import date, datetime
 from enum import Enum
+from itertools import islice
 from pathlib import PurePath
 from typing import Any
 
@@ -30,8 +32,8 @@ from dagster import (
 from pydantic import PrivateAttr
 
 from episode_pipeline.defs.resources.s3 import S3BucketResource
-from episode_pipeline.episodes.keys import parse_partition_key
-from episode_pipeline.storage.bucket import is_not_found
+from episode_pipeline.episodes.keys import EpisodeRef, parse_partition_key
+from episode_pipeline.storage.bucket import Bucket, is_not_found
 
 DAGSTER_DIR = "_dagster"
 
@@ -131,3 +133,32 @@ class S3IOManager(ConfigurableIOManager):
                 f"{bucket.uri(key)} does not exist; materialize that asset (for that partition) "
                 "first"
             ) from error
+
+
+S3_IO_MANAGER_KEY = "s3_io_manager"
+PROBE_THREADS = 32  # HEADs at once: a million episodes' stored outputs in minutes
+
+
+def missing_stored_outputs(
+    bucket: Bucket, assets: Iterable[AssetKey], refs: Iterable[EpisodeRef]
+) -> list[EpisodeRef]:
+    """The episodes whose stored output of one of these assets is not in the bucket (one HEAD
+    each): a run that loads it would fail (`MissingStoredOutput`); they need the whole graph."""
+    keys = list(assets)
+    if not keys:
+        return []
+
+    def missing(ref: EpisodeRef) -> bool:
+        return any(bucket.head(object_key(key, ref.partition_key)) is None for key in keys)
+
+    with ThreadPoolExecutor(PROBE_THREADS) as pool:
+        return [ref for ref, lacks in _probed(pool, missing, refs) if lacks]
+
+
+def _probed(
+    pool: ThreadPoolExecutor, probe: Callable[[EpisodeRef], bool], refs: Iterable[EpisodeRef]
+) -> Iterator[tuple[EpisodeRef, bool]]:
+    """`(ref, probe(ref))`, a chunk at a time: refs may be streamed, never all in flight."""
+    refs = iter(refs)
+    while chunk := list(islice(refs, 100 * PROBE_THREADS)):
+        yield from zip(chunk, pool.map(probe, chunk), strict=True)
