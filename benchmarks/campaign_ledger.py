@@ -1,66 +1,89 @@
-"""Stage `campaign_ledger`: what the campaign driver's reads of its ledger cost per tick, at each
-of `ledger_sizes` rows (100,000 and 1,000,000), with migration 006's indexes and without them.
+"""Stage `campaign_ledger`: every statement of the campaign driver's tick, at each of
+`ledger_sizes` rows (100,000 and 1,000,000): flat, or growing with the campaign?
 
-A campaign of N rows is written straight into the stack's `campaign_episodes` (the state a
-campaign reaches a third of the way: a third succeeded, its live budget of 500 added partitions
-— 200 succeeded, to prune, and 300 requested — 1 % failed and waiting, the rest pending). Each
-figure is one statement of the driver's tick (`db/campaigns.py`), timed in a transaction that is
-rolled back, so every repeat reads the same state:
+A campaign of each size is written straight into the stack's `campaign_episodes`, with each
+episode's record in `episode_outputs` (the state a campaign reaches a third of the way: a third
+succeeded and recorded under the target, a wave of 300 requested — 100 of them recorded since
+their claim —, its live budget of 500 added partitions — 200 succeeded, to prune, and the 300
+requested —, 1 % failed and waiting, the rest pending). Each figure is one statement of the tick
+(`db/campaigns.py`, as `defs/campaigns.py` calls it each tick), timed in a transaction that is
+rolled back, so every repeat reads the same state, every size and side interleaved (the load of
+the shared machine changes during a run):
 
-- `claim`: a wave's claim (`claim_wave`'s SELECT, 500 rows, `FOR UPDATE SKIP LOCKED`);
-- `claimable`: the claimable rows counted up to a wave, against the old unbounded count;
-- `live_added`: the campaign's live partitions (`live_added_partitions`);
-- `settled_added`: the added partitions to prune (`settled_added_partitions`, 2,000);
-- `forget`: 200 pruned partitions forgotten by key, against the old `org || '/' || episode`
-  match (a scan of the campaign's rows per partition);
-- `state_counts`: the per-state counts the tick reports: **not** bounded (an index-only scan
-  of the campaign's rows), its growth from the first size to the next is its figure.
+- reads: the requested rows and those the durable record settles (`requested_rows`,
+  `recorded_since_claim`), anything requested (`has_requested`), the canary's wave
+  (`canary_episodes`), the claimable rows up to a wave (`claimable_count`), the live and the
+  settled added partitions (`live_added_partitions`, `settled_added_partitions`), the
+  per-state counts (`fold_counts`, the driver's; `state_counts`, `campaign status`'s);
+- writes (each keeps migration 007's counters): a wave's claim (`claim_wave`, 500 rows), the
+  outcomes of the 300 requested (`apply_outcome`), their release (`release`), the wave's partitions
+  marked added (`mark_partitions_added`) and 200 pruned ones forgotten (`forget_partitions`).
 
-The baseline is the same statement with migration 006's two indexes dropped inside the
-transaction (PostgreSQL's DDL is transactional: the rollback restores them).
+**The figure is each statement's growth**: ours at the largest size against ours at the first
+(`tick_<statement>@1,000,000`, ratio ours / baseline; target ≤ 1.5x: flat). Beside it, in
+`details`, the same statement as before migration 007 (`before_*`): the counts by
+`count(*) … GROUP BY state` over the campaign's rows, the writes with 007's triggers disabled
+(inside the rolled-back transaction: PostgreSQL's DDL is transactional). With
+`CAMPAIGN_LEDGER_PLANS=FILE` every statement of each figure, on both sides and at each size, is
+explained into FILE (`EXPLAIN (ANALYZE, BUFFERS)`, the counters' trigger time included).
 """
 
 from __future__ import annotations
 
 import itertools
+import os
 import time
 import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
-from benchmarks.common import BenchContext, Result, median_of, seconds_result
+from benchmarks.common import BenchContext, Result, median, median_of
 
 NAME = "campaign_ledger"
 WAVE = 500
-PRUNE = 2_000
+PRUNE = 2_000  # the driver's PRUNE_PER_TICK
 FORGET = 200
 LIVE_SUCCEEDED, LIVE_REQUESTED = 200, 300
-INDEXES_006 = ("campaign_episodes_claim_order_idx", "campaign_episodes_added_idx")
-OLD_CLAIMABLE_COUNT = (
-    "SELECT count(*) FROM campaign_episodes WHERE campaign_id = %s AND (state = 'pending'"
-    " OR (state = 'failed' AND (retry_after IS NULL OR retry_after <= %s)))"
+RECORDED_SINCE_CLAIM = 100  # of the requested: their runs succeeded, pruned from Dagster
+GROWTH_LIMIT = 1.5
+COUNTER_TRIGGERS = ("campaign_counts_insert", "campaign_counts_update", "campaign_counts_delete")
+OLD_STATE_COUNTS = (
+    "SELECT state, count(*) FROM campaign_episodes WHERE campaign_id = %s GROUP BY state"
 )
-OLD_FORGET = (
-    "UPDATE campaign_episodes SET partition_added = false"
-    " WHERE campaign_id = %s AND org_id || '/' || episode_id = %s"
-)
+TARGET, OLD_VERSION = "v2", "v1"
+
+
+def orgs(campaign_id: str) -> list[str]:
+    return [f"{campaign_id}-org-{i}" for i in range(50)]
 
 
 def write_campaign(conn: Any, campaign_id: str, rows: int) -> None:
-    """N rows in a third-of-the-way state (see the module), positions in selection order."""
+    """N rows in a third-of-the-way state (see the module), positions in selection order, and
+    every episode's record."""
     conn.execute(
         "INSERT INTO campaigns (id, name, selection, target_code_version, state, settings,"
-        " governor) VALUES (%s, 'bench', '{}', 'v2', 'running', '{}', '{\"limit\": 8}')",
-        (campaign_id,),
+        " governor) VALUES (%s, 'bench', '{}', %s, 'running', '{}', '{\"limit\": 8}')",
+        (campaign_id, TARGET),
     )
     done = rows // 3
+    params = {
+        "id": campaign_id,
+        "done": done,
+        "rows": rows,
+        "live_requested": LIVE_REQUESTED,
+        "live_succeeded": LIVE_SUCCEEDED,
+        "recorded": RECORDED_SINCE_CLAIM,
+        "target": TARGET,
+        "old": OLD_VERSION,
+    }
     conn.execute(
         """
         INSERT INTO campaign_episodes
             (campaign_id, org_id, episode_id, position, state, attempts, retry_after,
-             partition_added, wave)
-        SELECT %(id)s, 'bench-org-' || (i %% 50), 'bench-ep-' || i, i,
+             partition_added, wave, batch_key, updated_at)
+        SELECT %(id)s, %(id)s || '-org-' || (i %% 50), 'bench-ep-' || i, i,
                CASE WHEN i < %(done)s THEN 'succeeded'
                     WHEN i < %(done)s + %(live_requested)s THEN 'requested'
                     WHEN i %% 100 = 7 THEN 'failed'
@@ -68,109 +91,233 @@ def write_campaign(conn: Any, campaign_id: str, rows: int) -> None:
                CASE WHEN i %% 100 = 7 AND i >= %(done)s + %(live_requested)s THEN 1 ELSE 0 END,
                CASE WHEN i %% 100 = 7 THEN now() + interval '1 hour' END,
                i >= %(done)s - %(live_succeeded)s AND i < %(done)s + %(live_requested)s,
-               CASE WHEN i < %(done)s + %(live_requested)s THEN i / 500 END
+               CASE WHEN i < %(done)s + %(live_requested)s THEN i / 500 END,
+               CASE WHEN i < %(done)s + %(live_requested)s THEN %(id)s || '.b' || i END,
+               now() - interval '1 minute'
           FROM generate_series(0, %(rows)s - 1) AS i
         """,
-        {
-            "id": campaign_id,
-            "done": done,
-            "rows": rows,
-            "live_requested": LIVE_REQUESTED,
-            "live_succeeded": LIVE_SUCCEEDED,
-        },
+        params,
+    )
+    # Succeeded and the first requested recorded under the target (the latter since their
+    # claim), the rest under the version before.
+    conn.execute(
+        """
+        INSERT INTO episode_outputs
+            (org_id, episode_id, code_versions, code_version, figures, run_id, processed_at)
+        SELECT %(id)s || '-org-' || (i %% 50), 'bench-ep-' || i, '{}',
+               CASE WHEN i < %(done)s + %(recorded)s THEN %(target)s ELSE %(old)s END,
+               '{"frame_rows": 30}', 'run-' || i,
+               CASE WHEN i < %(done)s + %(recorded)s THEN now() ELSE now() - interval '1 day' END
+          FROM generate_series(0, %(rows)s - 1) AS i
+        """,
+        params,
     )
     conn.execute("ANALYZE campaign_episodes")
+    conn.execute("ANALYZE episode_outputs")
+    conn.execute("ANALYZE campaign_counts")
 
 
-def timed(database: Any, statement: Callable[[Any], object], *, drop_006: bool) -> float:
-    """One statement's seconds in a transaction rolled back (006's indexes dropped first when
-    asked: the baseline)."""
+def remove_campaign(conn: Any, campaign_id: str) -> None:
+    conn.execute("DELETE FROM campaigns WHERE id = %s", (campaign_id,))
+    conn.execute("DELETE FROM episode_outputs WHERE org_id = ANY(%s)", (orgs(campaign_id),))
+
+
+class Recorder:
+    """A connection that remembers each statement it is given (an executemany's first row of
+    parameters standing for the rest), so its plans can be shown."""
+
+    def __init__(self, conn: Any) -> None:
+        self.conn = conn
+        self.statements: list[tuple[Any, Any]] = []
+
+    def execute(self, query: Any, params: Any = None, **kwargs: Any) -> Any:
+        self.statements.append((query, params))
+        return self.conn.execute(query, params, **kwargs)
+
+    def cursor(self) -> Any:
+        recorder, cursor = self, self.conn.cursor()
+
+        class Cursor:
+            def executemany(self, query: Any, params_seq: Any, **kwargs: Any) -> None:
+                params = list(params_seq)
+                if params:
+                    recorder.statements.append((query, params[0]))
+                cursor.executemany(query, params, **kwargs)
+
+            def __getattr__(self, name: str) -> Any:
+                return getattr(cursor, name)
+
+        return Cursor()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.conn, name)
+
+
+class Plans:
+    """Each statement's plans (`EXPLAIN (ANALYZE, BUFFERS)`, the triggers' time included), when
+    asked: the statements a call makes are recorded in one rolled-back transaction, then
+    explained in that order in another, each on the state the ones before it left."""
+
+    def __init__(self, path: str | None) -> None:
+        self.path = Path(path) if path else None
+        self.text: list[str] = []
+
+    def explain(
+        self, database: Any, call: Callable[[Any], object], title: str, *, before: bool
+    ) -> None:
+        from psycopg import sql
+
+        with database.connect() as conn, conn.transaction(force_rollback=True):
+            recorder = Recorder(conn)
+            call(recorder)
+        self.text.append(f"## {title}: {len(recorder.statements)} statement(s)\n")
+        with database.connect() as conn, conn.transaction(force_rollback=True):
+            if before:
+                disable_counters(conn)
+            for query, params in recorder.statements:
+                text = query.as_string(conn) if isinstance(query, sql.Composable) else query
+                prefix = "EXPLAIN (ANALYZE, BUFFERS) "
+                lines = [row[0] for row in conn.execute(prefix + text, params).fetchall()]
+                self.text.append(" ".join(text.split()) + "\n" + "\n".join(lines) + "\n")
+
+    def write(self) -> None:
+        if self.path:
+            self.path.write_text("\n".join(self.text))
+
+
+def disable_counters(conn: Any) -> None:
+    """The ledger as before migration 007: its counters' triggers off (transactional DDL: the
+    rollback turns them on again)."""
+    for trigger in COUNTER_TRIGGERS:
+        conn.execute(f"ALTER TABLE campaign_episodes DISABLE TRIGGER {trigger}")
+
+
+def timed(database: Any, statement: Callable[[Any], object], *, before: bool) -> float:
+    """One statement's seconds in a transaction rolled back (007's counters' triggers disabled
+    first for the side before it)."""
     with database.connect() as conn, conn.transaction(force_rollback=True):
-        if drop_006:
-            for index in INDEXES_006:
-                conn.execute(f"DROP INDEX {index}")
+        if before:
+            disable_counters(conn)
         started = time.perf_counter()
         statement(conn)
         return time.perf_counter() - started
 
 
 def statements(campaign_id: str, rows: int) -> dict[str, tuple[Callable, Callable]]:
-    """figure → (ours, the baseline's statement); both run on each side's indexes."""
+    """figure → (ours, before migration 007)."""
+    from episode_pipeline.campaign import ledger
     from episode_pipeline.db import campaigns as db
     from episode_pipeline.episodes.keys import EpisodeRef
 
     now = datetime.now(UTC)
     done = rows // 3
-    pruned = [
-        EpisodeRef(f"bench-org-{i % 50}", f"bench-ep-{i}")
-        for i in range(done - LIVE_SUCCEEDED, done - LIVE_SUCCEEDED + FORGET)
-    ]
+    org = orgs(campaign_id)
+
+    def ref(i: int) -> EpisodeRef:
+        return EpisodeRef(org[i % 50], f"bench-ep-{i}")
+
+    pruned = [ref(i) for i in range(done - LIVE_SUCCEEDED, done - LIVE_SUCCEEDED + FORGET)]
+    requested = [ref(i) for i in range(done, done + LIVE_REQUESTED)]
+    pending = [ref(i) for i in range(done + LIVE_REQUESTED, done + LIVE_REQUESTED + WAVE)]
+    succeeded = ledger.Transition(ledger.SUCCEEDED, 0, None, None, None)
+    released = ledger.Transition(ledger.PENDING, 0, None, None, None)
 
     def claim(conn: Any) -> None:
         assert len(db.claim_wave(conn, campaign_id, 10_000, WAVE, 1, now)) == WAVE
 
-    def old_forget(conn: Any) -> None:
-        conn.cursor().executemany(OLD_FORGET, [(campaign_id, ref.partition_key) for ref in pruned])
+    def settle(conn: Any) -> None:
+        for episode in requested:
+            db.apply_outcome(conn, campaign_id, episode, succeeded, "run")
+
+    def same(call: Callable[[Any], object]) -> tuple[Callable, Callable]:
+        return call, call
 
     return {
-        "claim": (claim, claim),
-        "claimable": (
-            lambda conn: db.claimable_count(conn, campaign_id, now, WAVE),
-            lambda conn: conn.execute(OLD_CLAIMABLE_COUNT, (campaign_id, now)).fetchone(),
+        "requested_rows": same(lambda conn: db.requested_rows(conn, campaign_id)),
+        "recorded_since_claim": same(
+            lambda conn: db.recorded_since_claim(conn, campaign_id, TARGET)
         ),
-        "live_added": (
-            lambda conn: db.live_added_partitions(conn, campaign_id),
-            lambda conn: db.live_added_partitions(conn, campaign_id),
-        ),
-        "settled_added": (
-            lambda conn: db.settled_added_partitions(conn, campaign_id, PRUNE),
-            lambda conn: db.settled_added_partitions(conn, campaign_id, PRUNE),
-        ),
-        "forget": (lambda conn: db.forget_partitions(conn, campaign_id, pruned), old_forget),
+        "has_requested": same(lambda conn: db.has_requested(conn, campaign_id)),
+        "canary_episodes": same(lambda conn: db.canary_episodes(conn, campaign_id, [0])),
+        "claimable": same(lambda conn: db.claimable_count(conn, campaign_id, now, WAVE)),
+        "live_added": same(lambda conn: db.live_added_partitions(conn, campaign_id)),
+        "settled_added": same(lambda conn: db.settled_added_partitions(conn, campaign_id, PRUNE)),
         "state_counts": (
-            lambda conn: db.state_counts(conn, campaign_id),
-            lambda conn: db.state_counts(conn, campaign_id),
+            lambda conn: db.fold_counts(conn, campaign_id),
+            lambda conn: conn.execute(OLD_STATE_COUNTS, (campaign_id,)).fetchall(),
         ),
+        "status_counts": (
+            lambda conn: db.state_counts(conn, campaign_id),
+            lambda conn: conn.execute(OLD_STATE_COUNTS, (campaign_id,)).fetchall(),
+        ),
+        "claim": same(claim),
+        "settle": same(settle),
+        "release": same(
+            lambda conn: db.release(conn, campaign_id, [(r, released) for r in requested])
+        ),
+        "mark_added": same(lambda conn: db.mark_partitions_added(conn, campaign_id, pending)),
+        "forget": same(lambda conn: db.forget_partitions(conn, campaign_id, pruned)),
     }
 
 
 def run(ctx: BenchContext) -> list[Result]:
     database = ctx.database()
     sizes = [int(size) for size in ctx.config.ledger_sizes.split(",") if size.strip()]
+    plans = Plans(os.environ.get("CAMPAIGN_LEDGER_PLANS"))
+    campaigns = {rows: f"bench-ledger-{uuid.uuid4().hex[:6]}" for rows in sizes}
+    at: dict[int, dict[str, tuple[list[float], list[float]]]] = {rows: {} for rows in sizes}
+    try:
+        for rows, campaign_id in campaigns.items():
+            with ctx.phase(f"set-up: {rows:,} ledger rows"), database.transaction() as conn:
+                write_campaign(conn, campaign_id, rows)
+        # Every size and side of a statement interleaved (A B C D A B C D …): a load that
+        # changes during the run (the machine is shared) hits all of them alike.
+        each = {rows: statements(campaign_id, rows) for rows, campaign_id in campaigns.items()}
+        for figure in each[sizes[0]]:
+            calls = [
+                lambda call=call, side=side: timed(database, call, before=side == 1)
+                for rows in sizes
+                for side, call in enumerate(each[rows][figure])
+            ]
+            with ctx.phase(figure):
+                samples = median_of(ctx.config.repeats, *calls)
+            for index, rows in enumerate(sizes):
+                at[rows][figure] = samples[2 * index], samples[2 * index + 1]
+            for rows in sizes if plans.path else ():
+                for side, call in enumerate(each[rows][figure]):
+                    title = f"{figure} @{rows:,} ({'before 007' if side else 'ours'})"
+                    plans.explain(database, call, title, before=side == 1)
+    finally:
+        with database.transaction() as conn:
+            for campaign_id in campaigns.values():
+                remove_campaign(conn, campaign_id)
+    plans.write()
     results: list[Result] = []
-    counts_at: dict[int, list[float]] = {}
-    for rows in sizes:
-        campaign_id = f"bench-ledger-{uuid.uuid4().hex[:6]}"
-        with ctx.phase(f"set-up: {rows:,} ledger rows"), database.transaction() as conn:
-            write_campaign(conn, campaign_id, rows)
-        try:
-            for figure, (ours, baseline) in statements(campaign_id, rows).items():
-                with ctx.phase(f"{figure} @{rows:,}"):
-                    ours_s, base_s = median_of(
-                        ctx.config.repeats,
-                        lambda ours=ours: timed(database, ours, drop_006=False),
-                        lambda baseline=baseline: timed(database, baseline, drop_006=True),
-                    )
-                if figure == "state_counts":
-                    counts_at[rows] = ours_s
-                    continue
-                results.append(
-                    seconds_result(
-                        NAME, f"tick_{figure}@{rows:,}", ours_s, base_s,
-                        baseline_name="the same read without migration 006's indexes"
-                        + (" (the old statement)" if figure in ("claimable", "forget") else ""),
-                        details={"rows": rows},
-                    )
-                )  # fmt: skip
-        finally:
-            with database.transaction() as conn:
-                conn.execute("DELETE FROM campaigns WHERE id = %s", (campaign_id,))
     for smaller, larger in itertools.pairwise(sizes):
-        results.append(
-            seconds_result(
-                NAME, f"tick_state_counts@{larger:,}", counts_at[larger], counts_at[smaller],
-                baseline_name=f"the same at {smaller:,} rows (its growth: not bounded)",
-                details={"rows": larger, "baseline_rows": smaller},
+        for figure, (ours, before) in at[larger].items():
+            ours_small, before_small = at[smaller][figure]
+            result = Result(
+                stage=NAME,
+                metric=f"tick_{figure}@{larger:,}",
+                ours=_ms(ours),
+                baseline=_ms(ours_small),
+                unit="ms",  # milliseconds: the index probes take well under one
+                better="lower",
+                repeats=min(len(ours), len(ours_small)),
+                baseline_name=f"the same at {smaller:,} rows (its growth)",
+                ours_samples=[round(s * 1000, 3) for s in ours],
+                baseline_samples=[round(s * 1000, 3) for s in ours_small],
+                details={
+                    "rows": larger,
+                    "baseline_rows": smaller,
+                    "before_007_ms": _ms(before),
+                    "before_007_ms_at_baseline_rows": _ms(before_small),
+                    "before_007_growth": round(median(before) / median(before_small), 2),
+                },
             )
-        )  # fmt: skip
+            results.append(result.expect_factor(1 / GROWTH_LIMIT, f"≤ {GROWTH_LIMIT}x: flat"))
     return results
+
+
+def _ms(samples: list[float]) -> float:
+    return round(median(samples) * 1000, 3)

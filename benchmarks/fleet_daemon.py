@@ -8,9 +8,12 @@ has created and queued it). The whole daemon works as in production meanwhile: e
 the location ticks on the fleet's store, the code server evaluates them.
 
 - `daemon_runs_exist`: `fleet_daemon_uploads` S3 events are sent to the stack's upload queue at
-  once; seconds from the send until that many runs of the uploads sensor exist, with the first
-  and the last run's creation and the rate between them, and each uploads tick (its runs and
-  seconds, evaluation and submission together);
+  once, each for an object put in the stack's data bucket beforehand (the sensor HEADs every
+  upload and refuses one of no object; the objects' own notifications are purged before the
+  daemon starts, so each upload arrives once, in the burst); seconds from the send until that
+  many runs of the uploads sensor exist, with the first and the last run's creation and the
+  rate between them, and each uploads tick (its runs and seconds, evaluation and submission
+  together);
 - `daemon_done_release`: those runs then succeed at once (a `RUN_SUCCESS` event each, as a run
   worker reports it) and the daemon's own `episode_upload_done` deletes their messages; seconds
   until the queue holds none, the done sensor's ticks meanwhile, and how many messages were still
@@ -24,7 +27,9 @@ depth (`local/moto_main.py`), so a queue of 1,000 measures the daemon, not moto.
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -104,15 +109,34 @@ def wait_for_runs(instance: Any, filters: Any, count: int, deadline: float) -> i
     return existing
 
 
+@contextmanager
+def staged_uploads(info: Any, prefix: str, count: int) -> Iterator[tuple[str, list[Any]]]:
+    """`count` uploads' objects in the stack's data bucket, its queue then purged of their
+    notifications (and of anything else: the samples' own events, processed already); yields
+    the bucket's name and the (key, ETag) pairs for `sensor.send_events`, and deletes the
+    objects afterwards."""
+    from episode_pipeline.config.settings import AwsSettings
+    from episode_pipeline.local import aws_setup
+    from episode_pipeline.storage.bucket import Bucket
+
+    bucket = Bucket(info.bucket, AwsSettings.from_env(info.env))
+    objects = sensor.put_uploads(bucket, prefix, count)
+    drain(aws_setup.client("sqs", info.s3_endpoint), info.sqs_queue_url)
+    try:
+        yield bucket.name, objects
+    finally:
+        bucket.delete_keys([key for key, _ in objects])
+
+
 def measure_runs_exist(
-    ctx: Any, instance: Any, queue: Any, filters_for: Any, sample: Any
+    ctx: Any, instance: Any, queue: Any, filters_for: Any, sample: Any, uploads: Any
 ) -> tuple[list[Any], float]:
     from episode_pipeline.defs.sensors.sqs import UPLOADS_INTERVAL_SECONDS, UPLOADS_SENSOR_NAME
 
     count = ctx.config.fleet_daemon_uploads
     since = time.time()
     filters = filters_for(since)
-    sensor.enqueue_uploads(queue, f"daemon-{sample.size}", count)
+    sensor.send_events(queue, *uploads)
     existing = wait_for_runs(instance, filters, count, time.monotonic() + DEADLINE_SECONDS)
     seconds = time.time() - since if existing >= count else float("inf")
     records = instance.get_run_records(filters)
@@ -207,8 +231,6 @@ def measure(ctx: Any, fleet: Any, sample: Any) -> None:
         QueueSettings().visibility_timeout_seconds,
     )
     client = aws_setup.client("sqs", info.s3_endpoint)
-    drain(client, info.sqs_queue_url)  # the samples' own events: processed already
-    original = deploy_daemon_config(info.env["DAGSTER_HOME"])
     log = ctx.workdir / f"fleet-daemon-{sample.size}.log"
 
     def filters_for(since: float) -> Any:
@@ -219,24 +241,33 @@ def measure(ctx: Any, fleet: Any, sample: Any) -> None:
     records: list[Any] = []
     with DagsterInstance.from_config(info.env["DAGSTER_HOME"]) as instance:
         forget_cursor(instance, UPLOAD_DONE_SENSOR_NAME)
-    try:
-        with (
-            ctx.phase("set-up: daemon"),
-            end_to_end.daemon(info, log) as process,
-            DagsterInstance.from_config(info.env["DAGSTER_HOME"]) as instance,
-        ):
-            end_to_end.wait_for_daemon(instance, process, log)
-            with ctx.phase(f"daemon: {ctx.config.fleet_daemon_uploads} uploads until runs exist"):
-                records, received_at = measure_runs_exist(ctx, instance, queue, filters_for, sample)
-            with ctx.phase("daemon: the burst succeeds until its messages are deleted"):
-                measure_done_release(
-                    ctx, instance, records, client, info.sqs_queue_url, received_at, sample
-                )
-    finally:
-        (Path(info.env["DAGSTER_HOME"]) / "dagster.yaml").write_text(original)
-        with DagsterInstance.from_config(info.env["DAGSTER_HOME"]) as instance:
-            sensor.in_parallel(instance.delete_run, [r.dagster_run.run_id for r in records])
-        drain(client, info.sqs_queue_url)
+    with ExitStack() as staged:
+        with ctx.phase("set-up: the burst's objects"):
+            uploads = staged.enter_context(
+                staged_uploads(info, f"daemon-{sample.size}", ctx.config.fleet_daemon_uploads)
+            )
+        original = deploy_daemon_config(info.env["DAGSTER_HOME"])
+        try:
+            with (
+                ctx.phase("set-up: daemon"),
+                end_to_end.daemon(info, log) as process,
+                DagsterInstance.from_config(info.env["DAGSTER_HOME"]) as instance,
+            ):
+                end_to_end.wait_for_daemon(instance, process, log)
+                count = ctx.config.fleet_daemon_uploads
+                with ctx.phase(f"daemon: {count} uploads until runs exist"):
+                    records, received_at = measure_runs_exist(
+                        ctx, instance, queue, filters_for, sample, uploads
+                    )
+                with ctx.phase("daemon: the burst succeeds until its messages are deleted"):
+                    measure_done_release(
+                        ctx, instance, records, client, info.sqs_queue_url, received_at, sample
+                    )
+        finally:
+            (Path(info.env["DAGSTER_HOME"]) / "dagster.yaml").write_text(original)
+            with DagsterInstance.from_config(info.env["DAGSTER_HOME"]) as instance:
+                sensor.in_parallel(instance.delete_run, [r.dagster_run.run_id for r in records])
+            drain(client, info.sqs_queue_url)
 
 
 def drain(client: Any, queue_url: str) -> None:

@@ -94,9 +94,14 @@ def baseline_home(ctx: Any, fleet: Any) -> Path:
     """A DAGSTER_HOME on the fleet's database whose event log is Dagster's own storage."""
     import yaml
 
+    from episode_pipeline.local.dagster_home import POOL_SETTINGS
+
     config = yaml.safe_load((Path(fleet.info.env["DAGSTER_HOME"]) / "dagster.yaml").read_text())
     module, cls = DAGSTER_EVENT_LOG
-    config["event_log_storage"] = {**config["event_log_storage"], "module": module, "class": cls}
+    postgres = config["event_log_storage"]["config"]
+    # Dagster's own storage takes no pool settings (the instance's storages are pooled).
+    unpooled = {key: value for key, value in postgres.items() if key not in POOL_SETTINGS}
+    config["event_log_storage"] = {"module": module, "class": cls, "config": unpooled}
     home = ctx.workdir / "fleet-dagster-baseline"
     home.mkdir(parents=True, exist_ok=True)
     (home / "dagster.yaml").write_text(yaml.safe_dump(config))

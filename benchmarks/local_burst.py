@@ -27,7 +27,7 @@ from typing import Any
 import yaml
 
 from benchmarks import end_to_end, sensor
-from benchmarks.fleet_daemon import drain, sensor_ticks
+from benchmarks.fleet_daemon import sensor_ticks, staged_uploads
 
 POLL_SECONDS = 1.0
 
@@ -51,43 +51,41 @@ def burst(info: Any, side: str, uploads: int, cap_seconds: float, workdir: Path)
 
     from episode_pipeline.config.settings import AwsSettings, QueueSettings
     from episode_pipeline.defs.sensors.sqs import UPLOADS_SENSOR_NAME
-    from episode_pipeline.local import aws_setup
     from episode_pipeline.uploads.upload_queue import UploadQueue
 
     home = info.env["DAGSTER_HOME"]
-    client = aws_setup.client("sqs", info.s3_endpoint)
     queue = UploadQueue(
         info.sqs_queue_url,
         AwsSettings.from_env(info.env),
         QueueSettings().visibility_timeout_seconds,
     )
-    drain(client, info.sqs_queue_url)
-    original = local_config(home, pooled=side == "pooled")
     log = workdir / f"daemon-{side}.log"
     counts: list[tuple[float, int]] = []
-    try:
-        with (
-            end_to_end.daemon(info, log) as process,
-            DagsterInstance.from_config(home) as instance,
-        ):
-            end_to_end.wait_for_daemon(instance, process, log)
-            since = time.time()
-            filters = RunsFilter(
-                tags={"dagster/sensor_name": UPLOADS_SENSOR_NAME},
-                created_after=datetime.fromtimestamp(since, UTC),
-            )
-            sensor.enqueue_uploads(queue, f"local-{side}", uploads)
-            existing = 0
-            while existing < uploads and time.time() - since < cap_seconds:
-                time.sleep(POLL_SECONDS)
-                existing = instance.get_runs_count(filters)
-                counts.append((round(time.time() - since, 1), existing))
-            seconds = time.time() - since
-            ticks = [t for t in sensor_ticks(instance, UPLOADS_SENSOR_NAME, since) if t.run_ids]
-            run_ids = [r.run_id for r in instance.get_runs(filters)]
-            sensor.in_parallel(instance.delete_run, run_ids)
-    finally:
-        (Path(home) / "dagster.yaml").write_text(original)
+    with staged_uploads(info, f"local-{side}", uploads) as objects:
+        original = local_config(home, pooled=side == "pooled")
+        try:
+            with (
+                end_to_end.daemon(info, log) as process,
+                DagsterInstance.from_config(home) as instance,
+            ):
+                end_to_end.wait_for_daemon(instance, process, log)
+                since = time.time()
+                filters = RunsFilter(
+                    tags={"dagster/sensor_name": UPLOADS_SENSOR_NAME},
+                    created_after=datetime.fromtimestamp(since, UTC),
+                )
+                sensor.send_events(queue, *objects)
+                existing = 0
+                while existing < uploads and time.time() - since < cap_seconds:
+                    time.sleep(POLL_SECONDS)
+                    existing = instance.get_runs_count(filters)
+                    counts.append((round(time.time() - since, 1), existing))
+                seconds = time.time() - since
+                ticks = [t for t in sensor_ticks(instance, UPLOADS_SENSOR_NAME, since) if t.run_ids]
+                run_ids = [r.run_id for r in instance.get_runs(filters)]
+                sensor.in_parallel(instance.delete_run, run_ids)
+        finally:
+            (Path(home) / "dagster.yaml").write_text(original)
     minute = next((n for t, n in counts if t >= 60), None)
     return {
         "uploads": uploads,

@@ -131,30 +131,56 @@ def bench_bucket(ctx: BenchContext) -> Iterator[Bucket]:
         bucket.client.delete_bucket(Bucket=bucket.name)
 
 
-def enqueue_uploads(
-    queue: UploadQueue, prefix: str, count: int, bucket: Bucket | None = None
-) -> list[str]:
-    """`count` upload events for distinct episodes, each object written to `bucket` first
-    (without one the events name objects that do not exist: enough for the heartbeat);
-    returns their partition keys."""
-    keys = [f"fleet/{prefix}-{index:05d}" for index in range(count)]
+def upload_partitions(prefix: str, count: int) -> list[str]:
+    """The partition keys of `count` uploads of distinct episodes."""
+    return [f"fleet/{prefix}-{index:05d}" for index in range(count)]
 
-    def event(key: str) -> str:
-        s3_key = f"orgs/{key.replace('/', '/episodes/')}/take.tar.zst"
-        if bucket is None:
-            return s3_event("bench-bucket", s3_key, uuid.uuid4().hex)
-        put = bucket.client.put_object(Bucket=bucket.name, Key=s3_key, Body=b"\0" * OBJECT_BYTES)
-        return s3_event(bucket.name, s3_key, str(put["ETag"]).strip('"'))
 
-    for start in range(0, count, MAX_BATCH):
+def upload_objects(prefix: str, count: int) -> list[str]:
+    """Their archives' S3 keys (`orgs/<org>/episodes/<episode>/take.tar.zst`)."""
+    return [
+        f"orgs/{key.replace('/', '/episodes/')}/take.tar.zst"
+        for key in upload_partitions(prefix, count)
+    ]
+
+
+def put_uploads(bucket: Bucket, prefix: str, count: int) -> list[tuple[str, str]]:
+    """Write `upload_objects`' objects (`OBJECT_BYTES` each: the sensor HEADs an upload and
+    sizes its run from it; nothing reads the bytes before a run starts); their (key, ETag).
+    A bucket that notifies a queue (the stack's data bucket) queues an event for each."""
+
+    def put(key: str) -> tuple[str, str]:
+        response = bucket.client.put_object(Bucket=bucket.name, Key=key, Body=b"\0" * OBJECT_BYTES)
+        return key, str(response["ETag"]).strip('"')
+
+    return in_parallel(put, upload_objects(prefix, count))
+
+
+def send_events(queue: UploadQueue, bucket_name: str, objects: list[tuple[str, str]]) -> None:
+    """One S3 event per (key, ETag) on `queue`, ten a call, as fast as the queue takes them."""
+    for start in range(0, len(objects), MAX_BATCH):
         entries = [
-            {"Id": str(offset), "MessageBody": event(key)}
-            for offset, key in enumerate(keys[start : start + MAX_BATCH])
+            {"Id": str(offset), "MessageBody": s3_event(bucket_name, key, etag)}
+            for offset, (key, etag) in enumerate(objects[start : start + MAX_BATCH])
         ]
         response = queue.client.send_message_batch(QueueUrl=queue.queue_url, Entries=entries)
         if response.get("Failed"):
             raise RuntimeError(f"{NAME}: send_message_batch failed: {response['Failed'][:1]}")
-    return keys
+
+
+def enqueue_uploads(
+    queue: UploadQueue, prefix: str, count: int, bucket: Bucket | None = None
+) -> list[str]:
+    """`count` upload events for distinct episodes, each object written to `bucket` first
+    (without one the events name objects that do not exist: enough for the heartbeat, which
+    never HEADs); returns their partition keys. `bucket` must not notify `queue` (each upload
+    would arrive twice): for the stack's data bucket, `put_uploads` then `send_events`."""
+    if bucket is None:
+        objects = [(key, uuid.uuid4().hex) for key in upload_objects(prefix, count)]
+        send_events(queue, "bench-bucket", objects)
+    else:
+        send_events(queue, bucket.name, put_uploads(bucket, prefix, count))
+    return upload_partitions(prefix, count)
 
 
 # -- the queue, spread over moto queues ----------------------------------------------------------

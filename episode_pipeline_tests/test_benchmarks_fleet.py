@@ -2,15 +2,23 @@
 growth factors and their targets are read, how statements are folded for its profile.
 
 The stage itself (a stack, a real run, thousands of runs, a webserver, a browser) is left to
-`make bench`, as `startup` and `end_to_end` are (test_benchmarks_smoke.py).
+`make bench`, as `startup` and `end_to_end` are (test_benchmarks_smoke.py); what its daemon part
+queues is checked against the uploads sensor here, on the session's stack.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
+from collections.abc import Callable
 
-from benchmarks import fleet, fleet_state
+import pytest
+from dagster import DagsterInstance, SensorResult
+
+from benchmarks import fleet, fleet_daemon, fleet_state, sensor
 from benchmarks.fleet_probe import normalize
+from episode_pipeline.local.stack import StackInfo
+from episode_pipeline_tests.support.queues import PrivateQueue, depth, tick
 
 
 def template(run_id: str = "0f0f0f0f-aaaa-bbbb-cccc-000000000001") -> fleet_state.Template:
@@ -183,3 +191,27 @@ def test_the_campaign_figures_hold_their_targets_and_the_rate_runs_from_the_cana
         "campaign_upload_to_launch": False,  # 16 > 1.5 x 10
         "campaign_kill_lost_or_doubled": True,
     }
+
+
+@pytest.mark.integration
+def test_the_daemon_parts_burst_is_of_uploads_the_uploads_sensor_starts(
+    stack: StackInfo, private_queue: Callable[..., PrivateQueue], instance: DagsterInstance
+) -> None:
+    """The uploads sensor HEADs each upload (issue 27) and refuses one of no object: a burst of
+    events for objects never put requested no run, and the stage waited out its deadline. The
+    private bucket notifies its queue as the stack's data bucket does: each upload must arrive
+    once, in the burst, not also as its object's own notification."""
+    private = private_queue()
+    info = dataclasses.replace(
+        stack, bucket=private.storage.name, sqs_queue_url=private.queue.queue_url
+    )
+    count = 12
+    requested: list[str] = []
+    with fleet_daemon.staged_uploads(info, "test-burst", count) as uploads:
+        assert depth(private.queue) == (0, 0)  # the objects' notifications are purged
+        sensor.send_events(private.queue, *uploads)  # as measure_runs_exist sends the burst
+        while isinstance(result := tick(instance, private), SensorResult):
+            requested += [request.partition_key or "" for request in result.run_requests or []]
+        assert "no messages" in str(result.skip_message)
+    assert sorted(requested) == sensor.upload_partitions("test-burst", count)
+    assert private.storage.list_keys("orgs/") == []  # the objects are deleted afterwards

@@ -184,3 +184,71 @@ def test_a_release_is_an_attempt_with_backoff_and_rejects_out_of_attempts(
     assert db.release(db_conn, campaign_id, [(refs[1], uncounted)]) == 1
     assert not db.has_requested(db_conn, campaign_id)
     assert db.claimable_count(db_conn, campaign_id, now) == 1
+
+
+def counted(conn: psycopg.Connection, campaign_id: str) -> dict[str, int]:
+    """The ledger's own count: what the counters must always say."""
+    rows = conn.execute(
+        "SELECT state, count(*) FROM campaign_episodes WHERE campaign_id = %s GROUP BY state",
+        (campaign_id,),
+    ).fetchall()
+    return {state: int(n) for state, n in rows}
+
+
+def test_the_counters_follow_every_writer_of_the_ledger_and_a_fold_keeps_them(
+    db_conn: psycopg.Connection, settings: Settings
+) -> None:
+    """Migration 007: the per-state counts the tick reads are kept by the statements that
+    change the ledger (the start, a claim, outcomes, a release, a rejection, a direct write, a
+    delete), a rolled-back claim leaves them as they were, and a fold (the driver's, under the
+    campaign's lock) leaves one row a state with the same counts."""
+    org = f"org-{uuid.uuid4().hex[:6]}"
+    refs = [EpisodeRef(org, f"{org}-ep-{i}") for i in range(8)]
+    for ref in refs:
+        db_conn.execute(
+            "INSERT INTO episodes (id, org_id, status) VALUES (%s, %s, 'processed')",
+            (ref.episode_id, ref.org_id),
+        )
+    campaign_id = make_campaign(db_conn, org, "target")
+    now, policy, rng = datetime.now(UTC), ledger.RetryPolicy(max_attempts=1), random.Random(5)
+
+    def agree() -> dict[str, int]:
+        counts = db.state_counts(db_conn, campaign_id)
+        assert counts == counted(db_conn, campaign_id)
+        return counts
+
+    assert agree() == {ledger.PENDING: 8}
+    with connect(settings.database) as conn:  # a claim rolled back changes nothing
+        assert len(db.claim_wave(conn, campaign_id, 0, 3, 1, now)) == 3
+        conn.rollback()
+    assert agree() == {ledger.PENDING: 8}
+    claimed = [row.ref for row in db.claim_wave(db_conn, campaign_id, 0, 5, 1, now)]
+    ok = ledger.after_outcome(0, ledger.Outcome(True), now, policy, rng)
+    bad = ledger.after_outcome(0, ledger.Outcome(False, "boom", "other"), now, policy, rng)
+    db.apply_outcome(db_conn, campaign_id, claimed[0], ok, "r0")
+    db.apply_outcome(db_conn, campaign_id, claimed[0], bad, "again")  # not requested: no change
+    db.apply_outcome(db_conn, campaign_id, claimed[1], bad, "r1")
+    db.release(db_conn, campaign_id, [(claimed[2], ledger.after_release(0, "x", now, policy, rng))])
+    db.forget_partitions(db_conn, campaign_id, claimed)  # moves no row between states
+    db_conn.execute(
+        "UPDATE campaign_episodes SET state = 'rejected' WHERE campaign_id = %s AND state = %s",
+        (campaign_id, ledger.PENDING),
+    )
+    db_conn.execute(
+        "DELETE FROM campaign_episodes WHERE campaign_id = %s AND episode_id = %s",
+        (campaign_id, claimed[3].episode_id),
+    )
+    expected = {ledger.SUCCEEDED: 1, ledger.REQUESTED: 1, ledger.REJECTED: 5}
+    assert agree() == expected
+    with db_conn.transaction():
+        db.lock_campaign(db_conn, campaign_id)
+        assert db.fold_counts(db_conn, campaign_id) == expected
+    rows = db_conn.execute(
+        "SELECT state, episodes FROM campaign_counts WHERE campaign_id = %s", (campaign_id,)
+    ).fetchall()
+    assert sorted(rows) == sorted(expected.items())  # one row a state, none for an empty one
+    assert agree() == expected
+    db_conn.execute("DELETE FROM campaigns WHERE id = %s", (campaign_id,))
+    assert db.state_counts(db_conn, campaign_id) == {}
+    gone = "SELECT count(*) FROM campaign_counts WHERE campaign_id = %s"
+    assert db_conn.execute(gone, (campaign_id,)).fetchone() == (0,)

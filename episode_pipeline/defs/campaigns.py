@@ -548,7 +548,7 @@ def _drive_campaign(
     with postgres.transaction() as conn:
         campaign = db.lock_campaign(conn, campaign_id)
         assert campaign is not None
-        counts = db.state_counts(conn, campaign_id)
+        counts = db.fold_counts(conn, campaign_id)  # under the lock: folds the counters
         report.counts, report.state, report.limit = counts, campaign.state, governor.limit
         if campaign.state == ledger.RUNNING and not governor.is_paused(now):
             report.launch_limit = governor.limit
