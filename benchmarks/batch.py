@@ -3,8 +3,8 @@
 Each side is one run of `process_episode_batch` executed by the run worker's own command,
 `dagster api execute_run` (what `EcsRunLauncher` gives a run's ECS task as its command, and the
 process the local launcher starts per run), timed from exec to exit: the task-seconds the run
-costs, cold start aside. The batch's episodes are short (1 camera, `batch_seconds` s, 320x240
-H.264), each processed as its own child run in that one process.
+costs, cold start aside. The batch's episodes are short (`batch_cameras` cameras, 1 by default,
+`batch_seconds` s, 320x240 H.264), each processed as its own child run in that one process.
 
 - `task_s_per_episode`: ours the K = `batch_k` batch's seconds / K, baseline a batch of one
   (K = 1: each episode pays the process start, imports and instance alone).
@@ -22,6 +22,11 @@ H.264), each processed as its own child run in that one process.
   as CPU seconds (`ladder_only_cpu_s_per_episode`).
   Each episode's own run then loads `extracted_files` as stored and leaves its frames.
 
+Its details also give what `campaign plan` counts per task and per episode (campaign/capacity.py):
+the most database connections a run worker held at once (PostgreSQL's client backends, sampled
+every 0.2 s, less those open before it started: the stack is the stage's alone) and the objects
+one episode writes to the bucket (its S3 PUTs, counted on the first batch's new keys).
+
 Each repeat makes new batches of the same uploaded episodes (a batch skips the episodes it
 already processed); the sides run interleaved.
 """
@@ -32,6 +37,7 @@ import os
 import resource
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -50,18 +56,65 @@ def children_cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def run_worker(env: dict[str, str], command: list[str]) -> tuple[float, float]:
-    """Exec the run worker's command and wait for its exit: its wall seconds, and the CPU
-    seconds of it and every child it waited for (the transcode program, FFmpeg)."""
+CLIENT_BACKENDS = (
+    "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend'"
+    " AND pid <> pg_backend_pid()"
+)
+
+
+class PeakConnections:
+    """The most client connections the server held above `baseline` while the sampler ran."""
+
+    def __init__(self, database: Any) -> None:
+        self.database = database
+        self.peak = 0
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def _count(self, conn: Any) -> int:
+        return int(conn.execute(CLIENT_BACKENDS).fetchone()[0])
+
+    def __enter__(self) -> PeakConnections:
+        from episode_pipeline.db.connection import connect
+
+        def sample() -> None:
+            with connect(self.database, autocommit=True) as conn:
+                baseline = self._count(conn)
+                ready.set()
+                while not self._stop.wait(0.2):
+                    self.peak = max(self.peak, self._count(conn) - baseline)
+
+        ready = threading.Event()
+        self._thread = threading.Thread(target=sample, daemon=True)
+        self._thread.start()
+        ready.wait(30)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(10)
+
+
+def run_worker(env: dict[str, str], command: list[str], database: Any) -> tuple[float, float, int]:
+    """Exec the run worker's command and wait for its exit: its wall seconds, the CPU seconds
+    of it and every child it waited for (the transcode program, FFmpeg), and the most database
+    connections it held at once."""
     cpu_before = children_cpu()
     started = time.perf_counter()
-    out = subprocess.run(
-        command, env=env, capture_output=True, text=True, timeout=RUN_TIMEOUT_SECONDS, check=False
-    )
+    with PeakConnections(database) as connections:
+        out = subprocess.run(
+            command,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=RUN_TIMEOUT_SECONDS,
+            check=False,
+        )
     wall = time.perf_counter() - started
     if out.returncode != 0:
         raise RuntimeError(f"{NAME}: run worker failed:\n{(out.stdout + out.stderr)[-3000:]}")
-    return wall, children_cpu() - cpu_before
+    return wall, children_cpu() - cpu_before, connections.peak
 
 
 def cold_share(walls: list[float]) -> float:
@@ -118,6 +171,13 @@ class Runs:
         return run.run_id, args.get_command_args()
 
 
+def bucket_objects(settings: Any) -> int:
+    """Objects in the data bucket (the stack is the stage's alone)."""
+    from episode_pipeline.storage.bucket import Bucket
+
+    return sum(1 for _ in Bucket(settings.bucket, settings.aws).iter_objects(""))
+
+
 def prepare(ctx: BenchContext) -> tuple[Any, list[Any], dict[str, str]]:
     """K short episodes uploaded; the settings and the env the run worker gets."""
     from episode_pipeline.config.settings import Settings
@@ -129,7 +189,8 @@ def prepare(ctx: BenchContext) -> tuple[Any, list[Any], dict[str, str]]:
     settings = Settings.from_env(stack.env, local=True)
     archive = ctx.workdir / NAME / "short.tar.zst"
     archive.parent.mkdir(parents=True, exist_ok=True)
-    write_sample(archive, SampleSpec(cameras=1, seconds=ctx.config.batch_seconds))
+    spec = SampleSpec(cameras=ctx.config.batch_cameras, seconds=ctx.config.batch_seconds)
+    write_sample(archive, spec)
     refs = [
         EpisodeRef("bench-batch", f"ep-{uuid.uuid4().hex[:8]}") for _ in range(ctx.config.batch_k)
     ]
@@ -160,6 +221,7 @@ def measure(ctx: BenchContext) -> list[Result]:
     from episode_pipeline.defs.partitions import BATCHES_PARTITION_NAME, EPISODES_PARTITION_NAME
     from episode_pipeline.defs.runs import CAMPAIGN_ASSETS_TAG, assets_tags
     from episode_pipeline.episodes.batches import batch_key
+    from episode_pipeline.samples.writer import SampleSpec
 
     k = ctx.config.batch_k
     with ctx.phase("set-up: sample, uploads, code location"):
@@ -177,32 +239,39 @@ def measure(ctx: BenchContext) -> list[Result]:
         episodes: list[Any],
         number: int | None = None,
         tags: dict[str, str] | None = None,
-    ) -> tuple[str, tuple[float, float]]:
+    ) -> tuple[str, tuple[float, float, int]]:
         key = batch_key(campaign, repeat, len(episodes) if number is None else number)
         with connect(settings.database) as conn:
             create_batch(conn, key, episodes)
             conn.commit()
         instance.add_dynamic_partitions(BATCHES_PARTITION_NAME, [key])
         run_id, command = runs.command(BATCH_JOB_NAME, key, tags)
-        return run_id, run_worker(env, command)
+        return run_id, run_worker(env, command, settings.database)
 
-    walls: dict[str, list[float]] = {"k": [], "one": [], "upload": [], "ladder": []}
-    cpus: dict[str, list[float]] = {"k": [], "one": [], "upload": [], "ladder": []}
+    sides = ("k", "one", "upload", "ladder")
+    walls: dict[str, list[float]] = {side: [] for side in sides}
+    cpus: dict[str, list[float]] = {side: [] for side in sides}
+    connections: dict[str, list[int]] = {side: [] for side in sides}
     run_ids: list[str] = []
 
-    def measured(side: str, run_id: str, wall_cpu: tuple[float, float]) -> None:
-        walls[side].append(wall_cpu[0])
-        cpus[side].append(wall_cpu[1])
+    def measured(side: str, run_id: str, measure: tuple[float, float, int]) -> None:
+        walls[side].append(measure[0])
+        cpus[side].append(measure[1])
+        connections[side].append(measure[2])
         run_ids.append(run_id)
 
+    objects_before = bucket_objects(settings)
+    objects_per_episode = 0.0
     for repeat in range(ctx.config.repeats):
         with ctx.phase(f"ours: K={k}"):
             measured("k", *batch(repeat, refs))
+        if repeat == 0:  # the K episodes' first processing: every key they write is new
+            objects_per_episode = (bucket_objects(settings) - objects_before) / k
         with ctx.phase("baseline: K=1"):
             measured("one", *batch(repeat, refs[:1]))
         with ctx.phase("baseline: the uploads' run"):
             run_id, command = runs.command(EPISODE_JOB_NAME, refs[0].partition_key)
-            measured("upload", run_id, run_worker(env, command))
+            measured("upload", run_id, run_worker(env, command, settings.database))
         with ctx.phase(f"ours: a ladder-only campaign's batch, K={k}"):
             # The K side processed these episodes: their extracted files are stored.
             measured("ladder", *batch(repeat, refs, number=k + 1, tags=ladder))
@@ -212,7 +281,12 @@ def measure(ctx: BenchContext) -> list[Result]:
     instance.dispose()
 
     details = {
-        "episode": f"1 camera, {ctx.config.batch_seconds:g} s, 320x240 H.264",
+        "episode": f"{ctx.config.batch_cameras} camera(s), {ctx.config.batch_seconds:g} s, "
+        "320x240 H.264",
+        "archive_bytes": (ctx.workdir / NAME / "short.tar.zst").stat().st_size,
+        "frame_rows_per_episode": round(ctx.config.batch_seconds * SampleSpec.fps),
+        "s3_objects_per_episode": round(objects_per_episode, 1),
+        "db_connections_peak": connections,
         "k": k,
         "process_seconds": {name: [round(w, 2) for w in values] for name, values in walls.items()},
         "process_cpu_seconds": {

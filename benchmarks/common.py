@@ -169,7 +169,8 @@ class Config:
     memory_repeats: int = 3  # child runs per side for peak-RSS figures
     startup_seconds: float = 2.0  # the episode `process` starts up for (one camera)
     batch_k: int = 10  # episodes in the batch run measured against a batch of one
-    batch_seconds: float = 2.0  # each of its short episodes (one camera)
+    batch_seconds: float = 2.0  # each of its short episodes
+    batch_cameras: int = 1  # cameras of each (docs/scale.md's campaign episode: 2 cameras, 30 s)
     e2e_cameras: int = 3  # the episode taken from upload to `processed` through the daemon
     e2e_seconds: float = 60.0
     # 320x240 keeps `make bench` inside ten minutes on 2 cores: at 640x480 (common LeRobot

@@ -150,7 +150,7 @@ def test_run_queue_limits_globally_and_per_org(production_env, instance_yaml) ->
     coordinator = _rehydrate(instance_yaml["run_coordinator"])
     assert isinstance(coordinator, QueuedRunCoordinator)
     queue = coordinator.get_run_queue_config()
-    assert queue.max_concurrent_runs == 20
+    assert queue.max_concurrent_runs == 400
     limits = {limit["key"]: limit for limit in queue.tag_concurrency_limits}
     assert limits["org"]["value"] == {"applyLimitPerUniqueValue": True}
     assert 0 < limits["org"]["limit"] < queue.max_concurrent_runs

@@ -13,6 +13,15 @@ from typing import Any
 
 from episode_pipeline.campaign import canary, ledger
 from episode_pipeline.campaign.canary import FIGURES
+from episode_pipeline.campaign.capacity import (
+    Capacity,
+    Ceilings,
+    Choice,
+    Prices,
+    Workload,
+    capacity,
+    choose,
+)
 from episode_pipeline.campaign.config import CampaignConfig
 from episode_pipeline.campaign.governor import GovernorState
 from episode_pipeline.campaign.waves import estimate
@@ -64,16 +73,74 @@ def episodes_query(conn: Any, selection: Selection) -> tuple[str, tuple[Any, ...
     return selection_sql(selection, schema.has("episodes", "updated_at"))
 
 
-def config_of(args: argparse.Namespace, settings: Settings) -> CampaignConfig:
+def config_of(
+    args: argparse.Namespace,
+    settings: Settings,
+    episodes_per_run: int | None = None,
+    concurrency_max: int | None = None,
+) -> CampaignConfig:
+    """The campaign's rules: the settings, the flags, and what `--within` chose (K, the most)."""
     return CampaignConfig.from_settings(
         settings.campaign,
         expect=tuple(args.expect or ()),
         wave_size=args.wave_size,
-        episodes_per_run=args.episodes_per_run,
+        episodes_per_run=episodes_per_run or args.episodes_per_run,
         concurrency_start=args.concurrency,
-        concurrency_max=max(args.concurrency or 0, settings.campaign.concurrency_max),
+        concurrency_max=max(
+            args.concurrency or 0, concurrency_max or settings.campaign.concurrency_max
+        ),
         canary_episodes=args.canary_episodes,
     )
+
+
+# K tried by `--within`: up to a wave's worth (a batch is claimed within one wave).
+WITHIN_MAX_EPISODES_PER_RUN = 100
+
+
+def workload_of(run_seconds: float | None, measured: int) -> Workload:
+    """One episode's demands: the batch benchmark's, with its own work measured when recorded
+    (the median run's wall from its start to the episode processed: cold and worker start
+    apart)."""
+    if not run_seconds:
+        return Workload()
+    return Workload(
+        episode_seconds=run_seconds, source=f"median of {measured} recorded run(s); the rest: "
+        f"{Workload().source}"
+    )  # fmt: skip
+
+
+def capacity_of(
+    count: int,
+    config: CampaignConfig,
+    settings: Settings,
+    workload: Workload,
+    within_hours: float | None,
+) -> tuple[Capacity, Choice | None]:
+    """The plan at the campaign's K and concurrency, and what `--within` chose."""
+    from episode_pipeline.defs.campaigns import BACKFILL_LEAD_SECONDS
+
+    campaign = settings.campaign
+    ceilings = Ceilings.of(
+        campaign,
+        config.waves,
+        lane=settings.campaign.concurrency_max,
+        lead_seconds=2 * campaign.tick_seconds + BACKFILL_LEAD_SECONDS,  # as the driver's
+    )
+    common: dict[str, Any] = {
+        "episodes": count,
+        "workload": workload,
+        "ceilings": ceilings,
+        "prices": Prices.of(campaign),
+        "start": config.governor.start_limit,
+        "increase_after": config.governor.increase_after,
+    }
+    planned = capacity(
+        k=config.waves.episodes_per_run, concurrency=config.governor.max_limit, **common
+    )
+    if within_hours is None:
+        return planned, None
+    ks = range(1, min(config.waves.wave_size, WITHIN_MAX_EPISODES_PER_RUN) + 1)
+    return planned, choose(hours=within_hours, ks=ks, **common)
 
 
 def campaign_id_for(name: str) -> str:
@@ -93,8 +160,14 @@ def plan(conn: Any, settings: Settings, args: argparse.Namespace) -> dict[str, A
     # Issue 27's rule: a row the pipeline cannot key is skipped, counted and named, never fatal.
     selected = count_selection(conn, query, params)
     count = selected.episodes
-    config = config_of(args, settings)
     run_seconds, measured = measured_run_seconds(conn)
+    workload = workload_of(run_seconds, measured)
+    within = getattr(args, "within", None)
+    config = config_of(args, settings)
+    planned, choice = capacity_of(count, config, settings, workload, within)
+    if choice is not None and choice.plan is not None:  # start runs what fits
+        config = config_of(args, settings, choice.plan.episodes_per_run, choice.plan.concurrency)
+        planned = choice.plan
     canary = config.canary.wave_size(count) if count else 0
     figures = estimate(
         episodes=count,
@@ -116,17 +189,14 @@ def plan(conn: Any, settings: Settings, args: argparse.Namespace) -> dict[str, A
         "config": config.to_json(),
         "estimate": figures.as_dict(),
         **plan_assets_of(conn, settings, graph, versions, query, params, args),
+        "capacity": planned.as_dict(),
+        "within": choice.as_dict() if choice is not None else None,
         "_query": (query, params, selection),
     }
 
 
 def format_plan(planned: dict[str, Any]) -> str:
     e, waves = planned["estimate"], planned["config"]["waves"]
-    measured = (
-        f"measured over {e['measured_from']} recorded run(s)"
-        if e["measured_from"]
-        else "documented defaults (no run recorded yet)"
-    )
     return "\n".join(
         [
             f"selection: {planned['selection']}",
@@ -136,13 +206,69 @@ def format_plan(planned: dict[str, Any]) -> str:
             *skipped_lines(planned),
             f"waves: {e['waves']} (canary {planned['canary_wave']}, then up to "
             f"{waves['wave_size']} each), {e['runs']} run(s) of K={waves['episodes_per_run']}",
-            f"estimate ({measured}): {e['task_hours']} task-hours, {e['s3_requests']} S3 "
-            f"requests, {e['hours_to_finish']} h to finish at concurrency "
-            f"{planned['config']['governor']['start_limit']} "
-            f"({e['seconds_per_episode']} task-s per episode)",
+            *within_lines(planned["within"]),
+            *capacity_lines(planned["capacity"]),
             *asset_lines(planned),
         ]
     )
+
+
+def _figure(value: float) -> str:
+    return f"{value:,.0f}" if abs(value) >= 100 else f"{value:,.3g}"
+
+
+def capacity_lines(c: dict[str, Any]) -> list[str]:
+    """The plan's limits as a table: each demand at the planned rate against its ceiling, the
+    one that binds, the time to finish and the cost (docs/scale.md's table is this output)."""
+    rows = [
+        f"| {limit['name']} | {_figure(limit['demand'])} {limit['unit']} | "
+        + (
+            f"{_figure(limit['ceiling'])} | {limit['share']:.0%} | "
+            + ("yes" if limit["within"] else "**no**")
+            if limit["ceiling"]
+            else "- | - | -"
+        )
+        + f" | {limit['source']} |"
+        for limit in c["limits"]
+    ]
+    cost = c["cost_usd"]
+    verdict = "fits" if c["fits"] else "does not fit"
+    return [
+        f"capacity at K={c['episodes_per_run']}, {c['concurrency']} run(s) at once: "
+        f"{c['episodes_per_second']:.3g} episodes/s; {verdict} (each limit within "
+        f"{c['headroom']:.0%} of its ceiling); binding: {c['binding']}",
+        "",
+        "| limit | demand | ceiling | share | within | source |",
+        "| --- | ---: | ---: | ---: | --- | --- |",
+        *rows,
+        "",
+        f"time to finish: {c['hours_to_finish']} h ({c['ramp_hours']} h of it the governor's "
+        f"climb); {c['task_hours']:,} task-hours",
+        f"cost: ${cost['total']:,.2f} (Fargate ${cost['fargate']:,.2f}, S3 requests "
+        f"${cost['s3']:,.2f}; CAMPAIGN_*_USD prices)",
+        f"per episode: {c['workload']['source']}",
+    ]
+
+
+def within_lines(within: dict[str, Any] | None) -> list[str]:
+    """What `--within HOURS` chose, or the limit that forbids it."""
+    if within is None:
+        return []
+    if within["fits"]:
+        chosen = within["plan"]
+        return [
+            f"within {within['within_hours']:g} h: K={chosen['episodes_per_run']}, "
+            f"{chosen['concurrency']} run(s) at once (CAMPAIGN_EPISODES_PER_RUN, "
+            "CAMPAIGN_CONCURRENCY_MAX; `campaign start --within` runs them)"
+        ]
+    limit: dict[str, Any] = within["forbidding"]
+    nearest = within["nearest"]
+    return [
+        f"within {within['within_hours']:g} h: does not fit; {limit['name']} forbids it "
+        f"({_figure(limit['demand'])} {limit['unit']} against {_figure(limit['ceiling'])}, "
+        f"{limit['share']:.0%}, at K={nearest['episodes_per_run']} and "
+        f"{nearest['concurrency']} run(s) at once, the nearest try; {limit['source']})"
+    ]
 
 
 def skipped_lines(planned: dict[str, Any]) -> list[str]:
@@ -290,6 +416,8 @@ def cmd_campaign(args: argparse.Namespace) -> int:
         if args.action in ("plan", "start"):
             planned = plan(conn, settings, args)
             query, params, selection = planned.pop("_query")
+            if args.action == "start" and planned["within"] and not planned["within"]["fits"]:
+                raise ValueError("\n".join(within_lines(planned["within"])))
             if args.action == "plan":
                 planned.pop(ASSETS_INTERNAL, None)
                 print(json.dumps(planned, indent=2) if args.json else format_plan(planned))
@@ -450,6 +578,13 @@ def add_campaign_parser(commands: argparse._SubParsersAction) -> None:
         "--concurrency", type=int, help="campaign runs launched at once at the start"
     )
     parser.add_argument("--canary-episodes", type=int, help="the canary wave's size at most")
+    parser.add_argument(
+        "--within",
+        type=float,
+        metavar="HOURS",
+        help="plan or start: choose K and the concurrency that finish within HOURS, or say "
+        "which limit forbids it (docs/scale.md#a-million-episodes-in-a-day)",
+    )
     parser.add_argument(
         "--expect",
         action="append",

@@ -411,16 +411,24 @@ class CampaignSettings(EnvSettings):
         "CAMPAIGN_TICK_SECONDS", "Between two ticks of the `campaign_driver` sensor.", 30
     )
     wave_size: int = setting(
-        "CAMPAIGN_WAVE_SIZE", "The most episodes one wave (one backfill) claims.", 500
+        "CAMPAIGN_WAVE_SIZE",
+        "The most episodes one wave (one backfill) claims: the driver claims at most a wave a "
+        "tick, 33 episodes/s at 1,000 every 30 s (a million a day needs ~12).",
+        1_000,
     )
     max_live_partitions: int = setting(
         "CAMPAIGN_MAX_LIVE_PARTITIONS",
-        "The most partitions a campaign has added and not yet pruned (one wave): the live count "
-        "stays within the retention window plus this.",
-        500,
+        "The most partitions a campaign has added and not yet pruned, its claimed episodes "
+        "included (about twice its runs at once times K): the live count stays within the "
+        "retention window plus this (docs/scale.md#a-million-episodes-in-a-day).",
+        25_000,
     )
     episodes_per_run: int = setting(
-        "CAMPAIGN_EPISODES_PER_RUN", "K: episodes one campaign run processes.", 1
+        "CAMPAIGN_EPISODES_PER_RUN",
+        "K: episodes one campaign run processes, one cold start and one run-queue launch for "
+        "them all: 25 keeps a million a day at 0.62 runs/s, within the run queue's ~0.79 "
+        "(docs/scale.md#a-million-episodes-in-a-day).",
+        25,
     )
     concurrency_start: int = setting(
         "CAMPAIGN_CONCURRENCY_START",
@@ -433,8 +441,9 @@ class CampaignSettings(EnvSettings):
     concurrency_max: int = setting(
         "CAMPAIGN_CONCURRENCY_MAX",
         "The most the governor adds up to; the run queue's `episode_pipeline/campaign` limit "
-        "caps it too (dagster.yaml).",
-        8,
+        "caps it too (dagster.yaml): 340 batch tasks of K=25 settle a million short episodes in "
+        "a day (docs/scale.md#a-million-episodes-in-a-day).",
+        340,
     )
     increase_after: int = setting(
         "CAMPAIGN_INCREASE_AFTER", "Successes in a row before the governor adds one run.", 20
@@ -481,6 +490,50 @@ class CampaignSettings(EnvSettings):
     )
     canary_frame_rows_tolerance: int = setting(
         "CAMPAIGN_CANARY_FRAME_ROWS_TOLERANCE", "Frame rows may differ by this much.", 0
+    )
+    # What `campaign plan` holds a campaign to and prices it at (campaign/capacity.py,
+    # docs/scale.md#a-million-episodes-in-a-day).
+    fargate_vcpu_quota: int = setting(
+        "CAMPAIGN_FARGATE_VCPU_QUOTA",
+        "`campaign plan`: the vCPUs campaign tasks may run at once, within the account's Fargate "
+        "On-Demand vCPU quota in the region (Service Quotas, `Fargate On-Demand vCPU resource "
+        "count`, shared with the uploads' runs and the services). 1,000 is this plan's "
+        "assumption, not AWS's default (new accounts start lower): read yours.",
+        1_000,
+    )
+    db_connections: int = setting(
+        "CAMPAIGN_DB_CONNECTIONS",
+        "`campaign plan`: the database connections campaign run tasks may hold together, 4 each "
+        "(measured: three Dagster storages and the pipeline's). Aurora PostgreSQL's "
+        "max_connections is LEAST(memory / 9,531,392, 5,000): ~3,600 on a 32 GiB db.r6g.xlarge, "
+        "less ~600 for the daemon, webserver, code server and uploads' runs; on a 16 GiB "
+        "db.r6g.large (~1,800) set 1,200.",
+        2_000,
+    )
+    fargate_vcpu_hour_usd: float = setting(
+        "CAMPAIGN_FARGATE_VCPU_HOUR_USD",
+        "`campaign plan`'s price of a Fargate vCPU-hour, USD: AWS's list price for Linux/x86 "
+        "On-Demand in us-east-1 and us-west-2 as of December 2026 (aws.amazon.com/fargate/"
+        "pricing); set your region's or your discounted one.",
+        0.04048,
+    )
+    fargate_gb_hour_usd: float = setting(
+        "CAMPAIGN_FARGATE_GB_HOUR_USD",
+        "`campaign plan`'s price of a Fargate GB-hour of memory, USD: the same list price (Linux/"
+        "x86, December 2026).",
+        0.004445,
+    )
+    s3_put_per_1000_usd: float = setting(
+        "CAMPAIGN_S3_PUT_PER_1000_USD",
+        "`campaign plan`'s price of 1,000 S3 PUT/COPY/POST/LIST requests, USD: S3 Standard's list "
+        "price as of December 2026 (aws.amazon.com/s3/pricing).",
+        0.005,
+    )
+    s3_get_per_1000_usd: float = setting(
+        "CAMPAIGN_S3_GET_PER_1000_USD",
+        "`campaign plan`'s price of 1,000 S3 GET/HEAD requests, USD: S3 Standard's list price as "
+        "of December 2026.",
+        0.0004,
     )
 
 
