@@ -542,6 +542,8 @@ def start_campaign(fleet: Any, name: str) -> tuple[str, dict[str, Any], float]:
     # The fleet was never processed: its canary has no figures from before to compare.
     start = ["campaign", "start", "--stale", "--org", fleet_state.FLEET_ORG, "--name", name]
     start.append("--accept-no-baseline")
+    # K = 1: the stand-in plays `process_episode` runs only (the default is a batch of 25).
+    start += ["--episodes-per-run", "1"]
     args = build_parser().parse_args(
         [*start, "--concurrency", str(CampaignSettings().concurrency_max)]
     )

@@ -146,6 +146,8 @@ def test_one_campaign_through_the_drivers_ticks(
             "--org",
             org,
             "--stale",
+            "--episodes-per-run",  # one episode a run: the trial reads them in the backfills
+            "1",
             "--name",
             "drv",
             "--concurrency",
@@ -269,7 +271,8 @@ def one_episode_campaign(
         (ref.episode_id, org),
     )
     record_output(db_conn, ref, {"episode": "0"}, OLD, run_id=None, wall_seconds=1, archive_bytes=1)
-    argv = ["campaign", "start", "--org", org, "--stale", "--name", name]
+    # K = 1 (the default is a batch of 25): the trials read the episode in its wave's backfill.
+    argv = ["campaign", "start", "--org", org, "--stale", "--name", name, "--episodes-per-run", "1"]
     args = build_parser().parse_args(argv)
     planned = commands.plan(db_conn, settings, args)
     query, params, selection = planned.pop("_query")

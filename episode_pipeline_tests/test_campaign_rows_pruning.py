@@ -142,7 +142,8 @@ def stale_episodes(db_conn: psycopg.Connection, count: int) -> list[EpisodeRef]:
 def start(
     conn: psycopg.Connection, instance: DagsterInstance, settings: Settings, *argv: str
 ) -> tuple[str, dict]:
-    args = build_parser().parse_args(["campaign", "start", *argv])
+    # K = 1 (the default is a batch of 25): these trials read each episode in its wave's backfill.
+    args = build_parser().parse_args(["campaign", "start", "--episodes-per-run", "1", *argv])
     planned = commands.plan(conn, settings, args)
     query, params, selection = planned.pop("_query")
     campaign_id, _ = commands.start(conn, instance, planned, query, params, selection, args)
@@ -227,10 +228,14 @@ def test_unkeyable_rows_are_skipped_at_start_and_the_driver_launches_the_rest(
             (episode_id, org_id),
         )
     argv = ("--stale", "--name", "trial", "--canary-episodes", "1")
-    planned_only = commands.plan(conn, app, build_parser().parse_args(["campaign", "plan", *argv]))
+    plan_args = build_parser().parse_args(["campaign", "plan", *argv, "--within", "24"])
+    planned_only = commands.plan(conn, app, plan_args)
     text = commands.format_plan(planned_only)
     assert planned_only["episodes"] == 1 and planned_only["skipped"] == 2
     assert "skipped: 2 row(s) the pipeline cannot key" in text
+    # The plan names what binds and what it costs; one episode fits a day at any K.
+    assert planned_only["within"]["fits"] and planned_only["capacity"]["episodes"] == 1
+    assert "binding: " in text and "cost: $" in text and "within 24 h: K=" in text
     assert "'a b'" in text and "org_id is NULL" in text
 
     campaign_id, planned = start(conn, instance, app, *argv)
