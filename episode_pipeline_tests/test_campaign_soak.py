@@ -335,7 +335,7 @@ class Soak:
         pytest.param(5, marks=pytest.mark.slow(seconds=300)),
     ],
 )
-@pytest.mark.timeout(3 * WAIT_SECONDS)
+@pytest.mark.timeout(1800)  # a loaded machine; alone on 2 quiet cores about 5 min
 def test_a_campaign_survives_a_daemon_outage_a_killed_worker_throttled_s3_and_corrupt_archives(
     stage: CrashStage, archive: Path, retake: Path, tmp_path: Path, per_run: int
 ) -> None:
