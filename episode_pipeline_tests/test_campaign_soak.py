@@ -114,7 +114,7 @@ RETRY_AFTER = 15  # S3's Retry-After: the step's retry waits it, and so does the
 # (RETRY_AFTER apart) and ends before the episode's next run can reach its playlists (the step's
 # wait, the governor's pause, a backfill iteration, the run itself), so one run is throttled.
 THROTTLE_SECONDS = 40
-WAIT_SECONDS = 420
+WAIT_SECONDS = 900  # each wait; a loaded machine is slow (docs/testing.md)
 # Above the run queue's 2 slots, so a wave is claimed while the last one's runs still queue.
 CONCURRENCY = "8"
 
