@@ -259,3 +259,17 @@ def wait_for(marker: Path, running: Future[Any], timeout: float = 180) -> None:
             raise AssertionError(f"the run ended before {MID_COPY}: {running.result()}")
         assert time.monotonic() < deadline, f"{MID_COPY} not reached in {timeout} s"
         time.sleep(0.2)
+
+
+def test_refusals_end_refuse_seconds_after_the_first(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The soak's S3 incident: the same request refused on every attempt, until it is over."""
+    clock = [100.0]
+    monkeypatch.setattr(time, "monotonic", lambda: clock[0])
+    plan = FaultPlan(refuse=lambda method, path: method == "PUT", refuse_seconds=40)
+    assert plan.next_fate(("GET", "/a", "")) == "pass"
+    assert plan.next_fate(("PUT", "/a", "")) == "error:0"  # the first refusal starts the clock
+    clock[0] = 139.0
+    assert plan.next_fate(("PUT", "/a", "")) == "error:0"
+    clock[0] = 140.0
+    assert plan.next_fate(("PUT", "/a", "")) == "pass"
+    assert plan.refused == ["/a", "/a"] and plan.injected["refused"] == 2
