@@ -7,11 +7,10 @@ but has not yet finished the tick. The crash tests name it in their private inst
 
 from __future__ import annotations
 
-from dagster._core.run_coordinator import SubmitRunContext
-
 from episode_pipeline.defs.run_coordinator import EpisodeRunCoordinator
 from episode_pipeline.defs.runs import PARTITION_TAG
 from episode_pipeline.runtime.injection_points import reach
+from episode_pipeline_tests.support.dagster_internals import SubmitRunContext
 
 AFTER_SUBMIT_RUN = "daemon.after_submit_run"
 

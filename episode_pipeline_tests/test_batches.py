@@ -17,8 +17,6 @@ from pathlib import Path
 
 import pytest
 from dagster import DagsterEventType, DagsterInstance, DagsterRun, DagsterRunStatus, RunsFilter
-from dagster._core.run_coordinator import SubmitRunContext
-from dagster._core.test_utils import create_run_for_test, instance_for_test
 
 from episode_pipeline.config.settings import Settings
 from episode_pipeline.db.batches import create_batch
@@ -42,6 +40,11 @@ from episode_pipeline.samples.writer import SampleSpec, write_sample
 from episode_pipeline.storage.bucket import Bucket
 from episode_pipeline.transcode import placement
 from episode_pipeline_tests.support import new_ref
+from episode_pipeline_tests.support.dagster_internals import (
+    SubmitRunContext,
+    create_run_for_test,
+    instance_for_test,
+)
 from episode_pipeline_tests.support.graph import check_evaluation
 from episode_pipeline_tests.support.runs import JOB_ORIGIN
 

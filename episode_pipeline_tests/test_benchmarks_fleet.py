@@ -54,7 +54,8 @@ def test_a_template_event_becomes_the_synthetic_episodes_own() -> None:
 
 def test_a_compiled_run_is_dagsters_own_serialisation_of_the_sensors_run() -> None:
     from dagster import DagsterRun, DagsterRunStatus
-    from dagster._serdes import serialize_value
+
+    from episode_pipeline_tests.support.dagster_internals import serialize_value
 
     tpl = template()
     tpl.dagster_run = DagsterRun(job_name="episode_job", run_id=tpl.run_id, tags={"a": "b"})

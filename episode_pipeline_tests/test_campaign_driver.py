@@ -19,23 +19,7 @@ from datetime import UTC, datetime, timedelta
 
 import psycopg
 import pytest
-import yaml
 from dagster import DagsterInstance, DagsterRun, DagsterRunStatus, RunsFilter
-from dagster._core.events import RunFailureReason
-from dagster._core.execution.backfill import BulkActionStatus
-from dagster._core.storage.tags import (
-    PARENT_RUN_ID_TAG,
-    ROOT_RUN_ID_TAG,
-    RUN_FAILURE_REASON_TAG,
-    WILL_RETRY_TAG,
-)
-from dagster._core.test_utils import create_run_for_test, create_test_daemon_workspace_context
-from dagster._core.workspace.load_target import ModuleTarget
-from dagster._daemon.auto_run_reexecution.auto_run_reexecution import (
-    consume_new_runs_for_automatic_reexecution,
-    retry_run,
-)
-from dagster._daemon.backfill import execute_backfill_iteration
 
 from episode_pipeline.cli import build_parser
 from episode_pipeline.commands import campaign as commands
@@ -58,6 +42,19 @@ from episode_pipeline.defs.resources.database import PostgresResource
 from episode_pipeline.defs.runs import PARTITION_TAG
 from episode_pipeline.episodes.keys import EpisodeRef
 from episode_pipeline.local.stack import StackInfo
+from episode_pipeline_tests.support.campaigns import OLD, finished_run
+from episode_pipeline_tests.support.dagster_internals import (
+    PARENT_RUN_ID_TAG,
+    ROOT_RUN_ID_TAG,
+    WILL_RETRY_TAG,
+    BulkActionStatus,
+    ModuleTarget,
+    consume_new_runs_for_automatic_reexecution,
+    create_run_for_test,
+    create_test_daemon_workspace_context,
+    execute_backfill_iteration,
+    retry_run,
+)
 from episode_pipeline_tests.support.ecs import (
     ECS_RUN_LAUNCHER,
     THROTTLED,
@@ -65,49 +62,19 @@ from episode_pipeline_tests.support.ecs import (
     dequeue_with_ecs,
     queued_run,
 )
-from episode_pipeline_tests.support.instances import private_instance_config
+from episode_pipeline_tests.support.instances import private_instance
 from episode_pipeline_tests.support.runs import JOB_ORIGIN
 
 pytestmark = pytest.mark.integration
 
-OLD = {"frame_rows": 30, "seconds_by_camera": {"front": 1.0}, "renditions": ["front"]}
-
 
 @pytest.fixture
-def instance(
-    stack: StackInfo, tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
-) -> Iterator[DagsterInstance]:
+def instance(stack: StackInfo, monkeypatch: pytest.MonkeyPatch) -> Iterator[DagsterInstance]:
     """The local instance's config with production's run launcher (ECS, its client a stub when
     a test launches: support/ecs.py), so a launch failure takes the real path."""
     monkeypatch.setenv("AWS_DEFAULT_REGION", "us-west-2")
-    home = tmp_path_factory.mktemp("campaign-dagster")
-    config = {**private_instance_config(stack, "campaign"), "run_launcher": ECS_RUN_LAUNCHER}
-    (home / "dagster.yaml").write_text(yaml.safe_dump(config))
-    with DagsterInstance.from_config(str(home)) as private:
+    with private_instance(stack, "campaign", run_launcher=ECS_RUN_LAUNCHER) as private:
         yield private
-
-
-def finish(
-    instance: DagsterInstance,
-    campaign_id: str,
-    wave: int,
-    ref: EpisodeRef,
-    ok: bool,
-    error: str = "",
-) -> str:
-    """The run a daemon would have made for the wave's backfill, ended."""
-    tags = {
-        CAMPAIGN_TAG: campaign_id,
-        CAMPAIGN_WAVE_TAG: str(wave),
-        PARTITION_TAG: ref.partition_key,
-    }
-    if not ok:  # a step failed (as S3's throttling does): `run_retries` does not re-run it
-        tags[RUN_FAILURE_REASON_TAG] = RunFailureReason.STEP_FAILURE.value
-    status = DagsterRunStatus.SUCCESS if ok else DagsterRunStatus.STARTED
-    run = create_run_for_test(instance, job_name=EPISODE_JOB_NAME, status=status, tags=tags)
-    if not ok:
-        instance.report_run_failed(run, error)
-    return run.run_id
 
 
 def launch_limit(instance: DagsterInstance, campaign_id: str) -> int | None:
@@ -177,7 +144,7 @@ def test_one_campaign_through_the_drivers_ticks(
     )
 
     # Its run succeeds, but the camera's duration drifted by 0.8 s: the canary stops it.
-    run_id = finish(instance, campaign_id, 0, refs[0], ok=True)
+    run_id = finished_run(instance, refs[0], ok=True, campaign=(campaign_id, 0))
     drifted = {**OLD, "seconds_by_camera": {"front": 1.8}}
     record_output(
         db_conn, refs[0], versions, drifted, run_id=run_id, wall_seconds=30.0, archive_bytes=1
@@ -201,7 +168,7 @@ def test_one_campaign_through_the_drivers_ticks(
     # queue launches it (the real path: Dagster's dequeue, EcsRunLauncher, a stub ECS client
     # raising as boto3 does): halved, paused, retried later, no attempt used up.
     ok, throttled = wave1[0].ref, wave1[1].ref
-    run_id = finish(instance, campaign_id, 1, ok, ok=True)
+    run_id = finished_run(instance, ok, ok=True, campaign=(campaign_id, 1))
     record_output(db_conn, ok, versions, OLD, run_id=run_id, wall_seconds=30.0, archive_bytes=1)
     tags = {
         CAMPAIGN_TAG: campaign_id,
@@ -293,7 +260,7 @@ def test_a_run_pruned_before_the_tick_is_reconciled_from_the_durable_record(
     backfill = instance.get_backfill(wave_backfill_id(campaign_id, 0))
     assert backfill is not None and backfill.partition_names == [ref.partition_key]
 
-    run_id = finish(instance, campaign_id, 0, ref, ok=True)
+    run_id = finished_run(instance, ref, ok=True, campaign=(campaign_id, 0))
     versions = planned["code_versions"]
     record_output(db_conn, ref, versions, OLD, run_id=run_id, wall_seconds=1, archive_bytes=1)
     instance.delete_run(run_id)  # what retention's statements do to a settled episode
@@ -602,7 +569,7 @@ def test_a_run_whose_wave_tag_is_not_a_wave_is_no_run_of_the_campaigns_waves(
     (report,) = drive(instance, postgres, now + timedelta(seconds=30), random.Random(1))
     assert not report.error and db.wave_rows(db_conn, campaign_id, 0)[0].state == "requested"
 
-    run_id = finish(instance, campaign_id, 0, ref, ok=True)
+    run_id = finished_run(instance, ref, ok=True, campaign=(campaign_id, 0))
     versions = planned["code_versions"]
     record_output(db_conn, ref, versions, OLD, run_id=run_id, wall_seconds=1, archive_bytes=1)
     (report,) = drive(instance, postgres, now + timedelta(seconds=60), random.Random(1))

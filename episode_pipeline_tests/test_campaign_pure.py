@@ -8,7 +8,6 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 from dagster import DagsterRun, DagsterRunStatus
-from dagster._core.storage.dagster_run import RunRecord
 
 from episode_pipeline.campaign import ledger
 from episode_pipeline.campaign.canary import CanarySettings, compare
@@ -34,6 +33,7 @@ from episode_pipeline.campaign.waves import (
 )
 from episode_pipeline.config.settings import CampaignSettings
 from episode_pipeline.episodes.code_versions import code_version_digest
+from episode_pipeline_tests.support.dagster_internals import RunRecord
 
 NOW = datetime(2026, 12, 1, 12, tzinfo=UTC)
 
@@ -228,9 +228,8 @@ def test_a_settled_out_canceled_campaign_leaves_the_launch_limits_once_quiet() -
 
 def test_unreadable_launch_limits_close_the_campaign_lane() -> None:
     """Finding 10: the run queue's limits fail closed (a key-only entry replaces the lane's)."""
-    from dagster._utils.tags import TagConcurrencyLimitsCounter
-
     from episode_pipeline.defs.campaign_queue import CAMPAIGN_TAG, limit_entries
+    from episode_pipeline_tests.support.dagster_internals import TagConcurrencyLimitsCounter
 
     assert limit_entries({"a": 2, "b": -1}) == [
         {"key": CAMPAIGN_TAG, "value": "a", "limit": 2},

@@ -24,19 +24,13 @@ from datetime import UTC, datetime, timedelta
 import psycopg
 import pytest
 import sqlalchemy as sa
-import yaml
 from dagster import (
     AssetObservation,
     DagsterEvent,
     DagsterEventType,
     DagsterInstance,
-    DagsterRunStatus,
     build_sensor_context,
 )
-from dagster._core.events import AssetObservationData, RunFailureReason
-from dagster._core.execution.backfill import BulkActionStatus
-from dagster._core.storage.tags import RUN_FAILURE_REASON_TAG
-from dagster._core.test_utils import create_run_for_test
 
 from episode_pipeline.cli import build_parser
 from episode_pipeline.commands import campaign as commands
@@ -48,8 +42,6 @@ from episode_pipeline.db.outputs import record_output
 from episode_pipeline.defs.assets.archive import RAW_ARCHIVE_KEY, report_archive_version
 from episode_pipeline.defs.campaign_queue import published_limits
 from episode_pipeline.defs.campaigns import (
-    CAMPAIGN_TAG,
-    CAMPAIGN_WAVE_TAG,
     drive,
     wave_backfill_id,
 )
@@ -65,13 +57,13 @@ from episode_pipeline.defs.retention import (
     kept_because,
     prune,
 )
-from episode_pipeline.defs.runs import PARTITION_TAG
 from episode_pipeline.defs.sensors.campaign import campaign_driver
 from episode_pipeline.episodes.keys import EpisodeRef
 from episode_pipeline.local.stack import StackInfo
-from episode_pipeline_tests.support.instances import private_instance_config
+from episode_pipeline_tests.support.campaigns import OLD, finished_run
+from episode_pipeline_tests.support.dagster_internals import AssetObservationData, BulkActionStatus
+from episode_pipeline_tests.support.instances import private_instance
 
-OLD = {"frame_rows": 30, "seconds_by_camera": {"front": 1.0}, "renditions": ["front"]}
 POLICY = RetentionSettings()  # 3 days; 19 for a failed episode
 
 
@@ -98,30 +90,9 @@ def test_retention_names_why_it_keeps_an_episode() -> None:
 
 
 @pytest.fixture
-def instance(
-    stack: StackInfo, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[DagsterInstance]:
-    home = tmp_path_factory.mktemp("campaign-rows-dagster")
-    (home / "dagster.yaml").write_text(yaml.safe_dump(private_instance_config(stack, "crows")))
-    with DagsterInstance.from_config(str(home)) as private:
+def instance(stack: StackInfo) -> Iterator[DagsterInstance]:
+    with private_instance(stack, "crows") as private:
         yield private
-
-
-def finish(
-    instance: DagsterInstance, ref: EpisodeRef, ok: bool, campaign: tuple[str, int] | None = None
-) -> str:
-    """The run a daemon would have made, ended: the campaign's wave's (`campaign`) or an
-    upload's."""
-    tags = {PARTITION_TAG: ref.partition_key}
-    if campaign:
-        tags |= {CAMPAIGN_TAG: campaign[0], CAMPAIGN_WAVE_TAG: str(campaign[1])}
-    if not ok:  # a step failed (a corrupt archive): production's `run_retries` does not re-run it
-        tags[RUN_FAILURE_REASON_TAG] = RunFailureReason.STEP_FAILURE.value
-    status = DagsterRunStatus.SUCCESS if ok else DagsterRunStatus.STARTED
-    run = create_run_for_test(instance, job_name=EPISODE_JOB_NAME, status=status, tags=tags)
-    if not ok:
-        instance.report_run_failed(run, "extracted_files: ArchiveError: corrupt zstd frame")
-    return run.run_id
 
 
 def stale_episodes(db_conn: psycopg.Connection, count: int) -> list[EpisodeRef]:
@@ -180,7 +151,7 @@ def test_a_rejected_episodes_partition_is_pruned_and_the_campaign_goes_on(
         EPISODES_PARTITION_NAME, refs[0].partition_key
     )
 
-    finish(instance, refs[0], ok=False, campaign=(campaign_id, 0))
+    finished_run(instance, refs[0], ok=False, campaign=(campaign_id, 0))
     drive(instance, postgres, now + timedelta(seconds=30), random.Random(3), retention=POLICY)
     (row,) = db.wave_rows(db_conn, campaign_id, 0)
     assert row.state == "rejected" and not row.partition_added
@@ -359,7 +330,7 @@ def test_the_campaigns_prune_keeps_what_retention_keeps(
     assert len(wave) == 3 and all(row.partition_added for row in wave)
     reuploaded_failed, waiting, plain, _ = refs
     for ref in refs[:3]:
-        run_id = finish(instance, ref, ok=True, campaign=(campaign_id, 0))
+        run_id = finished_run(instance, ref, ok=True, campaign=(campaign_id, 0))
         observe_in_run(instance, run_id, ref)
         record_output(
             db_conn,
@@ -371,7 +342,7 @@ def test_the_campaigns_prune_keeps_what_retention_keeps(
             archive_bytes=1,
         )
     report_archive_version(instance, reuploaded_failed.partition_key, "v2")
-    upload_run = finish(instance, reuploaded_failed, ok=False)  # the upload's own run
+    upload_run = finished_run(instance, reuploaded_failed, ok=False)  # the upload's own run
     report_archive_version(instance, waiting.partition_key, "v2")  # its run is still to come
 
     drive(instance, postgres, now + timedelta(seconds=30), random.Random(2))
@@ -388,7 +359,7 @@ def test_the_campaigns_prune_keeps_what_retention_keeps(
     assert rows[waiting].partition_added  # still the campaign's, counted live
 
     # The waiting upload's run comes and succeeds: within its window, retention owns it too.
-    finish(instance, waiting, ok=True)
+    finished_run(instance, waiting, ok=True)
     drive(instance, postgres, now + timedelta(seconds=60), random.Random(2))
     assert instance.has_dynamic_partition(EPISODES_PARTITION_NAME, waiting.partition_key)
     (row,) = [row for row in db.wave_rows(db_conn, campaign_id, 0) if row.ref == waiting]

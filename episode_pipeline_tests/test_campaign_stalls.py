@@ -16,10 +16,7 @@ from datetime import UTC, datetime, timedelta
 
 import psycopg
 import pytest
-import yaml
 from dagster import DagsterInstance, DagsterRunStatus, build_sensor_context
-from dagster._core.execution.backfill import BulkActionStatus
-from dagster._core.test_utils import create_run_for_test
 
 from episode_pipeline.cli import build_parser
 from episode_pipeline.commands import campaign as commands
@@ -36,19 +33,16 @@ from episode_pipeline.defs.sensors.metered import metered
 from episode_pipeline.episodes.keys import EpisodeRef
 from episode_pipeline.local.stack import StackInfo
 from episode_pipeline.runtime import metrics
-from episode_pipeline_tests.support.instances import private_instance_config
-from episode_pipeline_tests.test_campaign_driver import OLD, finish
+from episode_pipeline_tests.support.campaigns import OLD, finished_run
+from episode_pipeline_tests.support.dagster_internals import BulkActionStatus, create_run_for_test
+from episode_pipeline_tests.support.instances import private_instance
 
 pytestmark = pytest.mark.integration
 
 
 @pytest.fixture
-def instance(
-    stack: StackInfo, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[DagsterInstance]:
-    home = tmp_path_factory.mktemp("stalls-dagster")
-    (home / "dagster.yaml").write_text(yaml.safe_dump(private_instance_config(stack, "stalls")))
-    with DagsterInstance.from_config(str(home)) as private:
+def instance(stack: StackInfo) -> Iterator[DagsterInstance]:
+    with private_instance(stack, "stalls") as private:
         yield private
 
 
@@ -101,7 +95,7 @@ def succeed(
 ) -> None:
     """Every claimed episode of the wave: its run succeeded and recorded the new figures."""
     for row in db.wave_rows(db_conn, campaign_id, wave):
-        run_id = finish(instance, campaign_id, wave, row.ref, ok=True)
+        run_id = finished_run(instance, row.ref, ok=True, campaign=(campaign_id, wave))
         record_output(
             db_conn, row.ref, planned["code_versions"], OLD, run_id=run_id, wall_seconds=1,
             archive_bytes=1,

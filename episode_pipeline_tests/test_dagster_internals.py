@@ -1,7 +1,8 @@
 """Every private Dagster name the package imports (`from dagster._…`), listed: a Dagster
 upgrade has one list to re-check, and a new private import fails here until it is listed. The
 run bookkeeping's (runs, retries, backfills, the run queue) come through one door,
-`defs/dagster_internals.py`; moving the rest behind doors is issue 34's."""
+`defs/dagster_internals.py`; moving the rest behind doors is issue 34's. The tests take theirs
+through one door of their own, `episode_pipeline_tests/support/dagster_internals.py`."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "episode_pipeline"
 DOOR = "defs/dagster_internals.py"
+TESTS = Path(__file__).resolve().parent
+TESTS_DOOR = "support/dagster_internals.py"
 
 LISTED: dict[str, set[str]] = {
     "defs/assets/archive.py": {
@@ -103,13 +106,13 @@ LISTED: dict[str, set[str]] = {
 }
 
 
-def private_imports() -> dict[str, set[str]]:
+def private_imports(root: Path = PACKAGE) -> dict[str, set[str]]:
     found: dict[str, set[str]] = {}
-    for path in sorted(PACKAGE.rglob("*.py")):
+    for path in sorted(root.rglob("*.py")):
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("dagster._"):
                 names = {f"{node.module}.{alias.name}" for alias in node.names}
-                found.setdefault(str(path.relative_to(PACKAGE)), set()).update(names)
+                found.setdefault(str(path.relative_to(root)), set()).update(names)
     return found
 
 
@@ -129,3 +132,11 @@ def test_the_campaign_and_run_queue_code_take_dagster_internals_through_the_door
     found = private_imports()
     for module in ("defs/campaigns.py", "defs/run_coordinator.py", "defs/campaign_queue.py"):
         assert not found.get(module), f"{module} imports {found.get(module)}: use {DOOR}"
+
+
+def test_the_tests_take_dagster_internals_through_their_door() -> None:
+    found = private_imports(TESTS)
+    assert set(found) == {TESTS_DOOR}, (
+        f"private Dagster imports outside {TESTS_DOOR}: "
+        f"{ {module: sorted(names) for module, names in found.items() if module != TESTS_DOOR} }"
+    )

@@ -19,12 +19,12 @@ import botocore.exceptions
 import psycopg
 import pytest
 import yaml
-from dagster._core.instance.config import dagster_instance_config
 
 from episode_pipeline.config.settings import AwsSettings, DatabaseSettings, S3Deadlines, Settings
 from episode_pipeline.db.connection import connect
 from episode_pipeline.local.dagster_home import RUN_MAX_RUNTIME_SECONDS, instance_config
 from episode_pipeline.storage.bucket import Bucket
+from episode_pipeline_tests.support.dagster_internals import dagster_instance_config
 
 REPO = Path(__file__).parents[1]
 

@@ -17,14 +17,16 @@ import boto3
 import pytest
 import yaml
 from dagster import DagsterRun
-from dagster._config import process_config
-from dagster._core.instance.config import dagster_instance_config
-from dagster._core.workspace.config_schema import ensure_workspace_config
-from dagster._serdes import ConfigurableClassData
 from dagster_postgres.auth import AwsWifTokenProvider
 from dagster_postgres.utils import get_token_provider_from_config, pg_url_from_config
 
 from episode_pipeline.defs.instance_storage import PooledPostgresRunStorage
+from episode_pipeline_tests.support.dagster_internals import (
+    ConfigurableClassData,
+    dagster_instance_config,
+    ensure_workspace_config,
+    process_config,
+)
 from episode_pipeline_tests.support.deploy import PRODUCTION_ENV
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -145,7 +147,7 @@ def _rehydrate(section: dict[str, Any]) -> Any:
 
 
 def test_run_queue_limits_globally_and_per_org(production_env, instance_yaml) -> None:
-    from dagster._core.run_coordinator import QueuedRunCoordinator
+    from episode_pipeline_tests.support.dagster_internals import QueuedRunCoordinator
 
     coordinator = _rehydrate(instance_yaml["run_coordinator"])
     assert isinstance(coordinator, QueuedRunCoordinator)

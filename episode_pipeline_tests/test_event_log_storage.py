@@ -34,16 +34,6 @@ from dagster import (
     asset_check,
     materialize,
 )
-from dagster._core.asset_graph_view.serializable_entity_subset import SerializableEntitySubset
-from dagster._core.definitions.partitions.subset.default import DefaultPartitionsSubset
-from dagster._core.storage.asset_check_execution_record import (
-    AssetCheckExecutionRecordStatus,
-    AssetCheckExecutionResolvedStatus,
-    AssetCheckPartitionInfo,
-)
-from dagster._core.storage.partition_status_cache import AssetStatusCacheValue
-from dagster._core.test_utils import in_process_test_workspace
-from dagster._core.types.loadable_target_origin import LoadableTargetOrigin
 from dagster_graphql.test.utils import execute_dagster_graphql
 
 from episode_pipeline.defs import event_log_storage
@@ -60,6 +50,16 @@ from episode_pipeline.defs.partitions import EPISODES_PARTITION_NAME, episode_pa
 from episode_pipeline.defs.retention import delete_episodes
 from episode_pipeline.local.dagster_home import POOL_SETTINGS
 from episode_pipeline.local.stack import StackInfo
+from episode_pipeline_tests.support.dagster_internals import (
+    AssetCheckExecutionRecordStatus,
+    AssetCheckExecutionResolvedStatus,
+    AssetCheckPartitionInfo,
+    AssetStatusCacheValue,
+    DefaultPartitionsSubset,
+    LoadableTargetOrigin,
+    SerializableEntitySubset,
+    in_process_test_workspace,
+)
 from episode_pipeline_tests.support.instances import private_instance_config
 
 # -- the pure part --------------------------------------------------------------------------------

@@ -31,14 +31,6 @@ import botocore.exceptions
 import psutil
 import pytest
 from dagster import DagsterEventType, DagsterInstance, DagsterRunStatus, materialize
-from dagster._core.launcher import LaunchRunContext
-from dagster._core.remote_origin import (
-    InProcessCodeLocationOrigin,
-    RemoteJobOrigin,
-    RemoteRepositoryOrigin,
-)
-from dagster._core.storage.tags import PARTITION_NAME_TAG
-from dagster._core.types.loadable_target_origin import LoadableTargetOrigin
 from dagster_aws.ecs import EcsRunLauncher
 
 from episode_pipeline.config.settings import TranscodeSettings
@@ -68,6 +60,14 @@ from episode_pipeline.video.playlist import (
 )
 from episode_pipeline_tests.leftovers import session_env
 from episode_pipeline_tests.support import new_ref
+from episode_pipeline_tests.support.dagster_internals import (
+    PARTITION_NAME_TAG,
+    InProcessCodeLocationOrigin,
+    LaunchRunContext,
+    LoadableTargetOrigin,
+    RemoteJobOrigin,
+    RemoteRepositoryOrigin,
+)
 from episode_pipeline_tests.support.processes import gone
 
 pytestmark = pytest.mark.integration

@@ -46,9 +46,6 @@ from typing import Any
 
 import pytest
 from dagster import DagsterInstance, DagsterRunStatus
-from dagster._core.launcher import LaunchRunContext
-from dagster._core.remote_origin import GrpcServerCodeLocationOrigin
-from dagster._core.storage.tags import PARTITION_NAME_TAG
 
 from episode_pipeline.definitions import build_definitions
 from episode_pipeline.defs.jobs import EPISODE_JOB_NAME
@@ -63,6 +60,11 @@ from episode_pipeline_tests import test_hls
 from episode_pipeline_tests.dagster_ui import REPOSITORIES_QUERY, DagsterDev, free_port
 from episode_pipeline_tests.leftovers import session_env
 from episode_pipeline_tests.support import in_ci, new_ref
+from episode_pipeline_tests.support.dagster_internals import (
+    PARTITION_NAME_TAG,
+    GrpcServerCodeLocationOrigin,
+    LaunchRunContext,
+)
 from episode_pipeline_tests.support.deploy import ROOT
 from episode_pipeline_tests.test_hls import (
     ECS_TASK_TAGS,

@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pytest
 import yaml
-from dagster._core.instance.config import dagster_instance_config
 
 from episode_pipeline.local import dagster_home
 from episode_pipeline.local.dagster_home import (
@@ -30,6 +29,7 @@ from episode_pipeline_tests.support.daemon import (
     QUEUE_PAUSED_DIFFERENCES,
     crash_stage_config,
 )
+from episode_pipeline_tests.support.dagster_internals import dagster_instance_config
 
 REPO = Path(__file__).resolve().parents[1]
 URL = dagster_home.storage_url("pw", 5432, "dagster")

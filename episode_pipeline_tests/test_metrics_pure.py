@@ -8,7 +8,6 @@ from pathlib import Path
 
 import pytest
 from dagster import RunRequest, SensorResult, build_sensor_context, sensor
-from dagster._core.scheduler.instigation import TickStatus
 
 from episode_pipeline.config.settings import HealthSettings, Settings
 from episode_pipeline.definitions import build_definitions
@@ -22,6 +21,7 @@ from episode_pipeline.health import (
     percentile,
 )
 from episode_pipeline.runtime import metrics
+from episode_pipeline_tests.support.dagster_internals import TickStatus
 
 ROOT = Path(__file__).resolve().parents[1]
 # CloudWatch's units (the EMF specification's enum) and the contract's sensor names.

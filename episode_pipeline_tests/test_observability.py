@@ -8,7 +8,6 @@ import contextlib
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -19,13 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-import yaml
 from dagster import DagsterInstance, build_sensor_context
-from dagster._core.definitions.partitions.context import partition_loading_context
-from dagster._core.definitions.run_request import InstigatorType
-from dagster._core.scheduler.instigation import TickData, TickStatus
-from dagster._daemon.types import DaemonHeartbeat
-from dagster._utils.error import SerializableErrorInfo
 
 from episode_pipeline.config.settings import Settings
 from episode_pipeline.definitions import build_definitions
@@ -35,7 +28,15 @@ from episode_pipeline.local.stack import StackInfo
 from episode_pipeline.local.upload import upload_episode
 from episode_pipeline.runner import process_episode
 from episode_pipeline_tests.support import new_ref
-from episode_pipeline_tests.support.instances import private_instance_config
+from episode_pipeline_tests.support.dagster_internals import (
+    DaemonHeartbeat,
+    InstigatorType,
+    SerializableErrorInfo,
+    TickData,
+    TickStatus,
+    partition_loading_context,
+)
+from episode_pipeline_tests.support.instances import private_instance
 from episode_pipeline_tests.support.queues import PrivateQueue, bucket_resource, queue_resource
 
 SENSORS = ["episode_uploads", "waiting_uploads"]
@@ -75,18 +76,6 @@ def emf(lines: list[str], metric: str) -> list[dict]:
             if metric in document:
                 found.append(document)
     return found
-
-
-@contextlib.contextmanager
-def private_instance(stack: StackInfo, prefix: str) -> Iterator[DagsterInstance]:
-    """An instance on a database of its own; its home is removed afterwards."""
-    home = Path(tempfile.mkdtemp(prefix=f"{prefix}-"))
-    try:
-        (home / "dagster.yaml").write_text(yaml.safe_dump(private_instance_config(stack, prefix)))
-        with DagsterInstance.from_config(str(home)) as instance:
-            yield instance
-    finally:
-        shutil.rmtree(home, ignore_errors=True)
 
 
 def beat(instance: DagsterInstance, age_seconds: float = 0.0) -> None:
@@ -175,11 +164,11 @@ def test_health_does_not_count_a_campaigns_queued_runs_as_uploads_waiting(
     import dataclasses
 
     from dagster import DagsterRunStatus
-    from dagster._core.test_utils import create_run_for_test
 
     from episode_pipeline.defs.campaign_queue import CAMPAIGN_TAG
     from episode_pipeline.defs.jobs import EPISODE_JOB_NAME
     from episode_pipeline.defs.runs import PARTITION_TAG
+    from episode_pipeline_tests.support.dagster_internals import create_run_for_test
 
     plain = settings_without_queue(settings)
     strict = dataclasses.replace(  # any upload queued at all has waited too long

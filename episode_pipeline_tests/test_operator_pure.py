@@ -4,12 +4,12 @@ per-step lines of `process`, and the stack status that never shows the password.
 from __future__ import annotations
 
 import pytest
-from dagster._utils.error import SerializableErrorInfo
 
 from episode_pipeline.commands.process import StepEvent, format_steps, step_lines, summary_line
 from episode_pipeline.diagnosis import CheckFailure, StepError, one_line_cause, step_error
 from episode_pipeline.local.aws_setup import QueueTiming
 from episode_pipeline.local.stack import StackInfo
+from episode_pipeline_tests.support.dagster_internals import SerializableErrorInfo
 
 
 def wrapped(cls_name: str, message: str) -> SerializableErrorInfo:

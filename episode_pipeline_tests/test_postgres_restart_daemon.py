@@ -19,7 +19,6 @@ from pathlib import Path
 import psutil
 import pytest
 from dagster import DagsterInstance, DagsterRunStatus, RunsFilter
-from dagster._core.scheduler.instigation import InstigatorType
 
 from episode_pipeline.config.settings import Settings
 from episode_pipeline.db.connection import connect
@@ -49,6 +48,7 @@ from episode_pipeline_tests.support.daemon import (
     kill_leftovers,
     wait_until,
 )
+from episode_pipeline_tests.support.dagster_internals import InstigatorType
 from episode_pipeline_tests.support.queues import depth
 
 pytestmark = pytest.mark.integration

@@ -11,7 +11,6 @@ from dagster import (
     SkipReason,
     build_sensor_context,
 )
-from dagster._core.test_utils import create_run_for_test
 
 from episode_pipeline.config.settings import ReconcileSettings
 from episode_pipeline.db.episodes import (
@@ -31,6 +30,7 @@ from episode_pipeline.episodes.keys import EpisodeRef
 from episode_pipeline.samples.writer import SampleSpec, write_sample
 from episode_pipeline.storage.bucket import Bucket
 from episode_pipeline_tests.support import new_ref
+from episode_pipeline_tests.support.dagster_internals import create_run_for_test
 from episode_pipeline_tests.support.runs import JOB_ORIGIN
 
 pytestmark = pytest.mark.integration

@@ -38,12 +38,6 @@ from dagster import (
     SkipReason,
     build_sensor_context,
 )
-from dagster._core.events import AssetObservationData, StepMaterializationData
-from dagster._core.execution.backfill import BulkActionStatus
-from dagster._core.storage.tags import BACKFILL_ID_TAG
-from dagster._core.test_utils import create_run_for_test, create_test_daemon_workspace_context
-from dagster._core.workspace.load_target import ModuleTarget
-from dagster._daemon.backfill import execute_backfill_iteration
 
 from episode_pipeline.config.settings import RetentionSettings, Settings
 from episode_pipeline.defs.assets.archive import report_archive_version
@@ -78,7 +72,17 @@ from episode_pipeline.reprocess import (
 from episode_pipeline.samples.writer import SampleSpec, write_sample
 from episode_pipeline.uploads.reasons import RecordedReason
 from episode_pipeline.uploads.upload_queue import UploadQueue
-from episode_pipeline_tests.support.instances import private_instance_config
+from episode_pipeline_tests.support.dagster_internals import (
+    BACKFILL_ID_TAG,
+    AssetObservationData,
+    BulkActionStatus,
+    ModuleTarget,
+    StepMaterializationData,
+    create_run_for_test,
+    create_test_daemon_workspace_context,
+    execute_backfill_iteration,
+)
+from episode_pipeline_tests.support.instances import private_instance
 
 POLICY = RetentionSettings()  # 3 days; 19 for a failed episode; upload records 21
 NOW = time.time()
@@ -126,13 +130,9 @@ def test_reprocess_filters_become_one_query() -> None:
 
 
 @pytest.fixture(scope="module")
-def instance(
-    stack: StackInfo, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[DagsterInstance]:
+def instance(stack: StackInfo) -> Iterator[DagsterInstance]:
     """A Dagster instance of its own in the session's PostgreSQL: pruning sees only our runs."""
-    home = tmp_path_factory.mktemp("retention-dagster")
-    (home / "dagster.yaml").write_text(yaml.safe_dump(private_instance_config(stack, "retention")))
-    with DagsterInstance.from_config(str(home)) as private:
+    with private_instance(stack, "retention") as private:
         yield private
 
 
@@ -418,8 +418,7 @@ def test_the_reprocess_command_reads_names_and_filters() -> None:
 
 
 def test_the_backfill_daemon_runs_while_its_heartbeat_is_fresh(instance: DagsterInstance) -> None:
-    from dagster._daemon.daemon import BackfillDaemon
-    from dagster._daemon.types import DaemonHeartbeat
+    from episode_pipeline_tests.support.dagster_internals import BackfillDaemon, DaemonHeartbeat
 
     assert BackfillDaemon.daemon_type() == BACKFILL_DAEMON
     assert not backfill_daemon_running(instance)  # no daemon ever ran against it
@@ -436,9 +435,8 @@ def test_reprocess_says_when_nothing_matches_and_when_no_daemon_will_launch_it(
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    from dagster._daemon.types import DaemonHeartbeat
-
     from episode_pipeline import cli
+    from episode_pipeline_tests.support.dagster_internals import DaemonHeartbeat
 
     org = f"org-{uuid.uuid4().hex[:6]}"
     capsys.readouterr()

@@ -12,19 +12,6 @@ import uuid
 import pytest
 import yaml
 from dagster import DagsterEvent, DagsterEventType, DagsterRun, DagsterRunStatus, RunsFilter
-from dagster._core.run_coordinator import SubmitRunContext
-from dagster._core.run_coordinator.queued_run_coordinator import RunQueueConfig
-from dagster._core.storage.tags import BACKFILL_ID_TAG, PRIORITY_TAG
-from dagster._core.test_utils import (
-    create_run_for_test,
-    create_test_daemon_workspace_context,
-    instance_for_test,
-)
-from dagster._core.workspace.load_target import EmptyWorkspaceTarget, ModuleTarget
-from dagster._daemon.backfill import execute_backfill_iteration
-from dagster._daemon.run_coordinator.queued_run_coordinator_daemon import (
-    QueuedRunCoordinatorDaemon,
-)
 
 from episode_pipeline.campaign.governor import NO_CAPACITY as NO_CAPACITY_CLASS
 from episode_pipeline.campaign.governor import THROTTLED as THROTTLED_CLASS
@@ -62,6 +49,19 @@ from episode_pipeline.local.dev import WORKSPACE_FILE
 from episode_pipeline.reprocess import Selection, reprocess
 from episode_pipeline.transcode.placement import RUN_WITHOUT_TRANSCODE
 from episode_pipeline_tests.support import new_ref
+from episode_pipeline_tests.support.dagster_internals import (
+    BACKFILL_ID_TAG,
+    PRIORITY_TAG,
+    EmptyWorkspaceTarget,
+    ModuleTarget,
+    QueuedRunCoordinatorDaemon,
+    RunQueueConfig,
+    SubmitRunContext,
+    create_run_for_test,
+    create_test_daemon_workspace_context,
+    execute_backfill_iteration,
+    instance_for_test,
+)
 from episode_pipeline_tests.support.ecs import (
     ECS_RUN_LAUNCHER,
     NO_CAPACITY,

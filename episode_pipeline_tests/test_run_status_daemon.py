@@ -31,14 +31,6 @@ from dagster import (
     DagsterRun,
     DagsterRunStatus,
 )
-from dagster._core.remote_origin import (
-    InProcessCodeLocationOrigin,
-    RemoteJobOrigin,
-    RemoteRepositoryOrigin,
-)
-from dagster._core.scheduler.instigation import InstigatorTick, TickStatus
-from dagster._core.test_utils import create_run_for_test
-from dagster._core.types.loadable_target_origin import LoadableTargetOrigin
 
 from episode_pipeline.config import daemon_throughput as throughput
 from episode_pipeline.db.connection import connect
@@ -48,6 +40,15 @@ from episode_pipeline.defs.runs import PARTITION_TAG, episode_tags
 from episode_pipeline.defs.sensors.sqs import UPLOAD_DONE_SENSOR_NAME, HeldMessage, sqs_tag
 from episode_pipeline.episodes.keys import EpisodeRef
 from episode_pipeline_tests.support.daemon import CrashStage, Daemon, wait_until
+from episode_pipeline_tests.support.dagster_internals import (
+    InProcessCodeLocationOrigin,
+    InstigatorTick,
+    LoadableTargetOrigin,
+    RemoteJobOrigin,
+    RemoteRepositoryOrigin,
+    TickStatus,
+    create_run_for_test,
+)
 from episode_pipeline_tests.support.queues import depth
 
 pytestmark = pytest.mark.integration

@@ -21,8 +21,6 @@ from dagster import (
     SensorResult,
     SkipReason,
 )
-from dagster._core.definitions.data_version import DATA_VERSION_TAG
-from dagster._core.storage.tags import RUN_KEY_TAG, SENSOR_NAME_TAG
 
 from episode_pipeline.config.settings import AwsSettings, Settings
 from episode_pipeline.definitions import build_definitions
@@ -35,6 +33,11 @@ from episode_pipeline.episodes.keys import EpisodeRef
 from episode_pipeline.local.upload import upload_episode
 from episode_pipeline.uploads.upload_queue import UploadQueue
 from episode_pipeline_tests.support import new_ref
+from episode_pipeline_tests.support.dagster_internals import (
+    DATA_VERSION_TAG,
+    RUN_KEY_TAG,
+    SENSOR_NAME_TAG,
+)
 from episode_pipeline_tests.support.queues import (
     PrivateQueue,
     depth,

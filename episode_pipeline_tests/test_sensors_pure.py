@@ -5,15 +5,17 @@ import subprocess
 import sys
 
 from dagster import AssetKey, DagsterInstance, DagsterRun, DagsterRunStatus
-from dagster._core.events import EngineEventData
-from dagster._core.launcher.base import WorkerStatus
-from dagster._core.utils import make_new_run_id
 
 from episode_pipeline.defs.event_log import WORKER_STARTED_PREFIX
 from episode_pipeline.defs.failures import is_orphaned, was_processing
 from episode_pipeline.defs.runs import HOST_TAG, PID_TAG, episode_of_run
 from episode_pipeline.episodes.keys import EpisodeRef
 from episode_pipeline.local.run_launcher import LocalRunLauncher
+from episode_pipeline_tests.support.dagster_internals import (
+    EngineEventData,
+    WorkerStatus,
+    make_new_run_id,
+)
 
 
 def run(status=DagsterRunStatus.STARTED, run_id="r1", **tags) -> DagsterRun:

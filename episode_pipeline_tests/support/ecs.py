@@ -13,15 +13,17 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 from dagster import DagsterInstance, DagsterRun, DagsterRunStatus
-from dagster._core.code_pointer import ModuleCodePointer
-from dagster._core.origin import JobPythonOrigin, RepositoryPythonOrigin
-from dagster._core.test_utils import create_run_for_test, create_test_daemon_workspace_context
-from dagster._core.workspace.load_target import EmptyWorkspaceTarget
-from dagster._daemon.run_coordinator.queued_run_coordinator_daemon import (
-    QueuedRunCoordinatorDaemon,
-)
 
 from episode_pipeline.defs.jobs import EPISODE_JOB_NAME
+from episode_pipeline_tests.support.dagster_internals import (
+    EmptyWorkspaceTarget,
+    JobPythonOrigin,
+    ModuleCodePointer,
+    QueuedRunCoordinatorDaemon,
+    RepositoryPythonOrigin,
+    create_run_for_test,
+    create_test_daemon_workspace_context,
+)
 from episode_pipeline_tests.support.runs import JOB_ORIGIN
 
 # dagster.yaml's run launcher, with what needs the daemon's own ECS task left out (the stub has

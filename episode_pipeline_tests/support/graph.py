@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from dagster import AssetCheckKey, AssetKey, AssetRecordsFilter, DagsterInstance
-from dagster._core.event_api import PartitionKeyFilter
 
 from episode_pipeline.episodes.keys import EpisodeRef
 from episode_pipeline.report import episode_reports
+from episode_pipeline_tests.support.dagster_internals import PartitionKeyFilter
 
 
 def report_for(ref: EpisodeRef) -> dict:

@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
+import contextlib
+import shutil
+import tempfile
 import uuid
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import psycopg
+import yaml
+from dagster import DagsterInstance
 
 from episode_pipeline.local.dagster_home import instance_config
 from episode_pipeline.local.stack import StackInfo
@@ -21,3 +28,17 @@ def private_instance_config(stack: StackInfo, prefix: str) -> dict[str, Any]:
     ) as conn:
         conn.execute(f'CREATE DATABASE "{database}"')
     return instance_config(password, port, database=database)
+
+
+@contextlib.contextmanager
+def private_instance(stack: StackInfo, prefix: str, **overrides: Any) -> Iterator[DagsterInstance]:
+    """An instance on a database of its own (`private_instance_config`), `overrides` replacing
+    parts of its config (a run launcher); its home is removed afterwards."""
+    home = Path(tempfile.mkdtemp(prefix=f"{prefix}-"))
+    try:
+        config = {**private_instance_config(stack, prefix), **overrides}
+        (home / "dagster.yaml").write_text(yaml.safe_dump(config))
+        with DagsterInstance.from_config(str(home)) as instance:
+            yield instance
+    finally:
+        shutil.rmtree(home, ignore_errors=True)

@@ -19,7 +19,6 @@ from dagster import (
     build_run_status_sensor_context,
     build_sensor_context,
 )
-from dagster._core.storage.tags import RUN_KEY_TAG, SENSOR_NAME_TAG
 
 from episode_pipeline.config.settings import AwsSettings, Settings
 from episode_pipeline.definitions import build_definitions
@@ -34,6 +33,7 @@ from episode_pipeline.local.stack import StackInfo
 from episode_pipeline.samples.writer import SampleSpec, write_sample
 from episode_pipeline.storage.bucket import Bucket
 from episode_pipeline.uploads.upload_queue import UploadQueue
+from episode_pipeline_tests.support.dagster_internals import RUN_KEY_TAG, SENSOR_NAME_TAG
 
 
 @dataclasses.dataclass(frozen=True)

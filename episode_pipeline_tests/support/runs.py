@@ -1,13 +1,12 @@
 """Dagster runs made by hand."""
 
-from dagster._core.remote_origin import (
+from episode_pipeline.defs.jobs import EPISODE_JOB_NAME
+from episode_pipeline_tests.support.dagster_internals import (
     InProcessCodeLocationOrigin,
+    LoadableTargetOrigin,
     RemoteJobOrigin,
     RemoteRepositoryOrigin,
 )
-from dagster._core.types.loadable_target_origin import LoadableTargetOrigin
-
-from episode_pipeline.defs.jobs import EPISODE_JOB_NAME
 
 # A queued run must name the code it came from (the daemon launches it from there).
 JOB_ORIGIN = RemoteJobOrigin(
