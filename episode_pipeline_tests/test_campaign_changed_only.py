@@ -25,9 +25,6 @@ import psycopg
 import pytest
 import yaml
 from dagster import DagsterEventType, DagsterInstance, RunsFilter
-from dagster._core.test_utils import create_test_daemon_workspace_context
-from dagster._core.workspace.load_target import ModuleTarget
-from dagster._daemon.backfill import execute_backfill_iteration
 
 from episode_pipeline.campaign.ledger import Transition
 from episode_pipeline.cli import build_parser
@@ -47,6 +44,11 @@ from episode_pipeline.local.stack import StackInfo
 from episode_pipeline.local.upload import upload_episode
 from episode_pipeline.runner import process_episode
 from episode_pipeline.samples.writer import SampleSpec, write_sample
+from episode_pipeline_tests.support.dagster_internals import (
+    ModuleTarget,
+    create_test_daemon_workspace_context,
+    execute_backfill_iteration,
+)
 from episode_pipeline_tests.support.instances import private_instance_config
 
 pytestmark = pytest.mark.integration
