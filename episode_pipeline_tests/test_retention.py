@@ -13,7 +13,6 @@ time (a run worker would take minutes and decide nothing the pruning reads).
 from __future__ import annotations
 
 import dataclasses
-import logging
 import time
 import uuid
 from collections.abc import Iterator
@@ -41,9 +40,7 @@ from dagster import (
 from dagster._core.events import AssetObservationData, StepMaterializationData
 from dagster._core.execution.backfill import BulkActionStatus
 from dagster._core.storage.tags import BACKFILL_ID_TAG
-from dagster._core.test_utils import create_run_for_test, create_test_daemon_workspace_context
-from dagster._core.workspace.load_target import ModuleTarget
-from dagster._daemon.backfill import execute_backfill_iteration
+from dagster._core.test_utils import create_run_for_test
 
 from episode_pipeline.config.settings import RetentionSettings, Settings
 from episode_pipeline.defs.assets.archive import report_archive_version
@@ -63,7 +60,6 @@ from episode_pipeline.defs.runs import PARTITION_TAG, UPLOAD_TAG, episode_tags, 
 from episode_pipeline.defs.sensors import sqs
 from episode_pipeline.episodes.keys import EpisodeRef
 from episode_pipeline.local import aws_setup
-from episode_pipeline.local.dev import WORKSPACE_FILE
 from episode_pipeline.local.stack import StackInfo
 from episode_pipeline.local.upload import upload_episode
 from episode_pipeline.reprocess import (
@@ -79,6 +75,7 @@ from episode_pipeline.samples.writer import SampleSpec, write_sample
 from episode_pipeline.uploads.reasons import RecordedReason
 from episode_pipeline.uploads.upload_queue import UploadQueue
 from episode_pipeline_tests.support.instances import private_instance_config
+from episode_pipeline_tests.support.runs import backfill_daemon
 
 POLICY = RetentionSettings()  # 3 days; 19 for a failed episode; upload records 21
 NOW = time.time()
@@ -372,15 +369,8 @@ def test_a_pruned_episode_is_reprocessed_as_a_backfill_with_its_partition_back(
 
     # The backfill daemon's own iteration, against the code location as the workspace names it:
     # one queued run of the episode job per episode, with its org's tags.
-    (location,) = yaml.safe_load(WORKSPACE_FILE.read_text())["load_from"]
-    target = ModuleTarget(
-        module_name=location["python_module"]["module_name"],
-        attribute=None,
-        working_directory=None,
-        location_name=location["python_module"]["location_name"],
-    )
-    with create_test_daemon_workspace_context(target, instance) as workspace:
-        list(execute_backfill_iteration(workspace, logging.getLogger("test_retention")))
+    with backfill_daemon(instance) as iteration:
+        iteration()
     runs = instance.get_runs(RunsFilter(tags={BACKFILL_ID_TAG: outcome["backfill_id"]}))
     assert sorted(run.tags[PARTITION_TAG] for run in runs) == sorted(
         r.partition_key for r in refs[:2]

@@ -10,7 +10,6 @@ import logging
 import uuid
 
 import pytest
-import yaml
 from dagster import DagsterEvent, DagsterEventType, DagsterRun, DagsterRunStatus, RunsFilter
 from dagster._core.run_coordinator import SubmitRunContext
 from dagster._core.run_coordinator.queued_run_coordinator import RunQueueConfig
@@ -20,8 +19,7 @@ from dagster._core.test_utils import (
     create_test_daemon_workspace_context,
     instance_for_test,
 )
-from dagster._core.workspace.load_target import EmptyWorkspaceTarget, ModuleTarget
-from dagster._daemon.backfill import execute_backfill_iteration
+from dagster._core.workspace.load_target import EmptyWorkspaceTarget
 from dagster._daemon.run_coordinator.queued_run_coordinator_daemon import (
     QueuedRunCoordinatorDaemon,
 )
@@ -58,7 +56,6 @@ from episode_pipeline.defs.runs import (
     episode_tags,
 )
 from episode_pipeline.episodes.batches import batch_key
-from episode_pipeline.local.dev import WORKSPACE_FILE
 from episode_pipeline.reprocess import Selection, reprocess
 from episode_pipeline.transcode.placement import RUN_WITHOUT_TRANSCODE
 from episode_pipeline_tests.support import new_ref
@@ -70,7 +67,7 @@ from episode_pipeline_tests.support.ecs import (
     dequeue_with_ecs,
     queued_run,
 )
-from episode_pipeline_tests.support.runs import JOB_ORIGIN
+from episode_pipeline_tests.support.runs import JOB_ORIGIN, backfill_daemon
 
 COORDINATOR = {
     "module": "episode_pipeline.defs.run_coordinator",
@@ -225,15 +222,8 @@ def test_the_runs_of_a_reprocess_backfill_are_sized_by_the_queue(
         outcome = reprocess(
             Selection(episodes=(uploaded, missing)), instance=instance, settings=settings
         )
-        (location,) = yaml.safe_load(WORKSPACE_FILE.read_text())["load_from"]
-        target = ModuleTarget(
-            module_name=location["python_module"]["module_name"],
-            attribute=None,
-            working_directory=None,
-            location_name=location["python_module"]["location_name"],
-        )
-        with create_test_daemon_workspace_context(target, instance) as workspace:
-            list(execute_backfill_iteration(workspace, logging.getLogger(__name__)))
+        with backfill_daemon(instance) as iteration:
+            iteration()
         runs = instance.get_runs(RunsFilter(tags={BACKFILL_ID_TAG: outcome["backfill_id"]}))
 
     by_episode = {run.tags[PARTITION_TAG]: run.tags for run in runs}
