@@ -12,7 +12,6 @@ The first episode's `frames` rows and extracted files are not rewritten; its HLS
 
 from __future__ import annotations
 
-import logging
 import time
 import uuid
 from collections.abc import Iterator
@@ -39,17 +38,12 @@ from episode_pipeline.defs.jobs import EPISODE_JOB_NAME
 from episode_pipeline.defs.resources.database import PostgresResource
 from episode_pipeline.defs.runs import PARTITION_TAG
 from episode_pipeline.episodes.keys import EpisodeRef
-from episode_pipeline.local.dev import WORKSPACE_FILE
 from episode_pipeline.local.stack import StackInfo
 from episode_pipeline.local.upload import upload_episode
 from episode_pipeline.runner import process_episode
 from episode_pipeline.samples.writer import SampleSpec, write_sample
-from episode_pipeline_tests.support.dagster_internals import (
-    ModuleTarget,
-    create_test_daemon_workspace_context,
-    execute_backfill_iteration,
-)
 from episode_pipeline_tests.support.instances import private_instance_config
+from episode_pipeline_tests.support.runs import backfill_daemon
 
 pytestmark = pytest.mark.integration
 
@@ -131,14 +125,7 @@ def written(conn: psycopg.Connection, s3: Any, bucket: str, ref: EpisodeRef) -> 
 def run_waves(fleet: Fleet, postgres: PostgresResource, campaign_id: str) -> None:
     """Driver ticks, each followed by the backfill daemon's iteration (its runs execute as they
     are launched), until the campaign is done."""
-    (location,) = yaml.safe_load(WORKSPACE_FILE.read_text())["load_from"]
-    target = ModuleTarget(
-        module_name=location["python_module"]["module_name"],
-        attribute=None,
-        working_directory=None,
-        location_name=location["python_module"]["location_name"],
-    )
-    with create_test_daemon_workspace_context(target, fleet.instance) as workspace:
+    with backfill_daemon(fleet.instance) as iteration:
         for _ in range(8):
             (report,) = [
                 r
@@ -147,7 +134,7 @@ def run_waves(fleet: Fleet, postgres: PostgresResource, campaign_id: str) -> Non
             ]
             if report.state == "done":
                 return
-            list(execute_backfill_iteration(workspace, logging.getLogger("changed_only")))
+            iteration()
     raise AssertionError(f"campaign {campaign_id} not done: {report.describe()}")
 
 

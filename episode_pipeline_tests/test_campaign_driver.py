@@ -708,7 +708,9 @@ def test_a_failed_runs_episode_is_marked_failed_before_the_prune_deletes_the_run
     now = datetime.now(UTC)
     drive(instance, postgres, now, random.Random(1))  # the canary wave; its partition added
     db_conn.execute("UPDATE episodes SET status = 'processing' WHERE id = %s", (ref.episode_id,))
-    run_id = finish(instance, campaign_id, 0, ref, ok=False, error="extracted_files: corrupt")
+    run_id = finished_run(
+        instance, ref, ok=False, campaign=(campaign_id, 0), error="extracted_files: corrupt"
+    )
     backfill = instance.get_backfill(wave_backfill_id(campaign_id, 0))
     assert backfill is not None
     instance.update_backfill(backfill.with_status(BulkActionStatus.COMPLETED_FAILED))
@@ -719,6 +721,6 @@ def test_a_failed_runs_episode_is_marked_failed_before_the_prune_deletes_the_run
     row = db_conn.execute("SELECT status FROM episodes WHERE id = %s", (ref.episode_id,))
     assert row.fetchone() == ("failed",)
     # Marked once: the sensor's later pass over another failed run changes nothing more.
-    again = instance.get_run_by_id(finish(instance, campaign_id, 0, ref, ok=False))
+    again = instance.get_run_by_id(finished_run(instance, ref, ok=False, campaign=(campaign_id, 0)))
     assert again is not None
     assert fail_episode_of_run(instance, again, postgres, still_processing=True) is None

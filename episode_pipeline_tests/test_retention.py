@@ -13,7 +13,6 @@ time (a run worker would take minutes and decide nothing the pruning reads).
 from __future__ import annotations
 
 import dataclasses
-import logging
 import time
 import uuid
 from collections.abc import Iterator
@@ -23,7 +22,6 @@ from pathlib import Path
 import psycopg
 import pytest
 import sqlalchemy as sa
-import yaml
 from dagster import (
     AssetKey,
     AssetMaterialization,
@@ -57,7 +55,6 @@ from episode_pipeline.defs.runs import PARTITION_TAG, UPLOAD_TAG, episode_tags, 
 from episode_pipeline.defs.sensors import sqs
 from episode_pipeline.episodes.keys import EpisodeRef
 from episode_pipeline.local import aws_setup
-from episode_pipeline.local.dev import WORKSPACE_FILE
 from episode_pipeline.local.stack import StackInfo
 from episode_pipeline.local.upload import upload_episode
 from episode_pipeline.reprocess import (
@@ -76,13 +73,11 @@ from episode_pipeline_tests.support.dagster_internals import (
     BACKFILL_ID_TAG,
     AssetObservationData,
     BulkActionStatus,
-    ModuleTarget,
     StepMaterializationData,
     create_run_for_test,
-    create_test_daemon_workspace_context,
-    execute_backfill_iteration,
 )
 from episode_pipeline_tests.support.instances import private_instance
+from episode_pipeline_tests.support.runs import backfill_daemon
 
 POLICY = RetentionSettings()  # 3 days; 19 for a failed episode; upload records 21
 NOW = time.time()
@@ -372,15 +367,8 @@ def test_a_pruned_episode_is_reprocessed_as_a_backfill_with_its_partition_back(
 
     # The backfill daemon's own iteration, against the code location as the workspace names it:
     # one queued run of the episode job per episode, with its org's tags.
-    (location,) = yaml.safe_load(WORKSPACE_FILE.read_text())["load_from"]
-    target = ModuleTarget(
-        module_name=location["python_module"]["module_name"],
-        attribute=None,
-        working_directory=None,
-        location_name=location["python_module"]["location_name"],
-    )
-    with create_test_daemon_workspace_context(target, instance) as workspace:
-        list(execute_backfill_iteration(workspace, logging.getLogger("test_retention")))
+    with backfill_daemon(instance) as iteration:
+        iteration()
     runs = instance.get_runs(RunsFilter(tags={BACKFILL_ID_TAG: outcome["backfill_id"]}))
     assert sorted(run.tags[PARTITION_TAG] for run in runs) == sorted(
         r.partition_key for r in refs[:2]

@@ -10,7 +10,6 @@ import logging
 import uuid
 
 import pytest
-import yaml
 from dagster import DagsterEvent, DagsterEventType, DagsterRun, DagsterRunStatus, RunsFilter
 
 from episode_pipeline.campaign.governor import NO_CAPACITY as NO_CAPACITY_CLASS
@@ -45,7 +44,6 @@ from episode_pipeline.defs.runs import (
     episode_tags,
 )
 from episode_pipeline.episodes.batches import batch_key
-from episode_pipeline.local.dev import WORKSPACE_FILE
 from episode_pipeline.reprocess import Selection, reprocess
 from episode_pipeline.transcode.placement import RUN_WITHOUT_TRANSCODE
 from episode_pipeline_tests.support import new_ref
@@ -53,13 +51,11 @@ from episode_pipeline_tests.support.dagster_internals import (
     BACKFILL_ID_TAG,
     PRIORITY_TAG,
     EmptyWorkspaceTarget,
-    ModuleTarget,
     QueuedRunCoordinatorDaemon,
     RunQueueConfig,
     SubmitRunContext,
     create_run_for_test,
     create_test_daemon_workspace_context,
-    execute_backfill_iteration,
     instance_for_test,
 )
 from episode_pipeline_tests.support.ecs import (
@@ -70,7 +66,7 @@ from episode_pipeline_tests.support.ecs import (
     dequeue_with_ecs,
     queued_run,
 )
-from episode_pipeline_tests.support.runs import JOB_ORIGIN
+from episode_pipeline_tests.support.runs import JOB_ORIGIN, backfill_daemon
 
 COORDINATOR = {
     "module": "episode_pipeline.defs.run_coordinator",
@@ -225,15 +221,8 @@ def test_the_runs_of_a_reprocess_backfill_are_sized_by_the_queue(
         outcome = reprocess(
             Selection(episodes=(uploaded, missing)), instance=instance, settings=settings
         )
-        (location,) = yaml.safe_load(WORKSPACE_FILE.read_text())["load_from"]
-        target = ModuleTarget(
-            module_name=location["python_module"]["module_name"],
-            attribute=None,
-            working_directory=None,
-            location_name=location["python_module"]["location_name"],
-        )
-        with create_test_daemon_workspace_context(target, instance) as workspace:
-            list(execute_backfill_iteration(workspace, logging.getLogger(__name__)))
+        with backfill_daemon(instance) as iteration:
+            iteration()
         runs = instance.get_runs(RunsFilter(tags={BACKFILL_ID_TAG: outcome["backfill_id"]}))
 
     by_episode = {run.tags[PARTITION_TAG]: run.tags for run in runs}
