@@ -15,14 +15,14 @@ the shared machine changes during a run):
   (`canary_episodes`), the claimable rows up to a wave (`claimable_count`), the live and the
   settled added partitions (`live_added_partitions`, `settled_added_partitions`), the
   per-state counts (`fold_counts`, the driver's; `state_counts`, `campaign status`'s);
-- writes (each keeps migration 007's counters): a wave's claim (`claim_wave`, 500 rows), the
+- writes (each keeps migration 008's counters): a wave's claim (`claim_wave`, 500 rows), the
   outcomes of the 300 requested (`apply_outcome`), their release (`release`), the wave's partitions
   marked added (`mark_partitions_added`) and 200 pruned ones forgotten (`forget_partitions`).
 
 **The figure is each statement's growth**: ours at the largest size against ours at the first
 (`tick_<statement>@1,000,000`, ratio ours / baseline; target ≤ 1.5x: flat). Beside it, in
-`details`, the same statement as before migration 007 (`before_*`): the counts by
-`count(*) … GROUP BY state` over the campaign's rows, the writes with 007's triggers disabled
+`details`, the same statement as before migration 008 (`before_*`): the counts by
+`count(*) … GROUP BY state` over the campaign's rows, the writes with 008's triggers disabled
 (inside the rolled-back transaction: PostgreSQL's DDL is transactional). With
 `CAMPAIGN_LEDGER_PLANS=FILE` every statement of each figure, on both sides and at each size, is
 explained into FILE (`EXPLAIN (ANALYZE, BUFFERS)`, the counters' trigger time included).
@@ -186,14 +186,14 @@ class Plans:
 
 
 def disable_counters(conn: Any) -> None:
-    """The ledger as before migration 007: its counters' triggers off (transactional DDL: the
+    """The ledger as before migration 008: its counters' triggers off (transactional DDL: the
     rollback turns them on again)."""
     for trigger in COUNTER_TRIGGERS:
         conn.execute(f"ALTER TABLE campaign_episodes DISABLE TRIGGER {trigger}")
 
 
 def timed(database: Any, statement: Callable[[Any], object], *, before: bool) -> float:
-    """One statement's seconds in a transaction rolled back (007's counters' triggers disabled
+    """One statement's seconds in a transaction rolled back (008's counters' triggers disabled
     first for the side before it)."""
     with database.connect() as conn, conn.transaction(force_rollback=True):
         if before:
@@ -204,7 +204,7 @@ def timed(database: Any, statement: Callable[[Any], object], *, before: bool) ->
 
 
 def statements(campaign_id: str, rows: int) -> dict[str, tuple[Callable, Callable]]:
-    """figure → (ours, before migration 007)."""
+    """figure → (ours, before migration 008)."""
     from episode_pipeline.campaign import ledger
     from episode_pipeline.db import campaigns as db
     from episode_pipeline.episodes.keys import EpisodeRef
@@ -285,7 +285,7 @@ def run(ctx: BenchContext) -> list[Result]:
                 at[rows][figure] = samples[2 * index], samples[2 * index + 1]
             for rows in sizes if plans.path else ():
                 for side, call in enumerate(each[rows][figure]):
-                    title = f"{figure} @{rows:,} ({'before 007' if side else 'ours'})"
+                    title = f"{figure} @{rows:,} ({'before 008' if side else 'ours'})"
                     plans.explain(database, call, title, before=side == 1)
     finally:
         with database.transaction() as conn:
@@ -310,9 +310,9 @@ def run(ctx: BenchContext) -> list[Result]:
                 details={
                     "rows": larger,
                     "baseline_rows": smaller,
-                    "before_007_ms": _ms(before),
-                    "before_007_ms_at_baseline_rows": _ms(before_small),
-                    "before_007_growth": round(median(before) / median(before_small), 2),
+                    "before_008_ms": _ms(before),
+                    "before_008_ms_at_baseline_rows": _ms(before_small),
+                    "before_008_growth": round(median(before) / median(before_small), 2),
                 },
             )
             results.append(result.expect_factor(1 / GROWTH_LIMIT, f"≤ {GROWTH_LIMIT}x: flat"))

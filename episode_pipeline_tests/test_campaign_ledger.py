@@ -198,7 +198,7 @@ def counted(conn: psycopg.Connection, campaign_id: str) -> dict[str, int]:
 def test_the_counters_follow_every_writer_of_the_ledger_and_a_fold_keeps_them(
     db_conn: psycopg.Connection, settings: Settings
 ) -> None:
-    """Migration 007: the per-state counts the tick reads are kept by the statements that
+    """Migration 008: the per-state counts the tick reads are kept by the statements that
     change the ledger (the start, a claim, outcomes, a release, a rejection, a direct write, a
     delete), a rolled-back claim leaves them as they were, and a fold (the driver's, under the
     campaign's lock) leaves one row a state with the same counts."""

@@ -228,7 +228,7 @@ def lock_campaign(conn: psycopg.Connection, campaign_id: str) -> Campaign | None
 
 
 def state_counts(conn: psycopg.Connection, campaign_id: str) -> dict[str, int]:
-    """The campaign's episodes in each state that holds any, from the counters migration 007's
+    """The campaign's episodes in each state that holds any, from the counters migration 008's
     triggers keep with every change of the ledger (its rows are never counted)."""
     rows = conn.execute(
         "SELECT state, sum(episodes) FROM campaign_counts WHERE campaign_id = %s"
