@@ -288,6 +288,9 @@ def test_a_failure_to_be_retried_waits_only_for_run_retries_decision() -> None:
     # A success of the episode decides over a later failure of another run.
     ok = _run("c", DagsterRunStatus.SUCCESS)
     assert _settled_run([_record(crashed), _record(ok)], later) is ok
+    # ... at once (found by the soak): a K > 1 batch's abandoned child is tagged to be retried
+    # and never is, while the batch's retry ran the episode again.
+    assert _settled_run([_record(crashed), _record(ok)], NOW + timedelta(seconds=5)) is ok
 
 
 def test_operator_actions_follow_the_states() -> None:

@@ -229,6 +229,12 @@ def _settled_run(records: list[RunRecord], now: datetime) -> DagsterRun | None:
         if record.dagster_run.run_id not in retried
         and AUTO_RETRY_RUN_ID_TAG not in record.dagster_run.tags
     ]
+    # A success decides at once: a batch child abandoned by its killed batch run stays tagged
+    # `will_retry` with no retry of its own, while the batch's retry ran the episode again (the
+    # soak waited RETRY_DECISION_SECONDS for nothing).
+    succeeded = [r.dagster_run for r in current if r.dagster_run.status == DagsterRunStatus.SUCCESS]
+    if succeeded:
+        return succeeded[0]
     for record in current:
         run = record.dagster_run
         if run.status in IN_FLIGHT_STATUSES:
