@@ -174,11 +174,19 @@ class Plans:
         with database.connect() as conn, conn.transaction(force_rollback=True):
             if before:
                 disable_counters(conn)
-            for query, params in recorder.statements:
-                text = query.as_string(conn) if isinstance(query, sql.Composable) else query
+            texts = [
+                query.as_string(conn) if isinstance(query, sql.Composable) else query
+                for query, _ in recorder.statements
+            ]
+            seen: set[str] = set()
+            for text, (_, params) in zip(texts, recorder.statements, strict=True):
+                if text in seen:  # the same statement for the next row: one plan shows it
+                    continue
+                seen.add(text)
                 prefix = "EXPLAIN (ANALYZE, BUFFERS) "
                 lines = [row[0] for row in conn.execute(prefix + text, params).fetchall()]
-                self.text.append(" ".join(text.split()) + "\n" + "\n".join(lines) + "\n")
+                times = f" (x {texts.count(text)})" if texts.count(text) > 1 else ""
+                self.text.append(" ".join(text.split()) + times + "\n" + "\n".join(lines) + "\n")
 
     def write(self) -> None:
         if self.path:

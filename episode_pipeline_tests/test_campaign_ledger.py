@@ -31,6 +31,18 @@ def make_campaign(conn: psycopg.Connection, org: str, target: str) -> str:
     return campaign_id
 
 
+def processed_campaign(conn: psycopg.Connection, episodes: int) -> tuple[str, list[EpisodeRef]]:
+    """A campaign over `episodes` processed episodes of a new org, and their refs."""
+    org = f"org-{uuid.uuid4().hex[:6]}"
+    refs = [EpisodeRef(org, f"{org}-ep-{i}") for i in range(episodes)]
+    for ref in refs:
+        conn.execute(
+            "INSERT INTO episodes (id, org_id, status) VALUES (%s, %s, 'processed')",
+            (ref.episode_id, ref.org_id),
+        )
+    return make_campaign(conn, org, "target"), refs
+
+
 def test_the_stale_selection_and_a_claim_that_cannot_pick_twice(
     db_conn: psycopg.Connection, settings: Settings
 ) -> None:
@@ -149,14 +161,7 @@ def test_a_release_is_an_attempt_with_backoff_and_rejects_out_of_attempts(
     """Finding 7's SQL: a counted release waits its backoff (the claim skips it until then),
     the last one rejects the row naming why; a row no longer requested is left alone (a crash
     between the release's read and its write, or a second tick, changes nothing)."""
-    org = f"org-{uuid.uuid4().hex[:6]}"
-    refs = [EpisodeRef(org, f"{org}-ep-{i}") for i in range(2)]
-    for ref in refs:
-        db_conn.execute(
-            "INSERT INTO episodes (id, org_id, status) VALUES (%s, %s, 'processed')",
-            (ref.episode_id, ref.org_id),
-        )
-    campaign_id = make_campaign(db_conn, org, "target")
+    campaign_id, refs = processed_campaign(db_conn, 2)
     now = datetime.now(UTC)
     policy, rng = ledger.RetryPolicy(max_attempts=2), random.Random(4)
     cause = "wave 0's backfill c0 ended COMPLETED_SUCCESS"
@@ -202,14 +207,7 @@ def test_the_counters_follow_every_writer_of_the_ledger_and_a_fold_keeps_them(
     change the ledger (the start, a claim, outcomes, a release, a rejection, a direct write, a
     delete), a rolled-back claim leaves them as they were, and a fold (the driver's, under the
     campaign's lock) leaves one row a state with the same counts."""
-    org = f"org-{uuid.uuid4().hex[:6]}"
-    refs = [EpisodeRef(org, f"{org}-ep-{i}") for i in range(8)]
-    for ref in refs:
-        db_conn.execute(
-            "INSERT INTO episodes (id, org_id, status) VALUES (%s, %s, 'processed')",
-            (ref.episode_id, ref.org_id),
-        )
-    campaign_id = make_campaign(db_conn, org, "target")
+    campaign_id, _ = processed_campaign(db_conn, 8)
     now, policy, rng = datetime.now(UTC), ledger.RetryPolicy(max_attempts=1), random.Random(5)
 
     def agree() -> dict[str, int]:

@@ -269,10 +269,13 @@ CLAIMABLE_WHERE = (
 def claimable_count(
     conn: psycopg.Connection, campaign_id: str, now: datetime, at_most: int = 1_000_000_000
 ) -> int:
-    """Rows a claim may take now, counted up to `at_most` (a tick needs no more than a wave)."""
+    """Rows a claim may take now, counted up to `at_most` (a tick needs no more than a wave).
+    In the claim's order, so the plan walks migration 006's index: unordered, the planner may
+    take a sequential scan that stops after `at_most` rows, which reads every row stored before
+    the campaign's claimable ones (the whole ledger, late in a campaign)."""
     row = conn.execute(
-        "SELECT count(*) FROM"
-        f" (SELECT 1 FROM campaign_episodes WHERE {CLAIMABLE_WHERE} LIMIT %s) claimable",
+        "SELECT count(*) FROM (SELECT 1 FROM campaign_episodes"
+        f" WHERE {CLAIMABLE_WHERE} ORDER BY attempts, position LIMIT %s) claimable",
         (campaign_id, now, at_most),
     ).fetchone()
     return int(row[0]) if row else 0

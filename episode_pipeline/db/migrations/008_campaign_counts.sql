@@ -11,8 +11,11 @@
 -- in one claim's transaction walks its 500 versions on each update). The driver folds them into
 -- one row a state each tick under the campaign's lock (`db/campaigns.py`'s `fold_counts`), so
 -- the sum reads five rows plus a tick's changes, however big the campaign.
+-- No foreign key: its check would lock the campaign's row (FOR KEY SHARE) on every change of
+-- state, so a transition would wait for a tick holding the campaign (FOR UPDATE) and could
+-- deadlock with it; a campaign's delete deletes its counters instead (the trigger below).
 CREATE TABLE IF NOT EXISTS campaign_counts (
-    campaign_id text NOT NULL REFERENCES campaigns (id) ON DELETE CASCADE,
+    campaign_id text NOT NULL,
     state       text NOT NULL,
     episodes    bigint NOT NULL             -- a change (+/-) or, once folded, the count
 );
@@ -26,8 +29,7 @@ SELECT campaign_id, state, count(*) FROM campaign_episodes GROUP BY campaign_id,
 -- without calling the function, so forgetting a partition or marking one added costs nothing);
 -- an INSERT … SELECT or a DELETE appends its net change per (campaign, state) once (a statement
 -- trigger over its transition table: a campaign's start counts its million rows in one pass).
--- A delete skips a campaign that is itself being deleted (its counts go with it, ON DELETE
--- CASCADE).
+-- A delete skips a campaign that is itself being deleted (its counters go with it).
 CREATE OR REPLACE FUNCTION campaign_counts_move() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
     INSERT INTO campaign_counts (campaign_id, state, episodes)
@@ -60,3 +62,13 @@ CREATE OR REPLACE TRIGGER campaign_counts_update AFTER UPDATE OF state ON campai
 CREATE OR REPLACE TRIGGER campaign_counts_delete AFTER DELETE ON campaign_episodes
     REFERENCING OLD TABLE AS old_rows
     FOR EACH STATEMENT EXECUTE FUNCTION campaign_counts_add();
+
+CREATE OR REPLACE FUNCTION campaign_counts_forget() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    DELETE FROM campaign_counts WHERE campaign_id = OLD.id;
+    RETURN NULL;
+END
+$$;
+
+CREATE OR REPLACE TRIGGER campaign_counts_forget AFTER DELETE ON campaigns
+    FOR EACH ROW EXECUTE FUNCTION campaign_counts_forget();
