@@ -226,7 +226,10 @@ def start_campaign(
 ) -> tuple[str, dict[str, Any]]:
     argv = ["campaign", "start", "--stale", "--since", since.isoformat(), "--name", name]
     argv += ["--concurrency", CONCURRENCY, "--wave-size", "8", "--canary-episodes", "1"]
-    argv += ["--episodes-per-run", str(per_run)]
+    # The whole graph: the broken archives must be read again to be rejected and the worker is
+    # killed mid-extraction; a preset change alone would run only `hls_renditions` and after,
+    # and would claim the never-processed broken archives first (as the canary).
+    argv += ["--episodes-per-run", str(per_run), "--whole-graph"]
     args = build_parser().parse_args(argv)
     with connect(stage.settings.database) as conn:
         planned = commands.plan(conn, settings, args)
