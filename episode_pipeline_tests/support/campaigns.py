@@ -1,5 +1,5 @@
 """What the campaign driver's tests hand it: an older code version's figures, and the runs a
-daemon would have left (no FFmpeg: test_campaign_daemon.py runs real episodes)."""
+daemon would have left (no FFmpeg: test_campaign_soak.py runs real episodes)."""
 
 from __future__ import annotations
 
