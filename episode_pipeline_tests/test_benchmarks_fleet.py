@@ -155,13 +155,16 @@ def test_the_campaign_figures_hold_their_targets_and_the_rate_runs_from_the_cana
         return {"t": t, "load": 1.0, "live_partitions": live,
                 "counts": {"succeeded": succeeded}, "next_wave": wave}  # fmt: skip
 
+    from episode_pipeline.config.settings import CampaignSettings
+
+    wave_size = CampaignSettings().wave_size  # the summary's: the window + one wave is the limit
     integrity = {"counts": {"succeeded": 10}, "standin_runs": 12, "episodes_run_twice": 0,
                  "succeeded_without_its_run": 0,
                  "run_but_not_succeeded_nor_in_flight": 0}  # fmt: skip
     details = {
         "standin": "stand-in", "episodes": 1000,
         "samples": [sample_at(0, 0, 1, 30_000), sample_at(10, 4, 2, 30_004),
-                    sample_at(50, 8, 3, 30_600), sample_at(110, 20, 5, 30_002)],
+                    sample_at(50, 8, 3, 30_100 + wave_size), sample_at(110, 20, 5, 30_002)],
         "kill": {"killed_at": 60.0, "before": {**integrity, "counts": {"succeeded": 8}},
                  "after": integrity},
         "ceiling": {"runs_per_second": 0.25},
@@ -185,7 +188,7 @@ def test_the_campaign_figures_hold_their_targets_and_the_rate_runs_from_the_cana
     sample = fleet.Sample(100_000, details={"campaign": details})
     met = {r.metric.split("@")[0]: r.met for r in fleet_campaign.figures([sample])}
     assert met == {
-        "campaign_live_partitions_max": False,  # 30,600 > 30,000 + 500
+        "campaign_live_partitions_max": False,  # 30,100 + a wave > 30,000 + a wave
         "campaign_ui_asset_page": True,
         "campaign_ui_asset_page_after_add": False,
         "campaign_throughput": False,  # 0.16 < 0.9 x 0.25
