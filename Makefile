@@ -2,7 +2,7 @@
 .PHONY: demo demo-with-failure test test-fast lint dev bench image clean
 
 # `make test` runs every test (docs/testing.md): pytest-xdist workers, one embedded stack each.
-TEST_WORKERS ?= 2
+TEST_WORKERS ?= 3
 
 demo:
 	scripts/bootstrap.sh

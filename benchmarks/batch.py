@@ -20,7 +20,10 @@ costs, cold start aside. The batch's episodes are short (`batch_cameras` cameras
   run tagged with the selection `hls_renditions` and what depends on it, as the driver tags a
   wave: campaign/assets.py), against the whole graph's K side; with the cold start added, and
   as CPU seconds (`ladder_only_cpu_s_per_episode`).
-  Each episode's own run then loads `extracted_files` as stored and leaves its frames.
+  Each episode's own run then loads `extracted_files` as stored and leaves its frames. The
+  figure's details give, for both sides, what their episode runs executed (`steps`: each step's
+  runs and median seconds, the assets materialized, from the runs' own events) and
+  `materialized_outside_selection`, empty unless a ladder-only run ran more than its selection.
 
 Its details also give what `campaign plan` counts per task and per episode (campaign/capacity.py):
 the most database connections a run worker held at once (PostgreSQL's client backends, sampled
@@ -40,6 +43,8 @@ import sys
 import threading
 import time
 import uuid
+from collections.abc import Iterable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -252,13 +257,13 @@ def measure(ctx: BenchContext) -> list[Result]:
     walls: dict[str, list[float]] = {side: [] for side in sides}
     cpus: dict[str, list[float]] = {side: [] for side in sides}
     connections: dict[str, list[int]] = {side: [] for side in sides}
-    run_ids: list[str] = []
+    run_ids: dict[str, list[str]] = {side: [] for side in sides}
 
     def measured(side: str, run_id: str, measure: tuple[float, float, int]) -> None:
         walls[side].append(measure[0])
         cpus[side].append(measure[1])
         connections[side].append(measure[2])
-        run_ids.append(run_id)
+        run_ids[side].append(run_id)
 
     objects_before = bucket_objects(settings)
     objects_per_episode = 0.0
@@ -275,9 +280,13 @@ def measure(ctx: BenchContext) -> list[Result]:
         with ctx.phase(f"ours: a ladder-only campaign's batch, K={k}"):
             # The K side processed these episodes: their extracted files are stored.
             measured("ladder", *batch(repeat, refs, number=k + 1, tags=ladder))
-    statuses = {instance.get_run_by_id(run_id).status for run_id in run_ids}  # type: ignore[union-attr]
+    every_run = [run_id for ids in run_ids.values() for run_id in ids]
+    statuses = {instance.get_run_by_id(run_id).status for run_id in every_run}  # type: ignore[union-attr]
     if statuses != {DagsterRunStatus.SUCCESS}:
         raise RuntimeError(f"{NAME}: runs ended {statuses}")
+    # What each side's episode runs executed, step by step: a ladder-only run must leave out
+    # extraction and frames, and where its seconds go says what the selection saves.
+    steps = {side: batch_steps(instance, run_ids[side]) for side in ("k", "ladder")}
     instance.dispose()
 
     details = {
@@ -319,7 +328,13 @@ def measure(ctx: BenchContext) -> list[Result]:
     ladder_only = seconds_result(
         NAME, f"ladder_only_task_s_per_episode@K={k}", ladder_walls, [w / k for w in walls["k"]],
         baseline_name=f"the whole graph's batch of the same K = {k} episodes, the same command",
-        details={"assets": ladder[CAMPAIGN_ASSETS_TAG].split(",")},
+        details={
+            "assets": ladder[CAMPAIGN_ASSETS_TAG].split(","),
+            "steps": {side: found.summary() for side, found in steps.items()},
+            "materialized_outside_selection": sorted(
+                steps["ladder"].materialized - set(ladder[CAMPAIGN_ASSETS_TAG].split(","))
+            ),
+        },
     )  # fmt: skip
     ladder_cold = seconds_result(
         NAME, f"ladder_only_task_s_per_episode_cold@K={k}",
@@ -334,6 +349,68 @@ def measure(ctx: BenchContext) -> list[Result]:
     )  # fmt: skip
     ladder_cpu.unit = "CPU s"
     return [per_episode, cold, cpu, of_one, ladder_only, ladder_cold, ladder_cpu]
+
+
+@dataclass
+class Steps:
+    """What the episode runs of some batch runs executed: each step's seconds (one value per
+    run that executed it) and the assets they materialized."""
+
+    seconds: dict[str, list[float]] = field(default_factory=dict)
+    materialized: set[str] = field(default_factory=set)
+    runs: int = 0
+
+    def add_run(self, events: Iterable[tuple[str, str, float]]) -> None:
+        """One run's step events, `(step key, event type, timestamp)` in order."""
+        self.runs += 1
+        started: dict[str, float] = {}
+        for step, kind, at in events:
+            if kind == "STEP_START":
+                started[step] = at
+            elif kind in ("STEP_SUCCESS", "STEP_FAILURE") and step in started:
+                self.seconds.setdefault(step, []).append(at - started.pop(step))
+
+    def summary(self) -> dict[str, Any]:
+        """Per step: the runs that executed it and its median seconds."""
+        return {
+            "runs": self.runs,
+            "materialized": sorted(self.materialized),
+            "step_seconds_median": {
+                step: round(median(values), 2) for step, values in sorted(self.seconds.items())
+            },
+            "step_runs": {step: len(values) for step, values in sorted(self.seconds.items())},
+        }
+
+
+def batch_steps(instance: Any, batch_run_ids: list[str]) -> Steps:
+    """The steps and materializations of every episode run these batch runs made."""
+    from dagster import DagsterEventType, RunsFilter
+
+    from episode_pipeline.defs.runs import BATCH_RUN_TAG
+
+    kinds = {
+        DagsterEventType.STEP_START,
+        DagsterEventType.STEP_SUCCESS,
+        DagsterEventType.STEP_FAILURE,
+        DagsterEventType.ASSET_MATERIALIZATION,
+    }
+    found = Steps()
+    for batch_run_id in batch_run_ids:
+        for run in instance.get_runs(RunsFilter(tags={BATCH_RUN_TAG: batch_run_id})):
+            entries = [
+                entry for entry in instance.all_logs(run.run_id)
+                if entry.dagster_event is not None and entry.dagster_event.event_type in kinds
+            ]  # fmt: skip
+            found.add_run(
+                (entry.step_key or "", entry.dagster_event.event_type_value, entry.timestamp)
+                for entry in entries
+            )
+            found.materialized.update(
+                entry.dagster_event.asset_key.to_user_string()
+                for entry in entries
+                if entry.dagster_event.event_type == DagsterEventType.ASSET_MATERIALIZATION
+            )
+    return found
 
 
 def ladder_only_assets(defs: Any) -> list[str]:

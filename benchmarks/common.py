@@ -194,11 +194,19 @@ class Config:
     fleet_all_events: int = 0  # 1: clone every event of the template run, not only assets'
     fleet_daemon_uploads: int = 100  # uploads queued at once until their runs exist (300)
     fleet_ui: int = 1  # 0: skip the UI's GraphQL queries (no webserver, no browser); 2: only them
+    # the UI's pages also on Dagster's own event-log storage up to this size (10,000: 45-161 s a
+    # page, minutes of make bench; the committed UI runs set 10000)
+    fleet_ui_baseline_max: int = 1_000
     # > 0: only the campaign figures at each size, over a slice of this many seconds
     # (fleet_campaign.py; results/fleet-campaign/)
     fleet_campaign_seconds: int = 0
-    fleet_campaign_ceiling_runs: int = 120  # stand-in runs of the run queue's ceiling
+    fleet_campaign_ceiling_runs: int = 120  # stand-in runs of the run queue's ceiling (0: none)
+    # the campaign's K: 1, the episode job's runs; above (25, the default), the batch job's, at
+    # the default plan's run rate (fleet_campaign.paced_concurrency)
+    fleet_campaign_k: int = 1
+    fleet_campaign_run_seconds: float = 1.0  # a stand-in run's seconds (a batch's K share them)
     ledger_sizes: str = "100000,1000000"  # campaign_ledger's campaigns (rows each)
+    footprint_images: int = 0  # 1: footprint also builds and weighs `make image`'s (podman)
     archive_padding_mb: int = 64  # incompressible mp4-named members added to the sample
     big_archive_mb: int = 2048  # the big archive whose extraction's peak RSS is checked (0: skip)
     padding_files: int = 4

@@ -16,7 +16,8 @@ Then a backfill of `fleet_burst` episodes is launched as the UI's dialog launche
 The before-figures come from the same run: a second webserver on the same database whose
 instance names Dagster's own `PostgresEventLogStorage` instead of ours (`EpisodeEventLogStorage`,
 which keeps the partitioned checks' statuses between queries) replays the same documents
-(`ui_*_dagster`), at the sizes up to `BASELINE_MAX_SIZE` (above it a page costs many minutes).
+(`ui_*_dagster`), at the sizes up to `fleet_ui_baseline_max` (1,000 in `make bench`: at 10,000 a
+page costs minutes; the committed UI runs set 10,000, above it a page costs many more).
 `ui_*_vs_dagster@N` is ours against it at the same N.
 
 `FLEET_UI_PROFILE=FILE` profiles the pages at the last size in this process (cProfile, the same
@@ -27,8 +28,10 @@ them) and writes where each page's time goes to FILE (`results/fleet-ui/profile.
 from __future__ import annotations
 
 import contextlib
+import gzip
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -48,7 +51,6 @@ SETTLE_MS = 4_000  # a page's polling queries keep coming: record what it sends 
 PAGES = ("asset_page", "partitions_view", "episode_page", "backfill_dialog")
 # Dagster's own event-log storage: the before-figures, on the same database
 DAGSTER_EVENT_LOG = ("dagster_postgres.event_log", "PostgresEventLogStorage")
-BASELINE_MAX_SIZE = 10_000
 BASELINE = "_dagster"
 # metric → (unit, what the figure is, target kind): `fleet.figures` reads it
 FIGURES: dict[str, tuple[str, str, str]] = {
@@ -455,7 +457,7 @@ def measure(ctx: Any, fleet: Any, sample: Any) -> None:
             fleet.ui_queries = queries(ctx, fleet, server, episode)
     document = fleet.ui_queries
     details = measure_pages(ctx, server, document, episode, sample, "")
-    if sample.size <= BASELINE_MAX_SIZE:
+    if sample.size <= ctx.config.fleet_ui_baseline_max:
         baseline = getattr(fleet, "baseline_webserver", None)
         if baseline is None:
             with ctx.phase("set-up: webserver on Dagster's event-log storage"):
@@ -483,3 +485,85 @@ def measure(ctx: Any, fleet: Any, sample: Any) -> None:
             except Exception as failure:  # the figures above still count
                 text = f"profile failed: {type(failure).__name__}: {failure}\n"
             Path(profile_file).write_text(text)
+
+
+# -- the campaign stage's py-spy stacks, kept small ----------------------------------------------
+
+PYSPY_PAGES = ("asset_page", "partitions_view", "episode_page", "backfill_dialog", "backfill_page")
+_LINE = re.compile(r":\d+\)$")
+
+
+def _short(frame: str) -> str:
+    """A frame without its line number and the interpreter's or the venv's path prefix."""
+    frame = re.sub(r"\((/[^)]*/site-packages/|/[^)]*/lib/python3\.\d+/)", "(", frame)
+    return re.sub(r"\(" + re.escape(str(Path(__file__).parents[1])) + "/", "(", frame)
+
+
+def pyspy_stacks(workdir: Path) -> dict[str, int]:
+    """The campaign stage's `pyspy-after-add-<page>.txt` (py-spy's raw stacks of the webserver
+    and its code server) as one collapsed file: `page;process;frames… samples`."""
+    stacks: dict[str, int] = {}
+    for page in PYSPY_PAGES:
+        path = workdir / f"pyspy-after-add-{page}.txt"
+        if not path.exists():
+            continue
+        for line in path.read_text().splitlines():
+            stack, _, count = line.rpartition(" ")
+            if not stack or not count.isdigit():
+                continue
+            process, *frames = stack.split(";")
+            who = "webserver" if "dagster-webserver" in process else "code server"
+            key = ";".join([page, who, *(_short(f) for f in frames)])
+            stacks[key] = stacks.get(key, 0) + int(count)
+    return stacks
+
+
+def pyspy_summary(stacks: dict[str, int], top: int = 12) -> list[str]:
+    """Per page: the samples' own time by package (the leaf frame's), the leaf functions, and
+    our code's inclusive share."""
+
+    def share(counts: dict[str, int], total: int, n: int) -> list[tuple[str, float]]:
+        ranked = sorted(counts.items(), key=lambda item: -item[1])[:n]
+        return [(name, 100 * count / total) for name, count in ranked]
+
+    lines = []
+    for page in PYSPY_PAGES:
+        mine = {k.split(";", 1)[1]: n for k, n in stacks.items() if k.split(";", 1)[0] == page}
+        total = sum(mine.values())
+        if not total:
+            continue
+        packages: dict[str, int] = {}
+        leaves: dict[str, int] = {}
+        ours: dict[str, int] = {}
+        for stack, count in mine.items():
+            frames = [_LINE.sub(")", f) for f in stack.split(";")]
+            leaf = frames[-1]
+            leaves[leaf] = leaves.get(leaf, 0) + count
+            match = re.search(r"\(([^/)]+)/", leaf)
+            package = match.group(1) if match else leaf
+            packages[package] = packages.get(package, 0) + count
+            for frame in {f for f in frames if "(episode_pipeline/" in f}:
+                ours[frame] = ours.get(frame, 0) + count
+
+        lines.append(f"## {page}: {total} samples at 100 Hz (webserver and code server)")
+        lines.append(
+            "own time by package: "
+            + ", ".join(f"{name} {pct:.0f} %" for name, pct in share(packages, total, 10))
+        )
+        lines += [f"  own {pct:5.1f} %  {name}" for name, pct in share(leaves, total, top)]
+        lines += [f"  ours, inclusive {pct:5.1f} %  {name}" for name, pct in share(ours, total, 6)]
+        lines.append("")
+    return lines
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] == ["pyspy"] and len(sys.argv) == 4:
+        found = pyspy_stacks(Path(sys.argv[2]))
+        out = Path(sys.argv[3])
+        out.mkdir(parents=True, exist_ok=True)
+        collapsed = "".join(f"{stack} {count}\n" for stack, count in sorted(found.items()))
+        (out / "pyspy-after-add.collapsed.gz").write_bytes(gzip.compress(collapsed.encode()))
+        (out / "pyspy-summary.txt").write_text("\n".join(pyspy_summary(found)) + "\n")
+    else:
+        print("python -m benchmarks.fleet_ui pyspy SCRATCH_DIR OUT_DIR", file=sys.stderr)
+        sys.exit(2)

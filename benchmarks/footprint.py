@@ -27,7 +27,8 @@ Figures:
   base's size plus today's set and Debian's ffmpeg (lower bound) from the figures above. The
   details hold the webserver image's size, the base's (named, and whether it is the stand-in made
   from Debian's packages where no registry is reachable) and the venv's layer. Only where podman
-  is there.
+  is there, and only with `--set footprint_images=1` (a build takes minutes on 2 shared cores:
+  `make bench` leaves it out).
 - `run_worker_import_s`: a fresh Python importing `episode_pipeline.definitions` and building
   the definitions from production-style settings (what `dagster api execute_run` loads before a
   run's first step), bytecode compiled by a first import, median of `repeats`, on each venv,
@@ -307,8 +308,10 @@ def run(ctx: BenchContext) -> list[Result]:
                 },
             ).expect_factor(TARGET_FACTOR, "≤ 50 % of today's")
         )
-    with ctx.phase("images"):
-        images = built_images()
+    images = None
+    if ctx.config.footprint_images:  # minutes of podman builds: on request, not in make bench
+        with ctx.phase("images"):
+            images = built_images()
     if images is not None:
         old_software = today + (debian[0] if debian is not None else 0)
         results.append(image_result(images, old_software))

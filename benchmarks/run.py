@@ -36,6 +36,7 @@ from benchmarks import (
     hls,
     sensor,
     startup,
+    viewer,
 )
 from benchmarks.common import REPO_ROOT, BenchContext, Config, Result, machine_facts
 
@@ -51,9 +52,10 @@ STAGES: dict[str, ModuleType] = {
     batch.NAME: batch,
     campaign_ledger.NAME: campaign_ledger,
     fleet.NAME: fleet,
+    viewer.NAME: viewer,
 }
 # Stages `make bench` leaves out (their minutes would break its ten): run with `--stage NAME`.
-ON_REQUEST = (batch.NAME, campaign_ledger.NAME)
+ON_REQUEST = (batch.NAME, campaign_ledger.NAME, viewer.NAME)
 DEFAULT_OUT = REPO_ROOT / "benchmarks" / "results"
 SCHEMA_VERSION = 2  # 2: baseline_name, samples and spread, target and met per figure
 
@@ -105,6 +107,8 @@ def _verdict(row: dict[str, Any]) -> str:
     factor = row["factor"]
     if factor is None:
         return "-"
+    if factor == 0:  # ours measured nothing (a throughput of 0): no ratio to read
+        return "ours 0"
     unit = row["unit"]
     speed = unit == "s" or "/" in unit
     if factor >= 1:

@@ -18,6 +18,7 @@ from episode_pipeline.commands.common import EPISODE_HELP, episode_arg
 from episode_pipeline.commands.health import add_health_parser
 from episode_pipeline.commands.process import add_process_parser
 from episode_pipeline.commands.status import add_status_parser
+from episode_pipeline.commands.view import add_view_parser
 from episode_pipeline.episodes.keys import EpisodeRef
 from episode_pipeline.lerobot.layout import CODEBASE_VERSIONS
 from episode_pipeline.reprocess import add_reprocess_command
@@ -322,6 +323,7 @@ def build_parser() -> argparse.ArgumentParser:
     check.set_defaults(handler=cmd_check)
 
     add_status_parser(commands)
+    add_view_parser(commands)
     add_health_parser(commands)
 
     dlq = commands.add_parser("dlq", help="list the dead-letter queue, or send messages back")

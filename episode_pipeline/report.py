@@ -21,6 +21,7 @@ from episode_pipeline.episodes.extracted_files import VIDEO
 from episode_pipeline.episodes.keys import EpisodeRef, UnkeyableRow
 from episode_pipeline.storage.bucket import Bucket
 from episode_pipeline.video.hls import PLAYLIST_NAME
+from episode_pipeline.viewer.routes import how_to_view
 
 REPORT_COLUMNS = ("org_id", "episode_id", "status", "frame_count", "frames_rows", "fps")
 
@@ -112,6 +113,9 @@ def episode_listing(
                     "latest_run": diagnose(
                         instance, current, descriptions, settings.ui_url
                     ).as_dict(),
+                    "view": how_to_view(current, settings.viewer_url)
+                    if row["status"] == "processed"
+                    else None,
                 }
             )
     return listing
@@ -213,5 +217,7 @@ def format_reports(reports: list[dict[str, Any]]) -> str:
     lines = ["  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True))]
     lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) for r in rows]
     if len(reports) == 1 and "latest_run" in reports[0]:  # one episode: why, if it failed
+        if reports[0].get("view"):
+            lines.append(f"look at it: {reports[0]['view']}")
         lines += format_diagnosis(reports[0]["latest_run"])
     return "\n".join(lines)

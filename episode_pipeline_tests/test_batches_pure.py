@@ -1,4 +1,5 @@
-"""Batch runs' pure rules: the batch key, a batch's task size, a batch's orphaned children."""
+"""Batch runs' pure rules: the batch key, a batch's task size, a batch's orphaned children, what
+an earlier attempt of a batch ended."""
 
 from __future__ import annotations
 
@@ -6,10 +7,13 @@ import pytest
 from dagster import DagsterRun, DagsterRunStatus
 
 from episode_pipeline.config.settings import SUBPROCESS, TranscodeSettings
+from episode_pipeline.defs.batches import ALREADY_FAILED, ALREADY_SUCCEEDED, ended_children
 from episode_pipeline.defs.failures import is_orphaned
 from episode_pipeline.defs.runs import (
+    ABANDONED_TAG,
     BATCH_RUN_TAG,
     BATCH_TAG,
+    PARTITION_TAG,
     TRANSCODER_TAG,
     batch_child_tags,
     episode_of_run,
@@ -76,3 +80,18 @@ def test_a_child_of_an_ended_batch_run_is_orphaned_wherever_it_ran():
     assert not is_orphaned(child, host="daemon-host", ended_batch_runs={"other-run"})
     done = DagsterRun(job_name="process_episode", status=DagsterRunStatus.SUCCESS, tags=tags)
     assert not is_orphaned(done, host="daemon-host", ended_batch_runs={"batch-run"})
+
+
+def test_an_earlier_attempt_ended_an_episode_by_a_success_or_a_failure_of_its_own():
+    def child(partition: str, status: DagsterRunStatus, abandoned: bool = False) -> DagsterRun:
+        tags = {PARTITION_TAG: partition, **({ABANDONED_TAG: "true"} if abandoned else {})}
+        return DagsterRun(job_name="process_episode", status=status, tags=tags)
+
+    retried_ok = [child("o/a", DagsterRunStatus.FAILURE), child("o/a", DagsterRunStatus.SUCCESS)]
+    own_failure = child("o/b", DagsterRunStatus.FAILURE)
+    abandoned = child("o/c", DagsterRunStatus.FAILURE, abandoned=True)
+    ended = ended_children([*retried_ok, own_failure, abandoned])
+    assert ended == {
+        "o/a": (ALREADY_SUCCEEDED, retried_ok[1].run_id),
+        "o/b": (ALREADY_FAILED, own_failure.run_id),
+    }  # o/c: its batch runs it again

@@ -197,6 +197,57 @@ def test_the_campaign_figures_hold_their_targets_and_the_rate_runs_from_the_cana
     }
 
 
+def test_at_the_plans_rate_the_campaign_is_held_to_a_million_a_day_and_a_steady_queue() -> None:
+    """Issue 33: the stand-in runs batches of the default plan's K at its run rate, and the
+    figures are the steady rate against a million a day and the queue's depth not growing."""
+    from types import SimpleNamespace
+
+    from benchmarks import fleet_campaign
+    from episode_pipeline.config.settings import Settings
+
+    plan = fleet_campaign.default_plan(Settings.from_env({"DATA_BUCKET": "b", "DB_HOST": "h"}))
+    assert (plan["episodes_per_run"], plan["concurrency"]) == (25, 340)  # the defaults
+    assert plan["day_needs_episodes_per_second"] == round(1_000_000 / 86_400, 3)
+    assert plan["episodes_per_second"] >= plan["day_needs_episodes_per_second"]
+    # 30 s batches of 25 at ~12.5 episodes/s: 15 at once, the plan's 0.5 runs/s
+    assert fleet_campaign.paced_concurrency(plan["episodes_per_second"], 25, 30.0) == 15
+    assert fleet_campaign.paced_concurrency(0.01, 25, 1.0) == 1
+
+    def at(t: float, succeeded: int, queued: int) -> dict:
+        return {"t": t, "load": 1.0, "live_partitions": 30_000, "counts": {"succeeded": succeeded},
+                "next_wave": 3, "limit": 15, "runs": {"queued": queued}}  # fmt: skip
+
+    integrity = {"counts": {"succeeded": 10}, "standin_runs": 10, "episodes_run_twice": 0,
+                 "succeeded_without_its_run": 0,
+                 "run_but_not_succeeded_nor_in_flight": 0}  # fmt: skip
+    state = SimpleNamespace(size=100_000, settled={"window_episodes": 30_000})
+    met = {}
+    # kept: the queue full (the launch limit queued) and steady; grows: it deepens (the
+    # queue's not keeping up); drained: it never held the limit (the steady state starts at
+    # the canary's end) and empties
+    cases = (("kept", [30] * 6, 12.0), ("grows", [15, 20, 30, 40, 50, 60], 12.0),
+             ("drained", [5, 3, 2, 1, 0, 0], 9.0))  # fmt: skip
+    for name, queued, rate in cases:
+        details = {
+            "standin": "stand-in", "episodes": 100_000, "episodes_per_run": 25, "plan": plan,
+            "samples": [at(10.0 * i, 100 * i, q) for i, q in enumerate(queued)],
+            "kill": {"killed_at": 1_000.0, "before": integrity, "after": integrity},
+            "upload_idle": [{"seconds": 10.0}], "upload_during": [{"seconds": 11.0}],
+        }  # fmt: skip
+        fleet_campaign.summarise(details, SimpleNamespace(state=state), lambda a, b, r=rate: r)
+        assert details["summary"]["plan"]["measured_runs_per_second"] == round(rate / 25, 4)
+        assert details["steady_from"].startswith("the canary's" if name == "drained" else "a full")
+        sample = fleet.Sample(100_000, details={"campaign": details})
+        met[name] = {
+            r.metric.split("@")[0]: r.met
+            for r in fleet_campaign.figures([sample])
+            if r.metric.startswith(("campaign_rate", "campaign_queue"))
+        }
+    assert met["kept"] == {"campaign_rate_vs_plan": True, "campaign_queue_depth": True}
+    assert met["grows"] == {"campaign_rate_vs_plan": True, "campaign_queue_depth": False}
+    assert met["drained"] == {"campaign_rate_vs_plan": False, "campaign_queue_depth": False}
+
+
 @pytest.mark.integration
 def test_the_daemon_parts_burst_is_of_uploads_the_uploads_sensor_starts(
     stack: StackInfo, private_queue: Callable[..., PrivateQueue], instance: DagsterInstance

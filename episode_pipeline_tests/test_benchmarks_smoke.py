@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks import run as bench_run
+from benchmarks.batch import Steps
 from benchmarks.common import Result
 from benchmarks.sensor import Drain, ShardedQueue, shard_sizes
 from episode_pipeline.local.stack import StackInfo
@@ -52,6 +53,9 @@ def test_result_ratio_factor_spread_and_target() -> None:
     assert faster.as_dict()["ours_spread"] is None  # one sample has no spread
     assert faster.expect_factor(2.5, "at least 2.5x").met is True
     assert faster.expect_factor(3.5, "at least 3.5x").met is False
+    # a rate of nothing (a campaign that never reached its steady state) is written, not a crash
+    stalled = Result("s", "m", ours=0.0, baseline=11.6, unit="episodes/s", better="higher")
+    assert "| - |" in "\n".join(bench_run.results_table([stalled.as_dict()]))
 
 
 def test_the_sensor_schedule_waits_the_interval_between_ticks_but_not_after_the_last() -> None:
@@ -134,3 +138,24 @@ def test_stack_of_the_session_is_left_running(stack: StackInfo, tmp_path: Path) 
     bench_run.main(["--quick", "--stage", "frame_conversion", "--out", str(tmp_path),
                     "--stack-home", stack.home])  # fmt: skip
     assert stack_status(Path(stack.home)).running
+
+
+def test_batch_steps_pair_each_start_with_its_end_and_give_medians() -> None:
+    steps = Steps()
+    steps.add_run(
+        [
+            ("hls_renditions", "STEP_START", 10.0),
+            ("episode", "STEP_START", 11.0),  # steps may overlap
+            ("hls_renditions", "STEP_SUCCESS", 14.0),
+            ("episode", "STEP_FAILURE", 12.5),
+            ("frames", "STEP_SUCCESS", 20.0),  # no start seen: not counted
+        ]
+    )
+    steps.add_run([("hls_renditions", "STEP_START", 0.0), ("hls_renditions", "STEP_SUCCESS", 6.0)])
+    steps.materialized.update({"hls_renditions", "episode"})
+    assert steps.summary() == {
+        "runs": 2,
+        "materialized": ["episode", "hls_renditions"],
+        "step_seconds_median": {"episode": 1.5, "hls_renditions": 5.0},
+        "step_runs": {"episode": 1, "hls_renditions": 2},
+    }

@@ -38,6 +38,7 @@ from episode_pipeline.defs.jobs import EPISODE_JOB_NAME
 from episode_pipeline.defs.resources.database import PostgresResource
 from episode_pipeline.defs.runs import PARTITION_TAG
 from episode_pipeline.episodes.keys import EpisodeRef
+from episode_pipeline.episodes.timeline import TIMELINE_NAME
 from episode_pipeline.local.stack import StackInfo
 from episode_pipeline.local.upload import upload_episode
 from episode_pipeline.runner import process_episode
@@ -108,7 +109,8 @@ def as_if_an_older_ladder_made_them(
 
 def written(conn: psycopg.Connection, s3: Any, bucket: str, ref: EpisodeRef) -> dict[str, Any]:
     """What a rewrite would change: the frames rows' transaction ids (a replace deletes and
-    inserts), and each processed object's LastModified (`hls/` apart)."""
+    inserts), and each processed object's LastModified: the extracted files apart from what a
+    ladder change rewrites (`hls/`, and the `episode` asset's timeline)."""
     frames = conn.execute(
         "SELECT array_agg(xmin::text ORDER BY frame_order) FROM frames WHERE episode_id = %s",
         (ref.episode_id,),
@@ -118,7 +120,8 @@ def written(conn: psycopg.Connection, s3: Any, bucket: str, ref: EpisodeRef) -> 
     for page in pages:
         for item in page.get("Contents", []):
             relative = item["Key"][len(ref.processed_prefix) :]
-            (hls if relative.startswith("hls/") else objects)[relative] = item["LastModified"]
+            rewritten = relative.startswith("hls/") or relative == TIMELINE_NAME
+            (hls if rewritten else objects)[relative] = item["LastModified"]
     return {"frames": frames[0] if frames else None, "extracted": objects, "hls": hls}
 
 

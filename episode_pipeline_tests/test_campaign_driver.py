@@ -630,7 +630,10 @@ def test_a_canceled_campaigns_failures_awaiting_run_retries_run_no_more(
         assert instance.get_run_by_id(retry.run_id).status == DagsterRunStatus.CANCELED
         told = instance.get_run_records(RunsFilter(run_ids=[crashed[told_id].run_id]))
         list(consume_new_runs_for_automatic_reexecution(workspace, told, daemon_log))
-        assert len(instance.get_runs(RunsFilter(tags={CAMPAIGN_TAG: told_id}))) == 1  # no retry
+        # No retry (the crashed run itself may be pruned already: once its wave's backfill had
+        # ended RETRY_AFTER_BACKFILL_SECONDS, the tick settled it).
+        parent = {CAMPAIGN_TAG: told_id, PARENT_RUN_ID_TAG: crashed[told_id].run_id}
+        assert not instance.get_runs(RunsFilter(tags=parent))
 
     drive(instance, postgres, now + timedelta(seconds=60), random.Random(1))
     (made,) = db.wave_rows(db_conn, made_id, 0)
@@ -724,3 +727,41 @@ def test_a_failed_runs_episode_is_marked_failed_before_the_prune_deletes_the_run
     again = instance.get_run_by_id(finished_run(instance, ref, ok=False, campaign=(campaign_id, 0)))
     assert again is not None
     assert fail_episode_of_run(instance, again, postgres, still_processing=True) is None
+
+
+@pytest.mark.parametrize(
+    ("step_error", "state", "attempts"),
+    [
+        (("extracted_files", "CorruptArchive"), "rejected", 1),
+        (("hls_renditions", "TranscodeFailed"), "failed", 1),
+    ],
+    ids=["bad-archive", "transcode"],
+)
+def test_a_run_that_failed_on_its_archive_is_rejected_at_its_first_attempt(
+    instance: DagsterInstance,
+    settings: Settings,
+    db_conn: psycopg.Connection,
+    step_error: tuple[str, str],
+    state: str,
+    attempts: int,
+) -> None:
+    """Every run of a broken archive fails the same way: the ledger rejects it at once, its
+    cause named (the soak's corrupt archives; a fleet's pay one run each, not `max_attempts`).
+    Any other failure waits its backoff and is retried."""
+    postgres = PostgresResource.from_settings(settings.database)
+    ref, campaign_id, _ = one_episode_campaign(instance, settings, db_conn, step_error[1])
+    assert settings.campaign.max_attempts > 1
+    canary_passed(db_conn, campaign_id)
+    now = datetime.now(UTC)
+    drive(instance, postgres, now, random.Random(1))
+    message = f"s3://b/{ref.prefix}take.tar.zst: not a zstd frame"
+    finished_run(
+        instance, ref, ok=False, campaign=(campaign_id, 0), error=message, step_error=step_error
+    )
+    drive(instance, postgres, now + timedelta(seconds=5), random.Random(1))
+    assert db_conn.execute(
+        "SELECT state, attempts FROM campaign_episodes WHERE campaign_id = %s", (campaign_id,)
+    ).fetchone() == (state, attempts)
+    assert f"{step_error[0]}: {step_error[1]}: {message}" in (
+        row_error(db_conn, campaign_id, ref) or ""
+    )

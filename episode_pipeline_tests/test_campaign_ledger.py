@@ -14,8 +14,10 @@ import pytest
 from episode_pipeline.campaign import ledger
 from episode_pipeline.config.settings import Settings
 from episode_pipeline.db import campaigns as db
+from episode_pipeline.db.batches import create_batch
 from episode_pipeline.db.connection import connect
 from episode_pipeline.db.outputs import output_record, record_output
+from episode_pipeline.episodes.batches import batch_key
 from episode_pipeline.episodes.keys import EpisodeRef
 from episode_pipeline.reprocess import Selection, selection_sql
 
@@ -143,6 +145,9 @@ def test_a_claim_reads_its_rows_in_claim_order_from_the_index(
     # SET LOCAL holds only inside a transaction; the fixture's connection autocommits.
     with db_conn.transaction():
         db_conn.execute("SET LOCAL enable_seqscan = off")
+        # And no sort: on the session's table another index plus a sort of its one row can cost
+        # the same (it flipped under -n 3); the claim must read its order from the index alone.
+        db_conn.execute("SET LOCAL enable_sort = off")
         plan = "\n".join(
             row[0]
             for row in db_conn.execute(
@@ -189,6 +194,35 @@ def test_a_release_is_an_attempt_with_backoff_and_rejects_out_of_attempts(
     assert db.release(db_conn, campaign_id, [(refs[1], uncounted)]) == 1
     assert not db.has_requested(db_conn, campaign_id)
     assert db.claimable_count(db_conn, campaign_id, now) == 1
+
+
+def test_a_batch_s_episodes_the_ledger_no_longer_waits_on_from_it(
+    db_conn: psycopg.Connection,
+) -> None:
+    """What a later attempt of a batch run leaves alone (defs/batches.py): the episodes whose
+    row the ledger settled, or claimed into another batch since; not the ones it still waits
+    on from this batch, nor any of a batch no campaign made."""
+    campaign_id, refs = processed_campaign(db_conn, 4)
+    now, policy, rng = datetime.now(UTC), ledger.RetryPolicy(max_attempts=3), random.Random(5)
+    rows = db.claim_wave(db_conn, campaign_id, 0, 4, 4, now)
+    (key,) = {row.batch_key for row in rows}
+    assert key is not None
+    create_batch(db_conn, key, [row.ref for row in rows])
+    assert db.moved_on_from_batch(db_conn, key) == set()
+    succeeded = ledger.after_outcome(0, ledger.Outcome(succeeded=True), now, policy, rng)
+    db.apply_outcome(db_conn, campaign_id, refs[0], succeeded, "r0")
+    failed = ledger.after_outcome(
+        0, ledger.Outcome(False, "SlowDown", "throttled"), now, policy, rng
+    )
+    db.apply_outcome(db_conn, campaign_id, refs[1], failed, "r1")
+    assert db.moved_on_from_batch(db_conn, key) == {refs[0], refs[1]}
+    assert failed.retry_after is not None
+    (again,) = db.claim_wave(db_conn, campaign_id, 1, 4, 4, failed.retry_after)
+    assert again.ref == refs[1] and again.batch_key != key  # requested, in another batch
+    assert db.moved_on_from_batch(db_conn, key) == {refs[0], refs[1]}
+    no_campaign = batch_key(f"t{uuid.uuid4().hex[:6]}", 0, 0)
+    create_batch(db_conn, no_campaign, refs[:1])
+    assert db.moved_on_from_batch(db_conn, no_campaign) == set()
 
 
 def counted(conn: psycopg.Connection, campaign_id: str) -> dict[str, int]:

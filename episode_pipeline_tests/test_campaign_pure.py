@@ -293,6 +293,24 @@ def test_a_failure_to_be_retried_waits_only_for_run_retries_decision() -> None:
     assert _settled_run([_record(crashed), _record(ok)], NOW + timedelta(seconds=5)) is ok
 
 
+def test_a_failure_to_be_retried_decides_once_its_wave_s_backfill_has_ended() -> None:
+    """run_retries retries no run of an ended backfill but leaves its `will_retry` tag (found by
+    the daemon test of ECS launch failures): the failure decides soon after the backfill ended,
+    not `RETRY_DECISION_SECONDS` after the run."""
+    from episode_pipeline.defs.campaigns import RETRY_AFTER_BACKFILL_SECONDS, _settled_run
+
+    crashed = _run("a", DagsterRunStatus.FAILURE, WILL_RETRY)
+    soon = NOW + timedelta(seconds=RETRY_AFTER_BACKFILL_SECONDS + 1)
+    assert _settled_run([_record(crashed)], soon, backfill_ended=NOW.timestamp()) is crashed
+    # The backfill just ended (run_retries' consumer may be launching the retry) or still runs.
+    just = NOW + timedelta(seconds=1)
+    assert _settled_run([_record(crashed)], just, backfill_ended=NOW.timestamp()) is None
+    assert _settled_run([_record(crashed)], soon, backfill_ended=None) is None
+    # A retry made before the backfill ended still supersedes the failure.
+    retry = _run("b", DagsterRunStatus.STARTED, {"dagster/parent_run_id": "a"})
+    assert _settled_run([_record(retry, None), _record(crashed)], soon, NOW.timestamp()) is None
+
+
 def test_operator_actions_follow_the_states() -> None:
     assert ledger.campaign_action(ledger.RUNNING, "pause") == ledger.PAUSED
     assert ledger.campaign_action(ledger.STOPPED, "resume") == ledger.RUNNING

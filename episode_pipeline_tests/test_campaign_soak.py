@@ -1,6 +1,6 @@
 """The campaign soak (issue 32, deliverable 4): one campaign over real episodes on the local stack,
-the real daemon, and during it every failure the ledger must survive. At K = 1 (K = 5 not yet:
-see the test's parameters).
+the real daemon, and during it every failure the ledger must survive. At K = 1 (one episode a
+run) and at K = 5 (batch runs).
 
 The fleet as the old code left it: four 1-second, 1-camera episodes of three orgs, uploaded and
 processed in-process (`episode-pipeline process`'s path, no daemon) with the transcode preset
@@ -10,7 +10,8 @@ frame rows) are read before the campaign. Two more episodes are broken archives 
 processed, and a row `a b` is in the selection; the queue's events are gone (handled long ago).
 The campaign (`--stale --since`, preset `superfast`) runs on a `dagster-daemon run` whose
 instance is production's dagster.yaml but for the local instance's named differences
-(`run_retries` and run monitoring on), its S3 through the fault proxy. During it:
+(`run_retries` and run monitoring on) and `SOAK_DIFFERENCES` (run monitoring polls every 5 s,
+not 60), its S3 through the fault proxy. During it:
 
 - the daemon is SIGKILLed at `campaign.after_claim` of wave 1 (its claims committed, no backfill)
   and stays down longer than `CAMPAIGN_STALE_CLAIM_SECONDS`: the restarted daemon records wave 1's
@@ -18,7 +19,8 @@ instance is production's dagster.yaml but for the local instance's named differe
   them once it ended (finding 6: never two runs of an episode);
 - a fresh upload arrives during the outage, processed by the uploads sensor at the restart;
 - a run worker is SIGKILLed mid-extraction; `run_retries` retries it (finding 1: the ledger
-  settles by the run lineage);
+  settles by the run lineage; at K = 5 the batch's retry runs only the episodes no earlier
+  attempt ended, never one the ledger already settled);
 - S3 answers `503 SlowDown` with `Retry-After` to every playlist PUT of one of the three
   episodes after the canary for a while, on every retry: `hls_renditions` retries then fails the
   run, leaving the old HLS (finding 0), and the governor halves and pauses;
@@ -44,6 +46,7 @@ import contextlib
 import dataclasses
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -72,16 +75,16 @@ from episode_pipeline.defs.campaigns import (
     CAMPAIGN_WAVE_TAG,
     wave_backfill_id,
 )
-from episode_pipeline.defs.dagster_internals import PARENT_RUN_ID_TAG, BulkActionStatus, RunRecord
+from episode_pipeline.defs.dagster_internals import (
+    PARENT_RUN_ID_TAG,
+    WILL_RETRY_TAG,
+    BulkActionStatus,
+    RunRecord,
+)
 from episode_pipeline.defs.partitions import EPISODES_PARTITION_NAME
-from episode_pipeline.defs.runs import BATCH_TAG, IN_FLIGHT_STATUSES, PARTITION_TAG
+from episode_pipeline.defs.runs import ABANDONED_TAG, BATCH_TAG, IN_FLIGHT_STATUSES, PARTITION_TAG
 from episode_pipeline.episodes.keys import EpisodeRef
 from episode_pipeline.local import aws_setup
-from episode_pipeline.local.dagster_home import (
-    apply_differences,
-    local_differences,
-    production_config,
-)
 from episode_pipeline.local.upload import upload_episode
 from episode_pipeline.runtime.injection_points import MID_EXTRACTION, release
 from episode_pipeline.samples.writer import SampleSpec, write_sample
@@ -93,8 +96,10 @@ from episode_pipeline_tests.support.daemon import (
     CrashStage,
     Daemon,
     kill_leftovers,
+    soak_config,
     wait_until,
 )
+from episode_pipeline_tests.support.dagster_internals import BACKFILL_ID_TAG
 from episode_pipeline_tests.support.queues import depth
 
 pytestmark = pytest.mark.integration
@@ -106,16 +111,18 @@ ORGS = 3  # the local run queue runs one run per org at a time
 GOOD = 4
 CANARY, THROTTLED_EPISODES, KILLED, REUPLOADED = 0, (1,), 2, 3
 CORRUPT = (4, 5)
-# Longer than a backfill daemon iteration (30 s) and a run's queueing, so a live wave is never
-# stale; the outage is longer still.
+# Longer than a backfill daemon iteration (30 s, Dagster's, not configurable) and a run's
+# queueing, so a live wave is never stale; the outage is longer still.
 STALE_CLAIM_SECONDS = 45
 OUTAGE_SECONDS = STALE_CLAIM_SECONDS + 5
-RETRY_AFTER = 15  # S3's Retry-After: the step's retry waits it, and so does the governor
+RETRY_AFTER = 10  # S3's Retry-After: the step's retry waits it, and so does the governor
 # The incident: every refused PUT is refused again until it ends. It covers the step's two tries
-# (RETRY_AFTER apart) and ends before the episode's next run can reach its playlists (the step's
-# wait, the governor's pause, a backfill iteration, the run itself), so one run is throttled.
-THROTTLE_SECONDS = 40
+# (RETRY_AFTER apart, with the transcode again) and ends before the episode's next run can reach
+# its playlists (the step's wait, the driver's tick, the governor's pause, the claim, a backfill
+# iteration, the run's start and steps: at the earliest about 33 s), so one run is throttled.
+THROTTLE_SECONDS = 28
 WAIT_SECONDS = 900  # each wait; a loaded machine is slow (docs/testing.md)
+VISIBILITY_SECONDS = 180  # an upload's message hidden while its run works (the heartbeat renews)
 # Above the run queue's 2 slots, so a wave is claimed while the last one's runs still queue.
 CONCURRENCY = "8"
 
@@ -129,12 +136,14 @@ def preset_settings(settings: Settings, preset: str) -> Settings:
 
 def campaign_settings(settings: Settings) -> Settings:
     """The new code's settings; the campaign keeps these pacing rules from its start: claims
-    stale after STALE_CLAIM_SECONDS, a failure rejected at its second attempt (a release was
-    the first), retries after about a second (plus the ledger's jitter)."""
+    stale after STALE_CLAIM_SECONDS, retries after about a second (plus the ledger's jitter),
+    production's three attempts: wave 1's release is the first, and at K = 5 Dagster's race
+    (`assert_run_history`) makes the killed worker's failure the second, so the episode's
+    success is its third. A corrupt archive is rejected at its first run, whatever its count."""
     pacing = dataclasses.replace(
         settings.campaign,
         stale_claim_seconds=float(STALE_CLAIM_SECONDS),
-        max_attempts=2,
+        max_attempts=3,
         retry_base_seconds=1.0,
     )
     return dataclasses.replace(preset_settings(settings, "superfast"), campaign=pacing)
@@ -153,14 +162,24 @@ def stage(
     crash_stage: CrashStage, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[CrashStage]:
     """The crash stage's database read by the local instance itself: production's dagster.yaml
-    but for `local_differences` (test_instance_config.py), so `run_retries` and run monitoring
-    are production's; none of the crash tests' own differences."""
+    but for `local_differences` and `SOAK_DIFFERENCES` (test_instance_config.py), so
+    `run_retries` and run monitoring are production's; none of the crash tests' differences."""
     home = tmp_path_factory.mktemp("soak-dagster")
     crash = yaml.safe_load((crash_stage.dagster_home / "dagster.yaml").read_text())
     url = crash["run_storage"]["config"]["postgres_url"]
-    config = apply_differences(production_config(), local_differences(url))
-    (home / "dagster.yaml").write_text(yaml.safe_dump(config))
-    env = {**crash_stage.env, "DAGSTER_HOME": str(home)}
+    (home / "dagster.yaml").write_text(yaml.safe_dump(soak_config(url)))
+    # The crash tests' 24-s visibility is for a redelivery they wait for; the soak waits for
+    # none, and on a loaded machine (load 15-22) the serial sensors' heartbeat missed it three
+    # times, so a succeeded upload's message went to the DLQ.
+    aws_setup.client("sqs", crash_stage.settings.aws.endpoint_url).set_queue_attributes(
+        QueueUrl=crash_stage.queue.queue_url,
+        Attributes={"VisibilityTimeout": str(VISIBILITY_SECONDS)},
+    )
+    env = {
+        **crash_stage.env,
+        "DAGSTER_HOME": str(home),
+        "SQS_VISIBILITY_TIMEOUT_SECONDS": str(VISIBILITY_SECONDS),
+    }
     yield dataclasses.replace(crash_stage, dagster_home=home, env=env)
     kill_leftovers({str(home)})  # what the SIGKILLs spared: crash_stage's looks for its own
 
@@ -293,6 +312,34 @@ class Soak:
         # Every campaign run as last seen: the prune deletes a settled episode's runs.
         self.records: dict[str, RunRecord] = {}
 
+    @contextlib.contextmanager
+    def watched(self, every: float = 1.0) -> Iterator[None]:
+        """Watch in the background too, every `every` seconds: a wait's condition may block (a
+        worker's hold, a kill) while a run ends and its settled episode is pruned, which would
+        leave that run as last seen in flight (found in a fresh-clone run)."""
+        stop = threading.Event()
+        failures: list[AssertionError] = []
+
+        def loop() -> None:
+            while not stop.wait(every):
+                try:
+                    self.watch()
+                except AssertionError as failure:  # finding 0's check: raised at the end
+                    failures.append(failure)
+                    return
+                except Exception:  # a read during a daemon restart: the next look
+                    continue
+
+        watcher = threading.Thread(target=loop, name="soak-watch", daemon=True)
+        watcher.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            watcher.join(60)
+        if failures:
+            raise failures[0]
+
     def watching(self, condition: Callable[[], bool]) -> Callable[[], bool]:
         """`condition`, the campaign watched before each look."""
 
@@ -332,11 +379,16 @@ class Soak:
         return f"{text}\n{daemon.tail()}"
 
 
-# K = 5 is not in the suite: on the merge it ran its campaign to `done` (the real daemon, every
-# fault) but failed an end-state check, not yet diagnosed (issue 32 stays open on it). The test
-# takes `per_run` so that K = 5 is one parameter away once it passes.
-@pytest.mark.parametrize("per_run", [pytest.param(1, marks=pytest.mark.slow(seconds=480))])
-@pytest.mark.timeout(1800)  # a loaded machine; alone on 2 quiet cores about 5 min
+# At K = 5 a wave holds one batch run; when the backfill daemon marks that backfill
+# COMPLETED_FAILED before run_retries reads the killed batch run, run_retries does not retry it
+# ("Not retrying run since it is part of a backfill that is in a terminal state"): the driver
+# then settles the failure once the backfill has ended and the episode runs in a later wave
+# (`assert_run_history` accepts either path, docs/testing.md).
+@pytest.mark.parametrize(
+    "per_run",
+    [pytest.param(k, marks=pytest.mark.slow(seconds=600), id=f"K{k}") for k in (1, 5)],
+)
+@pytest.mark.timeout(1800)  # 10-19 min at load 8-22 (docs/testing.md), 6-7 min at load 2-4
 def test_a_campaign_survives_a_daemon_outage_a_killed_worker_throttled_s3_and_corrupt_archives(
     stage: CrashStage, archive: Path, retake: Path, tmp_path: Path, per_run: int
 ) -> None:
@@ -358,7 +410,9 @@ def test_a_campaign_survives_a_daemon_outage_a_killed_worker_throttled_s3_and_co
         upload_episode(archive, ref, stage.settings)
     for ref in corrupt:
         upload_episode(garbage, ref, stage.settings)
+    clock = Clock()
     process_as_the_old_code(stage, good)
+    clock.mark("old code")
     with connect(stage.settings.database, autocommit=True) as conn:
         before = {ref: output_record(conn, ref) for ref in good}
         # A row the pipeline cannot key, in the selection (finding 4).
@@ -377,8 +431,10 @@ def test_a_campaign_survives_a_daemon_outage_a_killed_worker_throttled_s3_and_co
     # Finding 4: the unkeyable row is skipped and counted at start, never claimed.
     assert planned["episodes"] == len(refs) and planned["skipped"] == 1, planned
     assert planned["target_code_version"] not in old_version
-    with DagsterInstance.from_config(str(stage.dagster_home)) as instance:
+    home = str(stage.dagster_home)
+    with DagsterInstance.from_config(home) as instance, contextlib.ExitStack() as watched:
         soak = Soak(stage, instance, campaign_id, throttled)
+        watched.enter_context(soak.watched())
 
         # S3 through the proxy: a third of the episodes' playlist PUTs refused (503 SlowDown,
         # Retry-After) on every attempt, for THROTTLE_SECONDS from the first.
@@ -413,10 +469,12 @@ def test_a_campaign_survives_a_daemon_outage_a_killed_worker_throttled_s3_and_co
             finally:
                 if armed.process.poll() is None:
                     armed.stop()
+            clock.mark("canary and wave 1's claim")
             killed_at = time.monotonic()
             assert instance.get_backfill(wave_backfill_id(campaign_id, 1)) is None
             upload_episode(archive, fresh, stage.settings)  # a fresh upload during the outage
             time.sleep(max(0.0, OUTAGE_SECONDS - (time.monotonic() - killed_at)))
+            clock.mark("outage")
 
             # Restarted, its run workers armed: the killed episode's worker is held mid-extraction
             # until the test kills it, the re-uploaded episode's until its upload's run is queued.
@@ -430,19 +488,23 @@ def test_a_campaign_survives_a_daemon_outage_a_killed_worker_throttled_s3_and_co
             try:
                 strikes = Strikes(stage, instance, daemon, retake, reuploaded)
                 wait_until(soak.watching(strikes.done), WAIT_SECONDS, lambda: soak.describe(daemon))
+                clock.mark("release, next wave, worker killed, re-upload")
                 wait_until(soak.done, WAIT_SECONDS, lambda: soak.describe(daemon))
+                clock.mark("campaign done")
                 wait_until(
                     soak.watching(lambda: quiet(stage, instance)),
                     WAIT_SECONDS,
                     lambda: soak.describe(daemon),
                 )
-                assert_the_end(stage, instance, soak, planned, refs, before, per_run)
+                clock.mark("quiet")
+                assert_the_end(stage, instance, soak, planned, refs, before)
                 assert_run_history(stage, instance, soak, refs)
                 if per_run > 1:
                     assert_batches(soak.runs(), campaign_id, refs)
                 assert_uploads(stage, instance, soak, fresh, reuploaded)
             finally:
                 daemon.stop()
+                print(f"\nsoak K = {per_run}: {clock}\n{run_lines(soak.runs())}")
 
         # Finding 0 through the real daemon: S3 refused, and the throttled runs failed on it.
         assert plan.injected["refused"] >= 2 * 2, plan.injected  # 2 tries of the step x 2 attempts
@@ -515,6 +577,36 @@ def runs_working_on(runs: list[DagsterRun], ref: EpisodeRef) -> list[DagsterRun]
     return own + [run for run in runs if run.tags.get(PARTITION_TAG) in batches]
 
 
+def run_lines(runs: list[DagsterRun]) -> str:
+    """Every run as the test saw it, one a line, with the tags that tell a retry, a batch's
+    child and a backfill's run apart: what a failed end-state check is read with."""
+    tags = (BACKFILL_ID_TAG, BATCH_TAG, PARENT_RUN_ID_TAG, WILL_RETRY_TAG, ABANDONED_TAG)
+    return "\n".join(
+        f"{run.run_id[:8]} {run.job_name} {run.tags.get(PARTITION_TAG)} {run.status.value} "
+        + " ".join(f"{tag.split('/')[-1]}={run.tags[tag]}" for tag in tags if tag in run.tags)
+        for run in runs
+    )
+
+
+class Clock:
+    """When each phase of the soak ended, printed (`-s`) with its length: where the time goes."""
+
+    def __init__(self) -> None:
+        self.marks = [("start", time.monotonic())]
+
+    def mark(self, phase: str) -> None:
+        self.marks.append((phase, time.monotonic()))
+
+    def __str__(self) -> str:
+        return (
+            ", ".join(
+                f"{phase} {at - before:.0f} s"
+                for (_, before), (phase, at) in zip(self.marks, self.marks[1:], strict=False)
+            )
+            + f"; in all {self.marks[-1][1] - self.marks[0][1]:.0f} s"
+        )
+
+
 def assert_the_end(
     stage: CrashStage,
     instance: DagsterInstance,
@@ -522,7 +614,6 @@ def assert_the_end(
     planned: dict[str, Any],
     refs: list[EpisodeRef],
     before: dict[EpisodeRef, dict[str, Any]],
-    per_run: int,
 ) -> None:
     campaign_id = soak.campaign_id
     good, corrupt = list(before), [refs[i] for i in CORRUPT]
@@ -568,13 +659,12 @@ def assert_the_end(
         assert rows[ref].state == "rejected" and rows[ref].last_error, rows[ref]
         assert "extract" in rows[ref].last_error or "archive" in rows[ref].last_error, rows[ref]
     live = set(instance.get_dynamic_partitions(EPISODES_PARTITION_NAME))
-    # K = 1: only the re-uploaded episode's partition is live: its upload's, retention's to
-    # prune. K = 5 (measured once, not yet explained): the campaign handed two of its settled
-    # partitions (a rejected and a throttled episode's) to retention instead of pruning them;
-    # they are within retention's window, and the campaign holds none (checked above).
-    if per_run == 1:
-        assert live & {ref.partition_key for ref in refs} == {refs[REUPLOADED].partition_key}
-    assert refs[REUPLOADED].partition_key in live
+    # Only the re-uploaded episode's partition is live: its upload's, retention's to prune. (At
+    # K = 5 a batch's retry once ran settled episodes again, adding a rejected one's pruned
+    # partition back and leaving a throttled one's to retention: `defs/batches.py`.)
+    assert live & {ref.partition_key for ref in refs} == {refs[REUPLOADED].partition_key}, (
+        f"{sorted(live & {ref.partition_key for ref in refs})}\n{run_lines(soak.runs())}"
+    )
 
 
 def assert_run_history(
@@ -582,7 +672,7 @@ def assert_run_history(
 ) -> None:
     """From the campaign's runs as the test saw them (the prune deletes settled ones)."""
     runs = soak.runs()
-    statuses = [(run.run_id[:8], run.tags.get(PARTITION_TAG), run.status.value) for run in runs]
+    statuses = run_lines(runs)
     failed = (DagsterRunStatus.FAILURE, DagsterRunStatus.CANCELED)
     # Finding 6: wave 1's backfill was canceled before it made a run; no episode ran twice: of
     # each good episode's runs, all but one failed.
@@ -591,21 +681,36 @@ def assert_run_history(
     assert backfill is not None and backfill.status == BulkActionStatus.CANCELED
     for ref in (refs[i] for i in range(GOOD)):
         own = [run for run in runs if run.tags.get(PARTITION_TAG) == ref.partition_key]
-        assert len([run for run in own if run.status not in failed]) == 1, (ref, statuses)
-    # Finding 1: the killed run failed, run_retries retried it (the failed run its parent), and
-    # the ledger settled on the retry's success.
+        assert len([run for run in own if run.status not in failed]) == 1, f"{ref}\n{statuses}"
+    # Finding 1: the killed run failed and the ledger settled on the one success that followed.
     killed = refs[KILLED]
     by_id = {run.run_id: run for run in runs}
     working = runs_working_on(runs, killed)
-    retries = [run for run in working if run.tags.get(PARENT_RUN_ID_TAG) in by_id]
-    assert retries, statuses
-    assert all(by_id[r.tags[PARENT_RUN_ID_TAG]].status == DagsterRunStatus.FAILURE for r in retries)
     (deciding,) = [
         run
         for run in working
         if run.tags.get(PARTITION_TAG) == killed.partition_key and run.status not in failed
     ]
-    assert ledger_rows(stage, soak.campaign_id)[killed].run_id == deciding.run_id
+    row = ledger_rows(stage, soak.campaign_id)[killed]
+    assert row.run_id == deciding.run_id, f"{row}\n{statuses}"
+    retries = [run for run in working if run.tags.get(PARENT_RUN_ID_TAG) in by_id]
+    if retries:  # run_retries retried it: the failed run is the retry's parent
+        assert all(
+            by_id[r.tags[PARENT_RUN_ID_TAG]].status == DagsterRunStatus.FAILURE for r in retries
+        )
+        return
+    # Dagster's race (K = 5: a wave of one batch run): its backfill ended before run_retries read
+    # the killed run, so no retry came and `will_retry` stayed; the driver settled the failure
+    # once the backfill had ended (RETRY_AFTER_BACKFILL_SECONDS) and ran the episode again in a
+    # later wave, as its next attempt.
+    abandoned = [
+        run
+        for run in working
+        if run.status == DagsterRunStatus.FAILURE and run.tags.get(WILL_RETRY_TAG) == "true"
+    ]
+    assert abandoned and row.attempts >= 2, f"{row}\n{statuses}"
+    waves = {run.tags.get(CAMPAIGN_WAVE_TAG) for run in abandoned}
+    assert deciding.tags.get(CAMPAIGN_WAVE_TAG) not in waves, statuses
 
 
 def assert_batches(runs: list[DagsterRun], campaign_id: str, refs: list[EpisodeRef]) -> None:

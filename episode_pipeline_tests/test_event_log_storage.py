@@ -41,6 +41,7 @@ from episode_pipeline.defs.event_log_storage import (
     CheckPartitions,
     EpisodeEventLogStorage,
     KeySet,
+    ReadStatusCaches,
     changes_of,
     status_cache_for_keys,
     status_cache_to_store,
@@ -54,6 +55,8 @@ from episode_pipeline_tests.support.dagster_internals import (
     AssetCheckExecutionRecordStatus,
     AssetCheckExecutionResolvedStatus,
     AssetCheckPartitionInfo,
+    AssetEntry,
+    AssetRecord,
     AssetStatusCacheValue,
     DefaultPartitionsSubset,
     LoadableTargetOrigin,
@@ -108,6 +111,57 @@ def test_a_partitions_status_is_its_latest_current_execution() -> None:
     assert set(failed.subset_value.get_partition_keys()) == {"b"}
     assert not state.in_progress_runs
     assert kept.state(CHECK, episode_partitions, {}, 10) is state  # nothing changed since
+
+
+class CountingIds(dict[str, int]):
+    """A key set that counts its look-ups: how often a check compared its partitions to it."""
+
+    lookups = 0
+
+    def get(self, key: str, default: Any = None) -> Any:
+        CountingIds.lookups += 1
+        return super().get(key, default)
+
+
+def test_a_check_compares_its_partitions_once_per_key_set() -> None:
+    kept = CheckPartitions(EPISODES_PARTITION_NAME)
+    ids = CountingIds({"a": 1, "b": 2})
+    kept.replace(None, [info("a", "SUCCEEDED", 5, 5), info("b", "FAILED", 5, 5)], ids)
+    CountingIds.lookups = 0
+    kept.keep_existing(ids)
+    kept.keep_existing(ids)  # the same key set again: nothing to compare
+    assert CountingIds.lookups == 2
+    pruned = CountingIds({"b": 2})
+    kept.keep_existing(pruned)  # a new key set is compared, and a pruned partition forgotten
+    assert set(kept.status) == {"b"}
+
+
+def test_a_status_cache_is_made_again_only_when_it_or_the_keys_changed() -> None:
+    def record(materialized: str) -> AssetRecord:
+        stored = AssetStatusCacheValue(
+            latest_storage_id=40,
+            partitions_def_id="episode_pipeline/dynamic-partitions:episodes:4",
+            serialized_materialized_partition_subset=materialized,
+            serialized_failed_partition_subset=subset(),
+            serialized_in_progress_partition_subset=subset(),
+            earliest_in_progress_materialization_event_id=None,
+        )
+        entry = AssetEntry(asset_key=AssetKey("probe"), cached_status=stored)
+        return AssetRecord(storage_id=1, asset_entry=entry)
+
+    caches = ReadStatusCaches()
+    keys = {"episodes": KeySet("hash-1", {"a": 1, "b": 2})}
+    first = caches.record(record(subset("a", "b")), keys).asset_entry.cached_status
+    again = caches.record(record(subset("a", "b")), keys).asset_entry.cached_status
+    assert again is first  # read again from the database, equal: not made again
+    assert first is not None
+    assert first.partitions_def_id == "hash-1"
+    pruned = {"episodes": KeySet("hash-2", {"b": 2})}
+    after = caches.record(record(subset("a", "b")), pruned).asset_entry.cached_status
+    assert after is not None
+    assert after.serialized_materialized_partition_subset == subset("b")
+    updated = caches.record(record(subset("b")), pruned).asset_entry.cached_status
+    assert updated is not after
 
 
 def test_a_planned_check_whose_run_ended_is_execution_failed() -> None:

@@ -31,6 +31,7 @@ from episode_pipeline.db.episodes import ensure_episode_row, episode_row, frame_
 from episode_pipeline.db.migrate import apply_migrations
 from episode_pipeline.defs.failures import failure_cause
 from episode_pipeline.episodes.keys import EpisodeRef
+from episode_pipeline.episodes.timeline import TIMELINE_NAME
 from episode_pipeline.local.pg_server import init_cluster, start_postgres, stop_postgres
 from episode_pipeline.runner import process_episode
 from episode_pipeline.runtime.injection_points import (
@@ -67,12 +68,18 @@ def private(settings: Settings) -> Settings:
 
 
 def processed_objects(bucket: Bucket, ref: EpisodeRef) -> dict[str, str]:
-    """Relative key → ETag of what the run wrote (its own bookkeeping JSON names the episode)."""
-    return {
+    """Relative key → ETag of what the run wrote (its own bookkeeping JSON names the episode);
+    the timeline, which names it too, by its text with the episode's name taken out."""
+    objects = {
         info.key.removeprefix(ref.processed_prefix): info.etag
         for info in bucket.iter_objects(ref.processed_prefix)
         if "/_dagster/" not in info.key
     }
+    timeline = bucket.get_bytes(ref.processed_prefix + TIMELINE_NAME).decode()
+    for name in (ref.prefix, ref.partition_key, ref.org_id, ref.episode_id):
+        timeline = timeline.replace(name, "<episode>")
+    objects[TIMELINE_NAME] = timeline
+    return objects
 
 
 def test_s3_errors_and_slow_answers_are_retried_and_the_outputs_equal_a_clean_runs(

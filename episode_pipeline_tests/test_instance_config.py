@@ -27,7 +27,9 @@ from episode_pipeline.local.dagster_home import (
 from episode_pipeline_tests.support.daemon import (
     CRASH_STAGE_DIFFERENCES,
     QUEUE_PAUSED_DIFFERENCES,
+    SOAK_DIFFERENCES,
     crash_stage_config,
+    soak_config,
 )
 from episode_pipeline_tests.support.dagster_internals import dagster_instance_config
 
@@ -119,6 +121,14 @@ def test_the_crash_tests_daemon_differs_only_where_named() -> None:
     assert crash["run_retries"] == production["run_retries"]
     paused = apply_differences(crash, QUEUE_PAUSED_DIFFERENCES)
     assert unnamed_differences(production, paused, {**named, **QUEUE_PAUSED_DIFFERENCES}) == []
+
+
+def test_the_campaign_soak_s_daemon_differs_only_where_named() -> None:
+    production = production_config()
+    soak = soak_config(URL)
+    named = {**local_differences(URL), **SOAK_DIFFERENCES}
+    assert unnamed_differences(production, soak, named) == []
+    assert soak["run_retries"] == production["run_retries"]
 
 
 def test_the_documented_differences_are_the_code_s() -> None:

@@ -7,19 +7,24 @@ One module-scoped fixture uploads and processes every sample once (1-second epis
 from __future__ import annotations
 
 import dataclasses
+import io
+import json
 import uuid
 from pathlib import Path
 
+import av
 import pytest
 
 from episode_pipeline.cli import main
+from episode_pipeline.defs.assets.hls_tables import STORYBOARD_METADATA_PREFIX
 from episode_pipeline.defs.checks.sync import CHECK_NAME
 from episode_pipeline.episodes.keys import EpisodeRef
 from episode_pipeline.local.upload import upload_episode
 from episode_pipeline.report import format_reports
 from episode_pipeline.runner import process_episode
 from episode_pipeline.samples.writer import SampleSpec, pack_archive, write_dataset
-from episode_pipeline_tests.support.graph import check_evaluation, report_for
+from episode_pipeline_tests.support.graph import check_evaluation, latest_metadata, report_for
+from episode_pipeline_tests.test_storyboard_pure import cues
 
 pytestmark = pytest.mark.integration
 
@@ -167,3 +172,56 @@ def test_the_blocking_setting_fails_the_episode(processed, settings):
     assert not outcome
     assert evaluation(ref).severity.value == "ERROR"
     assert report_for(ref)["status"] == "failed"
+
+
+def test_storyboards_and_the_timeline_are_written_with_every_source_and_finding(
+    processed, s3_client, stack
+):
+    """Two cameras of two v2.1 episode files each, one short, one late, a row missing: the
+    storyboards and `timeline.json` read back from S3 (written before the row said processed,
+    and kept by the leftover rule), every source named with its place in the stream."""
+    ref = processed["broken_v21"]
+
+    def get(key: str) -> bytes:
+        return s3_client.get_object(Bucket=stack.bucket, Key=key)["Body"].read()
+
+    hls = latest_metadata(ref, "hls_renditions")
+    sources = {
+        (r.data["camera"], r.data["key"].rsplit("/", 1)[-1]): r.data for r in hls["sources"].records
+    }
+    assert sorted(sources) == [
+        (camera, f"episode_{e:06d}.mp4") for camera in (FRONT, WRIST) for e in (0, 1)
+    ]
+    front0, front1 = (sources[(FRONT, f"episode_{e:06d}.mp4")] for e in (0, 1))
+    assert front0["stream_start_seconds"] == 0.0
+    assert front1["stream_start_seconds"] == front0["stream_end_seconds"] == pytest.approx(0.9)
+    for camera in (FRONT, WRIST):
+        prefix = ref.hls_prefix(camera)
+        found = cues(get(prefix + "storyboard.vtt").decode())
+        with av.open(io.BytesIO(get(prefix + "storyboard.jpg"))) as sprite:
+            frame = next(sprite.decode(video=0))
+        assert (frame.width, frame.height) == (len(found) * 160, 120)  # one row of 160x120 tiles
+        assert found[0][2] == "storyboard.jpg#xywh=0,0,160,120" and found[0][0] == 0.0
+        shown = hls[STORYBOARD_METADATA_PREFIX + camera]
+        assert shown.startswith(f"![{camera} storyboard](http") and len(shown) < 1000
+
+    timeline = json.loads(get(ref.processed_prefix + "timeline.json"))
+    assert latest_metadata(ref, "episode")["timeline"].startswith("http")
+    assert [c["name"] for c in timeline["cameras"]] == [FRONT, WRIST]
+    assert [len(c["sources"]) for c in timeline["cameras"]] == [2, 2]
+    first, second = timeline["episodes"]
+    assert (first["frames"], second["frames"]) == (30, 29)
+    assert first["series"]["sampling"] == "every_frame" and len(first["series"]["t"]) == 30
+    assert len(first["series"]["state"]["values"][0]) == 30
+    # the late wrist: its first frame plays at the stream's 0, which row t = 0.5 wants
+    wrist = first["cameras"][WRIST]
+    assert (wrist["start"], wrist["offset"]) == (0.0, pytest.approx(-0.5, abs=0.02))
+    assert second["cameras"][FRONT]["start"] == pytest.approx(0.9)
+    spans = {
+        (f["camera"], "late" if "late" in f["message"] else "short" if "short" in f["message"]
+         else "gap" if "timestamps" in f["message"] else "other"): (f["start"], f["end"])
+        for f in second["findings"]
+    }  # fmt: skip
+    assert spans[(WRIST, "late")] == (0.0, pytest.approx(0.5))
+    assert spans[(FRONT, "short")][1] == pytest.approx(29 / 30 + 1 / 30, abs=0.04)
+    assert spans[(None, "gap")] == (pytest.approx(9 / 30), pytest.approx(11 / 30))

@@ -12,8 +12,6 @@ One `dagster dev` and one pair of episodes serve the whole module (starting it c
 
 from __future__ import annotations
 
-import os
-import shutil
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -36,6 +34,7 @@ from episode_pipeline.local.upload import upload_episode
 from episode_pipeline.samples.writer import SampleSpec, write_sample
 from episode_pipeline_tests.dagster_ui import DagsterDev, running_dagster_dev
 from episode_pipeline_tests.support import new_ref
+from episode_pipeline_tests.support.browser import chromium_or_skip, screenshots
 
 pytestmark = pytest.mark.integration
 
@@ -44,10 +43,7 @@ PARTITION_TAG = "dagster/partition"
 ASSET_JOB = "__ASSET_JOB"
 UPLOADS_SENSOR = "episode_uploads"
 LOCATION = "episode_pipeline"
-CHROMIUM = "/usr/bin/chromium"
 NUX_KEY = "communityNux"  # the UI's localStorage flag for "community modal dismissed"
-# Set to a folder (e.g. docs/images) to keep the browser test's screenshots for the README.
-SCREENSHOTS_ENV = "EPISODE_PIPELINE_UI_SCREENSHOTS"
 
 BACKFILL_SECONDS = 180
 BACKFILL_TAG = "dagster/backfill"
@@ -359,21 +355,6 @@ def test_metadata_owners_kinds_and_group_as_the_ui_shows_them(
     assert len(values["table"]["records"]) == 12
 
 
-def chromium_or_skip() -> str:
-    """Debian's chromium; under CI=true its absence fails the test instead of skipping it."""
-    path = shutil.which("chromium") or (CHROMIUM if Path(CHROMIUM).exists() else None)
-    missing = None if path else "no chromium (scripts/bootstrap.sh installs it with apt)"
-    try:
-        import playwright.sync_api  # noqa: F401
-    except ImportError:
-        missing = "Playwright's Python package is not installed (the dev extras have it)"
-    if missing:
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"CI=true needs the browser smoke test: {missing}")
-        pytest.skip(missing)
-    return str(path)
-
-
 def test_the_asset_graph_and_an_episode_page_render_in_a_browser(
     ui: DagsterDev, episodes: list[EpisodeRef], tmp_path: Path
 ) -> None:
@@ -382,8 +363,7 @@ def test_the_asset_graph_and_an_episode_page_render_in_a_browser(
 
     expect.set_options(timeout=90_000)  # a cold UI on a busy 2-core machine is slow
 
-    shots = Path(os.environ.get(SCREENSHOTS_ENV) or tmp_path)
-    shots.mkdir(parents=True, exist_ok=True)
+    shots = screenshots()
     shown = episodes[0]
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=executable)

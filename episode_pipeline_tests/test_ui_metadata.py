@@ -115,7 +115,7 @@ def test_encoder_settings_are_part_of_hls_renditions_code_version_only():
         }
 
     before, after = versions(settings), versions(faster)
-    assert before["hls_renditions"] == f"1+{hls_settings(settings)}"
+    assert before["hls_renditions"] == f"2+{hls_settings(settings)}"
     assert "preset=ultrafast," in after["hls_renditions"]
     changed = {name for name in before if before[name] != after[name]}
     assert changed == {"hls_renditions"}

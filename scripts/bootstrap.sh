@@ -63,3 +63,13 @@ apt_for_tests "the browser smoke test" chromium -- chromium
 # podman and runc (with scripts/containers.conf) and debootstrap (a stand-in base where no
 # container registry is reachable) for `make image` and the image test (test_images.py).
 apt_for_tests "the image test" podman runc debootstrap -- podman runc debootstrap
+# The episode viewer's browser libraries (hls.js, uPlot: `episode-pipeline view`), from the npm
+# registry at the versions its package-lock.json pins; served by the command, never a CDN.
+# Installed again only when the lockfile changes (npm ci writes node_modules/.package-lock.json).
+apt_for_tests "the episode viewer and its browser test" npm -- nodejs npm
+web=episode_pipeline/viewer/web
+if command -v npm >/dev/null 2>&1 &&
+  { [ ! -f "$web/node_modules/.package-lock.json" ] ||
+    [ "$web/package-lock.json" -nt "$web/node_modules/.package-lock.json" ]; }; then
+  npm ci --prefix "$web" --no-audit --no-fund --loglevel=error
+fi

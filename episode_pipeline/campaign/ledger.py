@@ -1,14 +1,14 @@
 """The ledger's states and transitions (seed 004's way): pure, the SQL is `db/campaigns.py`.
 
-An episode of a campaign is `pending` (to claim), `requested` (claimed into a wave: its run is
-asked for), `succeeded`, `failed` (claimable again after `retry_after`, exponential backoff with
-jitter) or `rejected` (out of attempts, or failed in a way a retry cannot fix). A claim whose run
-never came is released back to `pending`; when its wave's backfill ended without the run, that
-counts as an attempt (with the same backoff, in `retry_after`), so a wave that can never make its
-runs ends `rejected` instead of being claimed again every tick. The transitions, each under a
-crash, are listed in docs/campaign-ledger.md. The primary key
-(campaign, org, episode) is the idempotency key: an episode is claimed into at most one wave at a
-time, and a wave's runs are found again by the wave's tag after any crash.
+An episode of a campaign is `pending` (to claim), `requested` (claimed into a wave: its run is asked
+for), `succeeded`, `failed` (claimable again after `retry_after`, exponential backoff with jitter)
+or `rejected` (out of attempts, or failed in a way a retry cannot fix: on its archive). A claim
+whose run never came is released back to `pending`; when its wave's backfill ended without the run,
+that counts as an attempt (with the same backoff, in `retry_after`), so a wave that can never make
+its runs ends `rejected` instead of being claimed again every tick. The transitions, each under a
+crash, are listed in docs/campaign-ledger.md. The primary key (campaign, org, episode) is the
+idempotency key: an episode is claimed into at most one wave at a time, and a wave's runs are found
+again by the wave's tag after any crash.
 """
 
 from __future__ import annotations

@@ -684,6 +684,13 @@ class Settings(EnvSettings):
         "Where the Dagster UI is, for the run links `episode-pipeline status` prints.",
         "http://127.0.0.1:3000",
     )
+    viewer_url: str | None = setting(
+        "VIEWER_URL",
+        "Where an episode viewer serves every episode (`episode-pipeline dev` runs one at "
+        "http://127.0.0.1:3001): the `episode` asset and `status` link to the episode's page "
+        "there. Unset, they give the `episode-pipeline view ORG/EP` command instead.",
+        None,
+    )
 
 
 def settings_from_environment(environ: Mapping[str, str] | None = None) -> Settings:

@@ -27,7 +27,7 @@ from episode_pipeline.campaign.ledger import (
     Transition,
 )
 from episode_pipeline.db.episodes import unkeyable_sql
-from episode_pipeline.episodes.batches import batch_key
+from episode_pipeline.episodes.batches import batch_key, parse_batch_key
 from episode_pipeline.episodes.keys import EpisodeRef, UnkeyableRow, ref_of_row
 
 
@@ -243,18 +243,19 @@ def fold_counts(conn: psycopg.Connection, campaign_id: str) -> dict[str, int]:
     statement that moves episodes appends its change: unfolded, the sum would read a row per
     change of the campaign's life). Under `lock_campaign` only: two folds at once would each
     return counts missing the other's (the rows they leave are right either way)."""
+    # One statement, one round trip: its work is a few rows at any size (plans.txt of the
+    # campaign_ledger stage), so what a tick waits for is the round trips (they were 1 + one a
+    # state, the figure's 1.92x on a loaded machine).
     rows = conn.execute(
-        "DELETE FROM campaign_counts WHERE campaign_id = %s RETURNING state, episodes",
-        (campaign_id,),
+        "WITH folded AS (DELETE FROM campaign_counts WHERE campaign_id = %(id)s"
+        " RETURNING state, episodes),"
+        " summed AS (SELECT state, sum(episodes)::bigint AS episodes FROM folded GROUP BY state),"
+        " kept AS (INSERT INTO campaign_counts (campaign_id, state, episodes)"
+        " SELECT %(id)s, state, episodes FROM summed WHERE episodes <> 0)"
+        " SELECT state, episodes FROM summed WHERE episodes > 0",
+        {"id": campaign_id},
     ).fetchall()
-    counts: dict[str, int] = {}
-    for state, n in rows:
-        counts[state] = counts.get(state, 0) + int(n)
-    conn.cursor().executemany(
-        "INSERT INTO campaign_counts (campaign_id, state, episodes) VALUES (%s, %s, %s)",
-        [(campaign_id, state, n) for state, n in sorted(counts.items()) if n],
-    )
-    return {state: n for state, n in counts.items() if n > 0}
+    return {state: int(n) for state, n in rows}
 
 
 # Parameters: campaign id, now. The states are literals so that every plan, generic ones too,
@@ -494,6 +495,20 @@ def has_requested(conn: psycopg.Connection, campaign_id: str) -> bool:
         (campaign_id, REQUESTED),
     ).fetchone()
     return bool(row and row[0])
+
+
+def moved_on_from_batch(conn: psycopg.Connection, key: str) -> set[EpisodeRef]:
+    """The batch's episodes its campaign no longer waits on from this batch: the ledger settled
+    the run an earlier attempt of the batch made, released the claim, or claimed the episode
+    into another batch since. An episode without a ledger row (a batch of no campaign) is not
+    one."""
+    rows = conn.execute(
+        "SELECT b.org_id, b.episode_id FROM episode_batches b JOIN campaign_episodes c"
+        " ON c.campaign_id = %s AND c.org_id = b.org_id AND c.episode_id = b.episode_id"
+        " WHERE b.batch_key = %s AND (c.state <> %s OR c.batch_key IS DISTINCT FROM b.batch_key)",
+        (parse_batch_key(key).campaign_id, key, REQUESTED),
+    ).fetchall()
+    return {EpisodeRef(org, episode) for org, episode in rows}
 
 
 def settled_added_partitions(

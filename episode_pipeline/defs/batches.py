@@ -15,8 +15,13 @@ keeps its own run, outputs, checks, status and failure, and the UI one result pe
   on; the op fails only when it cannot run at all (no such batch). Its output metadata lists
   every episode's outcome, run and cause.
 - Run again (a retry of the batch, or run monitoring resuming it after its task died), an
-  episode whose child run already succeeded in this batch is skipped: one success per episode
-  and batch; a child a dead attempt left STARTED is failed first, and its episode run again.
+  episode an earlier attempt ended is skipped: its child run succeeded or failed on its own,
+  or its campaign's ledger no longer waits on it from this batch (it settled that run, whose
+  record its prune may have deleted since, or claimed the episode again). The ledger retries a
+  failure itself, in a later wave with its attempts and backoff; run again here too, a
+  throttled episode ran twice and a rejected one's pruned partition came back (the K = 5
+  soak). Only the episodes not reached and the one whose child a dead attempt abandoned
+  (failed, tagged `ABANDONED_TAG`; one it left STARTED is failed so first) run again.
 - If the task dies mid-batch and the batch run ends, the child left STARTED is failed by the
   `orphaned_runs` sensor (run monitoring fails the batch run).
 
@@ -33,6 +38,7 @@ from dagster import (
     AssetKey,
     DagsterEventType,
     DagsterInstance,
+    DagsterRun,
     DagsterRunStatus,
     ExecuteInProcessResult,
     Failure,
@@ -48,8 +54,9 @@ from dagster import (
 
 from episode_pipeline.campaign.assets import stored_inputs
 from episode_pipeline.db.batches import batch_episodes
+from episode_pipeline.db.campaigns import moved_on_from_batch
 from episode_pipeline.defs.code_versions import asset_children, stored_in_s3
-from episode_pipeline.defs.failures import fail_episode_of_run
+from episode_pipeline.defs.failures import fail_episode_of_run, report_abandoned
 from episode_pipeline.defs.io_managers.s3_outputs import missing_stored_outputs
 from episode_pipeline.defs.metadata import table
 from episode_pipeline.defs.partitions import EPISODES_PARTITION_NAME, batch_partitions
@@ -57,6 +64,7 @@ from episode_pipeline.defs.resources.database import PostgresResource
 from episode_pipeline.defs.resources.s3 import S3BucketResource
 from episode_pipeline.defs.run_errors import user_error_text
 from episode_pipeline.defs.runs import (
+    ABANDONED_TAG,
     BATCH_TAG,
     PARTITION_TAG,
     assets_of_tags,
@@ -73,11 +81,13 @@ BATCH_JOB_NAME = "process_episode_batch"
 SUCCEEDED = "succeeded"
 FAILED = "failed"
 ALREADY_SUCCEEDED = "already succeeded"  # in an earlier run of the same batch
+ALREADY_FAILED = "already failed"  # on its own, in an earlier run of the same batch
+SETTLED = "settled by its campaign"  # its ledger no longer waits on it from this batch
 
 OUTCOME_COLUMNS = (
     ("position", "int", "the episode's place in the batch"),
     ("episode", "text", "ORG/EP: its partition of the episode assets"),
-    ("outcome", "text", f"{SUCCEEDED}, {FAILED} or {ALREADY_SUCCEEDED}"),
+    ("outcome", "text", ", ".join((SUCCEEDED, FAILED, ALREADY_SUCCEEDED, ALREADY_FAILED, SETTLED))),
     ("run_id", "text", "the episode's own run of process_episode"),
     ("cause", "text", "why it failed: the failed step and its error"),
 )
@@ -106,7 +116,7 @@ def outcome_metadata(outcomes: Iterable[EpisodeOutcome]) -> dict[str, object]:
     listed = list(outcomes)
     counts = {
         name: sum(outcome.outcome == name for outcome in listed)
-        for name in (SUCCEEDED, FAILED, ALREADY_SUCCEEDED)
+        for name in (SUCCEEDED, FAILED, ALREADY_SUCCEEDED, ALREADY_FAILED, SETTLED)
     }
     return {
         "episodes": len(listed),
@@ -130,12 +140,34 @@ def run_cause(result: ExecuteInProcessResult) -> str | None:
     return None
 
 
-def succeeded_in_batch(instance: DagsterInstance, batch_key: str) -> dict[str, str]:
-    """Partition → run id of each episode whose run already succeeded in this batch."""
+def ended_children(children: Iterable[DagsterRun]) -> dict[str, tuple[str, str]]:
+    """Partition → (outcome, run id) of each episode an earlier attempt of the batch ended: by
+    a child that succeeded, else by one that failed on its own (not abandoned by its dead
+    attempt)."""
+    ended: dict[str, tuple[str, str]] = {}
+    for run in children:
+        partition = run.tags.get(PARTITION_TAG)
+        if partition is None or run.tags.get(ABANDONED_TAG) == "true":
+            continue
+        if run.status == DagsterRunStatus.SUCCESS:
+            ended[partition] = (ALREADY_SUCCEEDED, run.run_id)
+        elif run.status == DagsterRunStatus.FAILURE and partition not in ended:
+            ended[partition] = (ALREADY_FAILED, run.run_id)
+    return ended
+
+
+def ended_in_batch(
+    instance: DagsterInstance, conn: psycopg.Connection, batch_key: str
+) -> dict[str, tuple[str, str | None]]:
+    """`ended_children` of the batch's runs, and the episodes its campaign settled."""
     runs = instance.get_runs(
-        RunsFilter(tags={BATCH_TAG: batch_key}, statuses=[DagsterRunStatus.SUCCESS])
+        RunsFilter(
+            tags={BATCH_TAG: batch_key},
+            statuses=[DagsterRunStatus.SUCCESS, DagsterRunStatus.FAILURE],
+        )
     )
-    return {run.tags[PARTITION_TAG]: run.run_id for run in runs if PARTITION_TAG in run.tags}
+    settled = {ref.partition_key: (SETTLED, None) for ref in moved_on_from_batch(conn, batch_key)}
+    return {**settled, **ended_children(runs)}
 
 
 def fail_abandoned_children(
@@ -148,13 +180,13 @@ def fail_abandoned_children(
         RunsFilter(tags={BATCH_TAG: batch_key}, statuses=[DagsterRunStatus.STARTED])
     )
     for run in abandoned:
-        context.instance.report_run_failed(run, "an earlier attempt of its batch run died")
+        report_abandoned(context.instance, run, "an earlier attempt of its batch run died")
         fail_episode_of_run(context.instance, run, postgres)
     return [run.run_id for run in abandoned]
 
 
 def add_episode_partitions(instance: DagsterInstance, refs: Iterable[EpisodeRef]) -> None:
-    """The episodes' partitions, added once for the batch (a pruned episode's comes back)."""
+    """The partitions of the episodes the batch runs, added once (a pruned one's comes back)."""
     keys = [ref.partition_key for ref in refs]
     known = known_partitions(instance, keys)
     missing = [key for key in keys if key not in known]
@@ -246,9 +278,14 @@ def run_batch(
         parse_batch_key(batch_key)
     except InvalidBatchKey as error:
         raise Failure(str(error)) from None
+    instance = context.instance
+    abandoned = fail_abandoned_children(context, batch_key, postgres)
+    if abandoned:
+        context.log.warning(f"failed {len(abandoned)} run(s) left by a dead attempt: {abandoned}")
     try:
         with postgres.connect() as conn:
             refs = batch_episodes(conn, batch_key)
+            ended = ended_in_batch(instance, conn, batch_key)
     except psycopg.errors.UndefinedTable as error:
         raise Failure(
             f"batch {batch_key}: the database has no episode_batches table ({error}); it is "
@@ -256,20 +293,13 @@ def run_batch(
         ) from None
     if not refs:
         raise Failure(f"batch {batch_key}: the episode_batches table lists no episode for it")
-    instance = context.instance
-    abandoned = fail_abandoned_children(context, batch_key, postgres)
-    if abandoned:
-        context.log.warning(f"failed {len(abandoned)} run(s) left by a dead attempt: {abandoned}")
-    add_episode_partitions(instance, refs)
-    done = succeeded_in_batch(instance, batch_key)
+    add_episode_partitions(instance, [ref for ref in refs if ref.partition_key not in ended])
     tags = batch_child_tags(batch_key, context.run_id, context.run.tags)
     selection = assets_of_tags(context.run.tags)
     outcomes: list[EpisodeOutcome] = []
     for position, ref in enumerate(refs):
-        if ref.partition_key in done:
-            outcome = EpisodeOutcome(
-                position, ref.partition_key, ALREADY_SUCCEEDED, done[ref.partition_key]
-            )
+        if ref.partition_key in ended:
+            outcome = EpisodeOutcome(position, ref.partition_key, *ended[ref.partition_key])
         else:
             context.log.info(f"batch {batch_key}: episode {position + 1}/{len(refs)} {ref}")
             assets = episode_assets(episode_job, selection, bucket, ref)

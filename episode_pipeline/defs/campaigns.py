@@ -47,7 +47,7 @@ from episode_pipeline.defs.dagster_internals import (
     BulkActionStatus,
     RunRecord,
 )
-from episode_pipeline.defs.failures import fail_episode_of_run
+from episode_pipeline.defs.failures import fail_episode_of_run, failure_cause
 from episode_pipeline.defs.jobs import EPISODE_JOB_NAME
 from episode_pipeline.defs.partitions import EPISODES_PARTITION_NAME
 from episode_pipeline.defs.resources.database import PostgresResource
@@ -60,6 +60,7 @@ from episode_pipeline.defs.runs import (
     known_partitions,
 )
 from episode_pipeline.runtime.injection_points import reach
+from episode_pipeline.runtime.metrics import BAD_ARCHIVE
 
 CAMPAIGN_WAVE_TAG = "episode_pipeline/campaign_wave"
 # Below the uploads' (Dagster's default 0): a fresh upload's run is dequeued first.
@@ -82,6 +83,11 @@ log = logging.getLogger(__name__)
 # ended, the job is gone, the retry failed to launch): past this the failure settles the episode.
 # Ten minutes cover a daemon restart.
 RETRY_DECISION_SECONDS = 600.0
+# run_retries never retries a run whose backfill has ended, yet leaves the run's `will_retry`
+# tag (a launch failure's tag is only added when its consumer reads the failure, after the
+# backfill may have completed). Once the wave's backfill has been over this long, a failure
+# with no retry decides: the consumer's decision and the retry's launch are one iteration.
+RETRY_AFTER_BACKFILL_SECONDS = 15.0
 
 
 # A campaign belongs to the Dagster deployment that started it: its id is kept in that instance's
@@ -217,11 +223,19 @@ def _runs_by_episode(
     return found
 
 
-def _settled_run(records: list[RunRecord], now: datetime) -> DagsterRun | None:
+def _settled_run(
+    records: list[RunRecord], now: datetime, backfill_ended: float | None = None
+) -> DagsterRun | None:
     """The run that decides the episode, or None while one may still do work. Read from the run
     lineage: a run whose retry exists (run_retries tags the retry with its parent's id and the
     parent with the retry's) is superseded by it; a failure run_retries said it will retry, with
-    no retry yet, is in flight for `RETRY_DECISION_SECONDS` after it ended, then settled."""
+    no retry yet, is in flight for `RETRY_DECISION_SECONDS` after it ended, then settled — or
+    `RETRY_AFTER_BACKFILL_SECONDS` after its wave's backfill ended (`backfill_ended`, a
+    timestamp), since run_retries retries no run of an ended backfill."""
+    retry_ruled_out = (
+        backfill_ended is not None
+        and now.timestamp() - backfill_ended >= RETRY_AFTER_BACKFILL_SECONDS
+    )
     retried = {record.dagster_run.tags.get(PARENT_RUN_ID_TAG) for record in records}
     current = [
         record
@@ -239,7 +253,11 @@ def _settled_run(records: list[RunRecord], now: datetime) -> DagsterRun | None:
         run = record.dagster_run
         if run.status in IN_FLIGHT_STATUSES:
             return None
-        if run.status == DagsterRunStatus.FAILURE and run.tags.get(WILL_RETRY_TAG) == "true":
+        if (
+            run.status == DagsterRunStatus.FAILURE
+            and run.tags.get(WILL_RETRY_TAG) == "true"
+            and not retry_ruled_out
+        ):
             ended = record.end_time or record.update_timestamp.timestamp()
             if now.timestamp() - ended < RETRY_DECISION_SECONDS:
                 return None  # run_retries will make another
@@ -247,6 +265,23 @@ def _settled_run(records: list[RunRecord], now: datetime) -> DagsterRun | None:
     runs = [record.dagster_run for record in current or records]
     succeeded = [run for run in runs if run.status == DagsterRunStatus.SUCCESS]
     return succeeded[0] if succeeded else (runs[0] if runs else None)
+
+
+def ended_wave_backfills(
+    instance: DagsterInstance, campaign_id: str, waves: Iterable[int]
+) -> dict[int, float]:
+    """When each of these waves' backfills ended, for those that have (one read per wave with
+    runs in flight: a handful)."""
+    ended = {}
+    for wave in waves:
+        backfill = instance.get_backfill(wave_backfill_id(campaign_id, wave))
+        if (
+            backfill is not None
+            and backfill.status in BULK_ACTION_TERMINAL_STATUSES
+            and backfill.backfill_end_timestamp is not None
+        ):
+            ended[wave] = backfill.backfill_end_timestamp
+    return ended
 
 
 def cancel_wave_backfill(instance: DagsterInstance, campaign_id: str, wave: int) -> bool:
@@ -369,6 +404,13 @@ def drive_campaign(
     return report
 
 
+def fails_every_run(instance: DagsterInstance, run: DagsterRun) -> bool:
+    """A run of the episode job that failed on its archive (`metrics.BAD_ARCHIVE`): every run
+    of that archive fails the same way, so the ledger rejects it at once, its cause named. A
+    fixed archive comes back as an upload, by the upload path."""
+    return run.job_name == EPISODE_JOB_NAME and failure_cause(instance, run.run_id) == BAD_ARCHIVE
+
+
 def failures_awaiting_retry(records: list[RunRecord], since: datetime | None) -> list[DagsterRun]:
     """Runs that failed since the last tick and that run_retries says it will retry: the episode
     is not settled yet, but a launch refused by ECS (throttled, no capacity) must reach the
@@ -402,6 +444,7 @@ def _drive_campaign(
         runs = _runs_by_episode(
             instance, campaign_id, {row.wave for row in requested if row.wave is not None}
         )
+        backfills_ended = ended_wave_backfills(instance, campaign_id, {wave for _, wave in runs})
         recorded = db.recorded_since_claim(conn, campaign_id, campaign.target_code_version)
         observations = []
         failed_runs: list[DagsterRun] = []  # the episodes' own runs that ended without success
@@ -424,7 +467,7 @@ def _drive_campaign(
                 continue
             # K > 1 and no run of the episode yet: its batch run has not reached it (wait), or
             # ended before it (a failure of the episode's).
-            run = _settled_run(episode_runs or batch_runs, now)
+            run = _settled_run(episode_runs or batch_runs, now, backfills_ended.get(row.wave))
             if run is None:
                 for retrying in failures_awaiting_retry(episode_runs, governor.measured_at):
                     error = run_error(instance, retrying)
@@ -441,7 +484,9 @@ def _drive_campaign(
                 if not episode_runs:
                     error = f"its batch run {run.run_id} ended before it ran: {error}"
                 error_class = classify_error(error)
-                outcome = ledger.Outcome(False, error, error_class)
+                outcome = ledger.Outcome(
+                    False, error, error_class, retryable=not fails_every_run(instance, run)
+                )
                 if episode_runs:
                     failed_runs.append(run)
                 observations.append(Observation(False, error_class, retry_after_seconds(error)))

@@ -40,6 +40,7 @@ from episode_pipeline.defs.jobs import EPISODE_JOB_NAME
 from episode_pipeline.defs.resources.database import PostgresResource
 from episode_pipeline.defs.run_errors import run_errors
 from episode_pipeline.defs.runs import (
+    ABANDONED_TAG,
     BATCH_RUN_TAG,
     HOST_TAG,
     IN_FLIGHT_STATUSES,
@@ -178,10 +179,17 @@ def find_orphaned_runs(
     return [run for run in runs if is_orphaned(run, host=host, ended_batch_runs=ended)]
 
 
+def report_abandoned(instance: DagsterInstance, run: DagsterRun, message: str) -> None:
+    """Fail a run whose process died before it ended, tagged so first (ABANDONED_TAG): a crash
+    between the two leaves it STARTED, to be failed again, never failed untagged."""
+    instance.add_run_tags(run.run_id, {ABANDONED_TAG: "true"})
+    instance.report_run_failed(run, message)
+
+
 def fail_orphaned_runs(instance: DagsterInstance) -> list[str]:
     """Report every orphaned in-process run as failed; returns their run ids."""
     failed = []
     for run in find_orphaned_runs(instance):
-        instance.report_run_failed(run, "its process is gone (killed or crashed)")
+        report_abandoned(instance, run, "its process is gone (killed or crashed)")
         failed.append(run.run_id)
     return failed

@@ -47,6 +47,10 @@ ECS_MEMORY_TAG = "ecs/memory"
 # batch task that died is failed once that run has ended: `failures.is_orphaned`).
 BATCH_TAG = "episode_pipeline/batch"
 BATCH_RUN_TAG = "episode_pipeline/batch_run"
+# A run failed because the process executing it died, not by its own end (`failures.
+# report_abandoned`, written before the failure): a later attempt of its batch runs its episode
+# again, while an episode whose child ended on its own is left to the campaign's ledger.
+ABANDONED_TAG = "episode_pipeline/abandoned"
 # Tags of a batch run that its episode runs inherit (the campaign's own tags).
 CAMPAIGN_TAG_PREFIX = "episode_pipeline/campaign"
 # A campaign run's asset selection, comma-separated (campaign/assets.py): the backfill's runs

@@ -250,12 +250,35 @@ class SyncRow:
     start_offset_seconds: float | None = None  # first frame - first row's time (late: > 0)
     timestamps: str = "ok"
     problems: list[str] = field(default_factory=list)
+    # Where each of `problems` happens, in the episode's time (its rows' timestamps, seconds).
+    spans: list[Span | None] = field(default_factory=list)
+
+    def add(self, problem: str, span: Span | None) -> None:
+        self.problems.append(problem)
+        self.spans.append(span)
+
+
+Span = tuple[float, float]
+
+
+@dataclass(frozen=True)
+class LocatedFinding:
+    """A finding and where it happens: the LeRobot episode, the camera, and the time range in
+    the episode's own time (its rows' timestamps); None where the finding names no episode,
+    camera or moment (an episodes table's problem, a whole file)."""
+
+    message: str  # as in `SyncReport.findings`
+    episode: int | None = None
+    camera: str | None = None
+    start: float | None = None
+    end: float | None = None
 
 
 @dataclass
 class SyncReport:
     rows: list[SyncRow]
     findings: list[str]  # every problem, each naming episode, camera, file and offset
+    located: list[LocatedFinding] = field(default_factory=list)  # the same, with their times
 
     @property
     def passed(self) -> bool:
@@ -286,8 +309,9 @@ def _timestamps_problem(timing: EpisodeTiming, fps: float, tolerance_s: float) -
 
 
 @dataclass(frozen=True)
-class _Placement:
-    """The episode's frames in one file: the frame index range and the time row 0 wants."""
+class Placement:
+    """The episode's frames in one file: the frame index range, and the offset that turns a
+    row's timestamp into the file's time (`offset + timestamp`)."""
 
     video: VideoFacts
     first: int  # frame index of the range's first frame
@@ -297,29 +321,35 @@ class _Placement:
 
 
 def _compare(
-    row: SyncRow, timing: EpisodeTiming, place: _Placement, fps: float, tolerance_s: float
+    row: SyncRow, timing: EpisodeTiming, place: Placement, fps: float, tolerance_s: float
 ) -> None:
     """Counts, duration and alignment of one episode's rows with one camera's frames."""
     video = place.video
     where = video.key
     video_fps = video.fps or fps
+    whole = episode_span(timing, fps)
+    first_ts = timing.first_timestamp or 0.0
+    end_ts = whole[1] if whole else timing.rows / fps
     frames = max(0, place.end - place.first)
     row.frames, row.file = frames, video.key
     row.drift_frames = frames - timing.rows
     row.drift_seconds = round(row.drift_frames / fps, 6)
     if abs(row.drift_frames) > FRAME_SLACK:
         side = "short by" if row.drift_frames < 0 else "over by"
-        row.problems.append(
+        row.add(
             f"{where}: {frames} frames for {timing.rows} rows: {side} "
-            f"{abs(row.drift_frames)} frames ({abs(row.drift_seconds):.3f} s)"
+            f"{abs(row.drift_frames)} frames ({abs(row.drift_seconds):.3f} s)",
+            (max(first_ts, end_ts + row.drift_seconds), end_ts) if row.drift_frames < 0 else whole,
         )
     rows_seconds = timing.rows / fps
     length = place.range_seconds if place.range_seconds is not None else video.seconds
     what = "range from_timestamp..to_timestamp" if place.range_seconds is not None else "video"
     if length is not None and abs(length - rows_seconds) > 1 / fps + tolerance_s:
-        row.problems.append(
+        short = length < rows_seconds
+        row.add(
             f"{where}: the {what} lasts {length:.3f} s, the {timing.rows} rows {rows_seconds:.3f} "
-            f"s (offset {_frames(length - rows_seconds, fps)})"
+            f"s (offset {_frames(length - rows_seconds, fps)})",
+            (max(first_ts, end_ts - (rows_seconds - length)), end_ts) if short else whole,
         )
     if video.frames is None or video.frames == 0 or timing.first_timestamp is None:
         return
@@ -332,24 +362,44 @@ def _compare(
     slack = FRAME_SLACK / video_fps + tolerance_s  # the ± one frame of the counts
     if wanted_first < file_first - slack:
         late = file_first - wanted_first
-        row.problems.append(
+        row.add(
             f"{where}: the camera starts late: its first frame is at {file_first:.3f} s, row 0 "
-            f"wants {wanted_first:.3f} s (offset {_frames(late, fps)})"
+            f"wants {wanted_first:.3f} s (offset {_frames(late, fps)})",
+            (first_ts, min(end_ts, first_ts + late)),
         )
     elif wanted_last > file_last + slack:
         early = wanted_last - file_last
-        row.problems.append(
+        row.add(
             f"{where}: the camera ends early: its last frame is at {file_last:.3f} s, row "
-            f"{timing.rows - 1} wants {wanted_last:.3f} s (offset {_frames(-early, fps)})"
+            f"{timing.rows - 1} wants {wanted_last:.3f} s (offset {_frames(-early, fps)})",
+            (max(first_ts, end_ts - early), end_ts),
         )
     else:
         nearest = min(max(round((wanted_first - file_first) * video_fps), 0), video.frames - 1)
         miss = video.frame_time(nearest, video_fps) - wanted_first
         if abs(miss) > tolerance_s:
-            row.problems.append(
+            row.add(
                 f"{where}: the nearest frame to row 0 ({wanted_first:.6f} s) is {miss:+.6f} s "
-                f"away (tolerance {tolerance_s:g} s)"
+                f"away (tolerance {tolerance_s:g} s)",
+                (first_ts, min(end_ts, first_ts + 1 / fps)),
             )
+
+
+def episode_span(timing: EpisodeTiming, fps: float) -> Span | None:
+    """The episode's time: its first row's timestamp to one frame after its last."""
+    if timing.first_timestamp is None:
+        return None
+    last = timing.last_timestamp if timing.last_timestamp is not None else timing.first_timestamp
+    return (timing.first_timestamp, round(last + 1 / fps, 6))
+
+
+def _gap_span(timing: EpisodeTiming, fps: float) -> Span | None:
+    """The first interval off 1/fps: the rows before it are regular, so it starts
+    `(row - 1) / fps` after the first."""
+    if timing.first_irregular_row is None or timing.first_timestamp is None:
+        return None
+    start = timing.first_timestamp + (timing.first_irregular_row - 1) / fps
+    return (round(start, 6), round(start + (timing.first_irregular_interval or 0.0), 6))
 
 
 def _spacing_problem(video: VideoFacts, fps: float) -> str | None:
@@ -370,8 +420,8 @@ def _spacing_problem(video: VideoFacts, fps: float) -> str | None:
 
 def _v2_placements(
     videos: Sequence[VideoFacts],
-) -> tuple[dict[tuple[int, str], _Placement | str], list[str]]:
-    placed: dict[tuple[int, str], _Placement | str] = {}
+) -> tuple[dict[tuple[int, str], Placement | str], list[str]]:
+    placed: dict[tuple[int, str], Placement | str] = {}
     findings = []
     for video in videos:
         episode = video.indices.get("episode_index")
@@ -385,7 +435,7 @@ def _v2_placements(
             placed[(episode, video.camera)] = f"{video.key}: not probed ({video.error})"
             continue
         frames = video.frames or 0
-        placed[(episode, video.camera)] = _Placement(video, 0, frames, 0.0, None)
+        placed[(episode, video.camera)] = Placement(video, 0, frames, 0.0, None)
     return placed, findings
 
 
@@ -403,8 +453,8 @@ def _v3_placements(
     timings: Mapping[int, EpisodeTiming],
     fps: float,
     tolerance_s: float,
-) -> tuple[dict[tuple[int, str], _Placement | str], list[str]]:
-    placed: dict[tuple[int, str], _Placement | str] = {}
+) -> tuple[dict[tuple[int, str], Placement | str], list[str]]:
+    placed: dict[tuple[int, str], Placement | str] = {}
     findings: list[str] = []
     files = {
         (v.camera, v.indices.get("chunk_index", 0), v.indices.get("file_index", 0)): v
@@ -441,7 +491,7 @@ def _v3_placements(
             continue
         first = _frame_index(video, where.from_timestamp, fps, tolerance_s)
         end = _frame_index(video, where.to_timestamp, fps, tolerance_s)
-        placed[(episode, camera)] = _Placement(
+        placed[(episode, camera)] = Placement(
             video, first, end, where.from_timestamp, where.to_timestamp - where.from_timestamp
         )
         by_file.setdefault((camera, where.chunk_index, where.file_index), []).append(
@@ -490,41 +540,77 @@ def check_sync(
     """Every LeRobot episode against every camera, episode by episode (docs/sync.md)."""
     cameras = sorted({video.camera for video in videos})
     rate = fps or next((v.fps for v in videos if v.fps), None)
-    findings: list[str] = []
     if not rate:
-        return SyncReport([], ["info.json has no fps and no video was probed: nothing to check"])
-    v3 = (codebase_version or "").startswith("v3") if cameras else False
-    if v3:
-        placed, general = _v3_placements(cameras, videos, table, timings, rate, tolerance_s)
-        general = _table_problems(table, timings) + general
-    else:
-        placed, general = _v2_placements(videos)
-    findings += general
+        nothing = "info.json has no fps and no video was probed: nothing to check"
+        return SyncReport([], [nothing], [LocatedFinding(nothing)])
+    placed, general = place_episodes(
+        codebase_version, rate, timings, videos, table, tolerance_s=tolerance_s
+    )
+    located = [LocatedFinding(message) for message in general]
     rows: list[SyncRow] = []
     for video in videos:
         if not video.error and (problem := _spacing_problem(video, rate)):
-            findings.append(f"camera {video.camera}: {problem}")
+            located.append(LocatedFinding(f"camera {video.camera}: {problem}", camera=video.camera))
     for episode in sorted(timings):
         timing = timings[episode]
         spacing = _timestamps_problem(timing, rate, tolerance_s)
         if spacing:
-            findings.append(f"episode {episode}: {spacing}")
+            gap = _gap_span(timing, rate)
+            located.append(
+                LocatedFinding(
+                    f"episode {episode}: {spacing}", episode, None, *(gap or (None, None))
+                )
+            )
         for camera in cameras or [""]:
             row = SyncRow(episode, camera, rows=timing.rows, timestamps=spacing or "ok")
             rows.append(row)
             if not camera:
                 continue
             place = placed.pop((episode, camera), None)
+            whole = episode_span(timing, rate)
             if place is None:
-                row.problems.append(f"no video of camera {camera} for this episode")
+                row.add(f"no video of camera {camera} for this episode", whole)
             elif isinstance(place, str):
-                row.problems.append(place)
+                row.add(place, whole)
             else:
                 _compare(row, timing, place, rate, tolerance_s)
-            findings += [f"episode {episode}, camera {camera}: {p}" for p in row.problems]
+            located += [
+                LocatedFinding(
+                    f"episode {episode}, camera {camera}: {problem}",
+                    episode,
+                    camera,
+                    *(span or (None, None)),
+                )
+                for problem, span in zip(row.problems, row.spans, strict=True)
+            ]
             if spacing:
-                row.problems.append(spacing)
+                row.add(spacing, _gap_span(timing, rate))
     for (episode, camera), place in sorted(placed.items()):
-        key = place.video.key if isinstance(place, _Placement) else place
-        findings.append(f"episode {episode}, camera {camera}: {key}: video without data rows")
-    return SyncReport(rows, findings)
+        key = place.video.key if isinstance(place, Placement) else place
+        located.append(
+            LocatedFinding(
+                f"episode {episode}, camera {camera}: {key}: video without data rows",
+                episode,
+                camera,
+            )
+        )
+    return SyncReport(rows, [finding.message for finding in located], located)
+
+
+def place_episodes(
+    codebase_version: str | None,
+    fps: float,
+    timings: Mapping[int, EpisodeTiming],
+    videos: Sequence[VideoFacts],
+    table: EpisodesTable | None = None,
+    *,
+    tolerance_s: float = TOLERANCE_S,
+) -> tuple[dict[tuple[int, str], Placement | str], list[str]]:
+    """Where each (episode, camera)'s frames sit in its mp4 (or why they cannot be placed),
+    and the findings that name no episode: v2.x one mp4 per episode, v3.0 a range of a
+    concatenated mp4 (docs/sync.md). The timeline places its cameras with it too."""
+    cameras = sorted({video.camera for video in videos})
+    if (codebase_version or "").startswith("v3") and cameras:
+        placed, general = _v3_placements(cameras, videos, table, timings, fps, tolerance_s)
+        return placed, _table_problems(table, timings) + general
+    return _v2_placements(videos)

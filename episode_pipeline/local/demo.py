@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -129,4 +130,14 @@ def run_demo() -> int:
             f"demo: {ref} ended {statuses[ref]}: see `episode-pipeline status {ref}`",
             file=sys.stderr,
         )
+    processed = [ref for ref in refs if ref not in failed]
+    if processed:  # the last line: every camera of an episode on one clock, with its data
+        print(f"\nLook at an episode (Ctrl-C stops it):\n  {invoked_as()} view {processed[0]}")
     return 1 if failed else 0
+
+
+def invoked_as() -> str:
+    """This command as the user typed it (`.venv/bin/episode-pipeline` from `make demo`), so
+    the line printed works as printed."""
+    typed = sys.argv[0] if sys.argv and Path(sys.argv[0]).name == "episode-pipeline" else None
+    return shlex.quote(typed) if typed else "episode-pipeline"

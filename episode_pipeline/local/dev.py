@@ -5,7 +5,9 @@ SIGTERM (docs/platform-notes.md#dagster-dev). Ctrl-C or SIGTERM here is forwarde
 SIGTERM, its graceful shutdown; once it has gone (or after 30 s) whatever remains of its process
 group is stopped too. Should this process die without stopping it (SIGKILL), `dagster dev` gets
 SIGTERM from the kernel (PR_SET_PDEATHSIG). The stack keeps running afterwards (`episode-pipeline
-stack down` stops it, and anything still started against it).
+stack down` stops it, and anything still started against it). Beside the UI, a thread of this
+process serves the episode viewer (the UI's port + 1) for every episode of the stack, and
+`dagster dev` gets its address as VIEWER_URL: the `episode` asset's `viewer` links there.
 """
 
 from __future__ import annotations
@@ -21,9 +23,13 @@ import time
 from pathlib import Path
 from types import FrameType
 
+from episode_pipeline.config.settings import AwsSettings
 from episode_pipeline.local.stack import start_stack
+from episode_pipeline.storage.bucket import Bucket
+from episode_pipeline.viewer.server import ViewerServer, missing_libraries
 
 DEFAULT_PORT = 3000
+VIEWER_URL_ENV = "VIEWER_URL"  # Settings.viewer_url
 SHUTDOWN_GRACE_SECONDS = 30
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
@@ -102,10 +108,38 @@ def _raise_interrupt(signum: int, frame: FrameType | None) -> None:
     raise KeyboardInterrupt
 
 
+def start_viewer(stack_env: dict[str, str], port: int) -> ViewerServer | None:
+    """The episode viewer for every episode of the stack, in this process (a thread): its
+    address goes to `dagster dev` as VIEWER_URL, so the `episode` asset links to its pages.
+    None (said why) when the viewer's npm libraries are missing."""
+    missing = missing_libraries()
+    if missing:
+        print(
+            f"no episode viewer: {', '.join(missing)} missing (scripts/bootstrap.sh)",
+            file=sys.stderr,
+        )
+        return None
+    bucket = Bucket(stack_env["DATA_BUCKET"], AwsSettings.from_env(stack_env))
+    try:
+        viewer = ViewerServer(bucket, port)
+    except OSError:  # the port is taken: any free one
+        viewer = ViewerServer(bucket, 0)
+    viewer.start()
+    return viewer
+
+
 def run_dev(port: int = DEFAULT_PORT) -> int:
     """Run `dagster dev` until it exits or we are interrupted; returns its exit code."""
     info = start_stack()
     print(f"local stack ready in {info.home}; Dagster on http://127.0.0.1:{port}", file=sys.stderr)
+    viewer = start_viewer(info.env, port + 1)
+    env = dev_environment(info.env)
+    if viewer is not None:
+        env[VIEWER_URL_ENV] = viewer.base_url
+        print(
+            f"episode viewer on {viewer.base_url}/e/ORG/EP/ (the episode asset links to it)",
+            file=sys.stderr,
+        )
     # Ctrl-C raises KeyboardInterrupt here and SIGTERM does too. Installing handlers (rather
     # than inheriting "ignore", as a shell `&` start does) also means the child starts with
     # default dispositions, so `dagster dev` honours the SIGTERM we forward.
@@ -113,7 +147,7 @@ def run_dev(port: int = DEFAULT_PORT) -> int:
     previous_term = signal.signal(signal.SIGTERM, _raise_interrupt)
     process = subprocess.Popen(
         dagster_command(port),
-        env=dev_environment(info.env),
+        env=env,
         # From the instance's own folder: started where another dagster.yaml lies (the
         # repository's, production's), the dev server warns that it is not the one used.
         cwd=info.dagster_home,
@@ -128,3 +162,6 @@ def run_dev(port: int = DEFAULT_PORT) -> int:
     finally:
         signal.signal(signal.SIGINT, previous_int)
         signal.signal(signal.SIGTERM, previous_term)
+        if viewer is not None:
+            viewer.shutdown()
+            viewer.server_close()

@@ -279,6 +279,18 @@ class RenditionResult:
 
 
 @dataclass(frozen=True)
+class StoryboardFacts:
+    """A camera's uploaded storyboard (`video/storyboard.py`): the sprite, its VTT, the grid."""
+
+    image_key: str
+    vtt_key: str
+    interval: int  # seconds between tiles
+    tiles: int
+    tile_width: int
+    tile_height: int
+
+
+@dataclass(frozen=True)
 class TranscodeResult:
     """What one camera's transcode made; no playlist when it failed or no source was usable.
 
@@ -292,6 +304,7 @@ class TranscodeResult:
     playlist_key: str | None  # the baseline, processed/hls/<camera>/playlist.m3u8
     master_key: str | None = None
     poster_key: str | None = None
+    storyboard: StoryboardFacts | None = None
     renditions: list[RenditionResult] = field(default_factory=list)
     seconds: float = 0.0  # the baseline's length, from its playlist
     sources: list[SourceVideo] = field(default_factory=list)
@@ -320,6 +333,17 @@ class TranscodeResult:
     def segments(self) -> int:
         return sum(r.segments for r in self.renditions)
 
+    def source_ranges(self) -> list[tuple[float, float]]:
+        """Where each usable source plays in the camera's stream, in seconds: back to back in
+        order, each lasting its probed duration (what FFmpeg's concat demuxer does; a file's own
+        start time is not kept, so its first frame plays at its range's start)."""
+        ranges, start = [], 0.0
+        for source in self.sources:
+            end = start + source.probe.duration_ms / 1000
+            ranges.append((round(start, 3), round(end, 3)))
+            start = end
+        return ranges
+
     @property
     def baseline(self) -> RenditionResult | None:
         return next((r for r in self.renditions if r.playlist_key == self.playlist_key), None)
@@ -335,6 +359,7 @@ class TranscodeResult:
             playlist_key=data.get("playlist_key"),
             master_key=data.get("master_key"),
             poster_key=data.get("poster_key"),
+            storyboard=StoryboardFacts(**data["storyboard"]) if data.get("storyboard") else None,
             renditions=[RenditionResult(**r) for r in data.get("renditions", [])],
             seconds=float(data.get("seconds", 0.0)),
             sources=[

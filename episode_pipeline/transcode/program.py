@@ -13,10 +13,12 @@ Per camera (nothing is deleted first: an earlier run's video stays whole until t
 replaces it, docs/contract.md#hls-renditions, "Upload order"):
 1. every source is downloaded, then all are probed in one PyAV child under a deadline;
 2. when an FFmpeg slot is free, one FFmpeg invocation (under a deadline, killed with its process
-   group when late) writes every rendition and the poster; finished segments are uploaded while
-   it runs, over the same names (`segment_%05d.ts`) an earlier run used;
+   group when late) writes every rendition, the poster and the storyboard sprite; finished
+   segments are uploaded while it runs, over the same names (`segment_%05d.ts`) an earlier run
+   used;
 3. each rendition's playlist is checked, the master is written from what was made (peak
-   bandwidth, codecs from the stream), the poster and the playlists go up, the master last;
+   bandwidth, codecs from the stream), the storyboard's VTT is computed from its plan, the
+   poster, the storyboard and the playlists go up, the master last;
 4. only then are the objects under `hls/<camera>/` this run did not write deleted (a longer
    earlier upload's extra segments, a rung no longer made).
 
@@ -55,6 +57,7 @@ from episode_pipeline.transcode.job import (
     FailedVideo,
     RenditionResult,
     SourceVideo,
+    StoryboardFacts,
     TranscodeError,
     TranscodeJob,
     TranscodeResult,
@@ -88,6 +91,7 @@ from episode_pipeline.video.process import (
     kill_running_children,
     run_with_deadline,
 )
+from episode_pipeline.video.storyboard import STORYBOARD_VTT, Storyboard, plan_storyboard
 
 STDERR_TAIL = 2000
 SPS_SEARCH_BYTES = 64 * 1024
@@ -148,10 +152,12 @@ def camera_command(
     has_audio: bool = False,
     concat: bool = False,
     poster: bool = True,
+    storyboard: Storyboard | None = None,
 ) -> tuple[list[Rendition], list[str]]:
     """The renditions a camera gets (from its first source's probe) and the one FFmpeg
-    invocation writing them and the poster under `out_dir`, their folders made. The transcode
-    runs it; the benchmarks run it bare, so both sides of a comparison share one command."""
+    invocation writing them, the poster and the storyboard under `out_dir`, their folders made.
+    The transcode runs it; the benchmarks run it bare, so both sides of a comparison share one
+    command."""
     baseline = EncodeSettings(segment_seconds=segment_seconds, preset=video.preset)
     renditions = plan_renditions(
         first.width,
@@ -174,6 +180,7 @@ def camera_command(
         has_audio=has_audio,
         concat=concat,
         poster=poster,
+        storyboard=storyboard,
         settings=baseline,
     )
     return renditions, command
@@ -254,6 +261,13 @@ def describe_rendition(
     return result, variant, keys
 
 
+def camera_storyboard(sources: list[SourceVideo]) -> Storyboard:
+    """The storyboard of a camera's sources played back to back (size and rate: the first's)."""
+    first = sources[0].probe
+    seconds = sum(s.probe.duration_ms for s in sources) / 1000
+    return plan_storyboard(seconds, first.fps, first.width, first.height)
+
+
 def publish(
     job: TranscodeJob,
     camera: CameraJob,
@@ -261,13 +275,14 @@ def publish(
     bucket: Bucket,
     workdir: Path,
     ffmpeg_slots: threading.Semaphore,
-) -> tuple[list[RenditionResult], float, set[str]]:
+) -> tuple[list[RenditionResult], Storyboard, float, set[str]]:
     """Encode in a free FFmpeg slot, upload segments as they come, check, then the poster,
-    playlists and master (the slot is already free for the next camera by then). Returns the
-    renditions, FFmpeg's wall time and every key written."""
+    storyboard, playlists and master (the slot is already free for the next camera by then).
+    Returns the renditions, the storyboard, FFmpeg's wall time and every key written."""
     out_dir = workdir / "hls"
     source, concat = ffmpeg_input(sources, workdir)
     has_audio = all(s.probe.has_audio for _, s in sources)
+    storyboard = camera_storyboard([s for _, s in sources])
     renditions, command = camera_command(
         job.video,
         source,
@@ -276,6 +291,7 @@ def publish(
         segment_seconds=job.segment_seconds,
         has_audio=has_audio,
         concat=concat,
+        storyboard=storyboard,
     )
     with SegmentUploader(
         bucket, out_dir, camera.output_prefix, [r.folder for r in renditions]
@@ -290,15 +306,18 @@ def publish(
             f"camera {camera.camera}: segments not uploaded: {sorted(listed - uploaded)[:5]}"
         )
     (out_dir / MASTER_NAME).write_text(master_playlist([variant for _, variant, _ in described]))
-    # Last: the poster, the ladder's playlists, the baseline the application plays, the master.
-    finals = [POSTER_NAME, *[r.playlist for r in renditions if not r.is_baseline]]
+    (out_dir / STORYBOARD_VTT).write_text(storyboard.vtt())
+    # Last: the poster, the storyboard, the ladder's playlists, the baseline the application
+    # plays, the master.
+    finals = [POSTER_NAME, storyboard.image, STORYBOARD_VTT]
+    finals += [r.playlist for r in renditions if not r.is_baseline]
     finals += [renditions[0].playlist, MASTER_NAME]
     for name in finals:
         key = camera.output_prefix + name
         with s3_call(f"upload of {bucket.uri(key)}"):
             bucket.upload_file(out_dir / name, key)
         uploaded.add(key)
-    return [result for result, _, _ in described], ffmpeg_seconds, uploaded
+    return [result for result, _, _ in described], storyboard, ffmpeg_seconds, uploaded
 
 
 def remove_leftovers(bucket: Bucket, prefix: str, written: set[str]) -> int:
@@ -325,7 +344,7 @@ def run_camera(
         result = replace(result, sources=[s for _, s in sources], failed=failed)
         if not sources:
             raise TranscodeError("no usable source")
-        renditions, ffmpeg_seconds, written = publish(
+        renditions, storyboard, ffmpeg_seconds, written = publish(
             job, camera, sources, bucket, workdir, ffmpeg_slots
         )
         removed = remove_leftovers(bucket, camera.output_prefix, written)
@@ -336,6 +355,14 @@ def run_camera(
             playlist_key=renditions[0].playlist_key,
             master_key=camera.output_prefix + MASTER_NAME,
             poster_key=camera.output_prefix + POSTER_NAME,
+            storyboard=StoryboardFacts(
+                image_key=camera.output_prefix + storyboard.image,
+                vtt_key=camera.output_prefix + STORYBOARD_VTT,
+                interval=storyboard.interval,
+                tiles=storyboard.tiles,
+                tile_width=storyboard.tile_width,
+                tile_height=storyboard.tile_height,
+            ),
             renditions=renditions,
             seconds=renditions[0].seconds,
             ffmpeg_seconds=round(ffmpeg_seconds, 3),

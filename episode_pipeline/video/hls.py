@@ -19,8 +19,12 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from episode_pipeline.config.settings import VideoSettings
+
+if TYPE_CHECKING:  # storyboard.py sizes its tiles with even_down, from here
+    from episode_pipeline.video.storyboard import Storyboard
 
 PLAYLIST_NAME = "playlist.m3u8"
 VARIANT_PLAYLIST_NAME = "index.m3u8"  # not playlist.m3u8: that name means "a camera's stream"
@@ -29,6 +33,7 @@ SEGMENT_SUFFIX = ".ts"
 SEGMENT_SECONDS = 4
 POSTER_NAME = "poster.jpg"
 POSTER_MAX_WIDTH = 320
+POSTER_QSCALE = 4
 BASELINE = "baseline"
 
 # H.264 level 3.0 (Table A-1): MaxFS and MaxMBPS in 16x16 macroblocks; MaxBR 10,000 kbit/s.
@@ -182,13 +187,16 @@ def hls_command(
     has_audio: bool = False,
     concat: bool = False,
     poster: bool = False,
+    storyboard: Storyboard | None = None,
     settings: EncodeSettings = EncodeSettings(),
 ) -> list[str]:
-    """FFmpeg arguments writing every rendition (and `poster.jpg`) under `output_dir`.
+    """FFmpeg arguments writing every rendition (and `poster.jpg`, `storyboard.jpg`) under
+    `output_dir`.
 
     `source` is a video file, or an ffconcat list when `concat` is true (several mp4s of one
     camera played back to back); `source_*` are the probed first source's. Each rendition's
-    folder must exist. One rendition without a poster is today's single baseline encode.
+    folder must exist. One rendition without a poster is today's single baseline encode. The
+    storyboard is one more branch of the same decode (`video/storyboard.py`): no second pass.
     """
     if not renditions:
         raise ValueError("an HLS command needs at least one rendition")
@@ -199,10 +207,15 @@ def hls_command(
         if rendition.fps != source_fps:
             chain.append(f"fps={rendition.fps:g}")
         chains.append(",".join([*chain, "setsar=1", "format=yuv420p"]))
+    images: list[tuple[str, Path, int]] = []  # one-frame JPEGs after the renditions: quality
     if poster:
         # trim ends the branch after one frame, so it is not scaled for every frame that follows
         poster_scale = _scale(*poster_size(source_width, source_height))
-        chains.append(f"trim=end_frame=1,{poster_scale},setsar=1,format=yuvj420p")
+        poster_chain = f"trim=end_frame=1,{poster_scale},setsar=1,format=yuvj420p"
+        images.append((poster_chain, output_dir / POSTER_NAME, POSTER_QSCALE))
+    if storyboard is not None:
+        images.append((storyboard.filter_chain(), output_dir / storyboard.image, storyboard.qscale))
+    chains += [chain for chain, _, _ in images]
     labels = [f"v{index}" for index in range(len(chains))]
     if len(chains) == 1:
         graph = f"[0:v:0]{chains[0]}[{labels[0]}]"
@@ -227,7 +240,7 @@ def hls_command(
     for rendition, label in zip(renditions, labels[: len(renditions)], strict=True):
         command += ["-map", f"[{label}]"]
         command += _encode_args(rendition, settings.segment_seconds, audio, output_dir)
-    if poster:
-        command += ["-map", f"[{labels[-1]}]", "-an", "-frames:v", "1", "-q:v", "4",
-                    "-update", "1", str(output_dir / POSTER_NAME)]  # fmt: skip
+    for label, (_, path, quality) in zip(labels[len(renditions) :], images, strict=True):
+        command += ["-map", f"[{label}]", "-an", "-frames:v", "1", "-q:v", str(quality),
+                    "-update", "1", str(path)]  # fmt: skip
     return command

@@ -3,8 +3,13 @@ daemon would have left (no FFmpeg: test_campaign_soak.py runs real episodes)."""
 
 from __future__ import annotations
 
-from dagster import DagsterInstance, DagsterRunStatus
+from typing import Any
 
+from dagster import DagsterEvent, DagsterEventType, DagsterInstance, DagsterRunStatus
+
+from episode_pipeline.cli import build_parser
+from episode_pipeline.commands import campaign as commands
+from episode_pipeline.config.settings import Settings
 from episode_pipeline.defs.campaigns import CAMPAIGN_TAG, CAMPAIGN_WAVE_TAG
 from episode_pipeline.defs.jobs import EPISODE_JOB_NAME
 from episode_pipeline.defs.runs import PARTITION_TAG
@@ -12,6 +17,8 @@ from episode_pipeline.episodes.keys import EpisodeRef
 from episode_pipeline_tests.support.dagster_internals import (
     RUN_FAILURE_REASON_TAG,
     RunFailureReason,
+    SerializableErrorInfo,
+    StepFailureData,
     create_run_for_test,
 )
 
@@ -25,10 +32,12 @@ def finished_run(
     ok: bool,
     campaign: tuple[str, int] | None = None,
     error: str = "extracted_files: ArchiveError: corrupt zstd frame",
+    step_error: tuple[str, str] | None = None,
 ) -> str:
     """The run a daemon would have made for the episode, ended: the campaign's wave's
     (`campaign`: its id and wave) or an upload's. A failure is a step's (a corrupt archive, an
-    S3 throttle): production's `run_retries` does not re-run it."""
+    S3 throttle): production's `run_retries` does not re-run it. `step_error` (step, exception
+    class) records the step's failure event as a real run does, `error` its message."""
     tags = {PARTITION_TAG: ref.partition_key}
     if campaign:
         tags |= {CAMPAIGN_TAG: campaign[0], CAMPAIGN_WAVE_TAG: str(campaign[1])}
@@ -36,6 +45,37 @@ def finished_run(
         tags[RUN_FAILURE_REASON_TAG] = RunFailureReason.STEP_FAILURE.value
     status = DagsterRunStatus.SUCCESS if ok else DagsterRunStatus.STARTED
     run = create_run_for_test(instance, job_name=EPISODE_JOB_NAME, status=status, tags=tags)
+    if step_error:
+        step, error_type = step_error
+        failure = StepFailureData(
+            error=SerializableErrorInfo(error, [], error_type), user_failure_data=None
+        )
+        event = DagsterEvent(
+            DagsterEventType.STEP_FAILURE.value,
+            run.job_name,
+            step_key=step,
+            event_specific_data=failure,
+        )
+        instance.report_dagster_event(event, run_id=run.run_id)
     if not ok:
         instance.report_run_failed(run, error)
     return run.run_id
+
+
+def start_campaign(
+    conn: Any,
+    instance: DagsterInstance,
+    settings: Settings,
+    argv: list[str],
+    jitter_seconds: float | None = None,
+) -> tuple[str, dict[str, Any]]:
+    """`campaign start <argv>` on `settings` (the campaign keeps their pacing), in `conn`'s
+    transaction; `jitter_seconds` replaces the ledger's retry jitter (a rule: up to 30 s), so
+    a released or failed claim comes back within seconds. The campaign's id and its plan."""
+    args = build_parser().parse_args(["campaign", "start", *argv])
+    planned = commands.plan(conn, settings, args)
+    if jitter_seconds is not None:
+        planned["config"]["retry"]["jitter_seconds"] = jitter_seconds
+    query, params, selection = planned.pop("_query")
+    campaign_id, _ = commands.start(conn, instance, planned, query, params, selection, args)
+    return campaign_id, planned

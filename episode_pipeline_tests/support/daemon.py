@@ -12,8 +12,9 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
+from typing import Any
 
 import psutil
 import psycopg
@@ -27,6 +28,8 @@ from episode_pipeline.local.dagster_home import (
     Difference,
     apply_differences,
     instance_config,
+    local_differences,
+    production_config,
 )
 from episode_pipeline.local.dev import WORKSPACE_FILE
 from episode_pipeline.local.stack import StackInfo
@@ -65,11 +68,27 @@ CRASH_STAGE_DIFFERENCES = {
         5, "a dead worker's run is failed within seconds, so a test sees its retry soon"
     ),
 }
+# What the campaign soak's daemon changes in the local instance, with its reason (the crash tests'
+# other differences are not the soak's): test_instance_config.py fails on any other.
+SOAK_DIFFERENCES = {
+    "run_monitoring.poll_interval_seconds": Difference(
+        5,
+        "a killed worker's run is failed within seconds, then retried by run_retries: production's "
+        "60 s is a wait, not a fault",
+    ),
+}
 QUEUE_PAUSED_DIFFERENCES = {
     f"{COORDINATOR}.config.dequeue_interval_seconds": Difference(
         3600, "the same storage, its queue not dequeued: a kill between queued and launched"
     ),
 }
+
+
+def soak_config(url: str) -> dict[str, Any]:
+    """The campaign soak's dagster.yaml on the storage at `url` (pure: test_instance_config.py
+    reads it): the local instance's, and SOAK_DIFFERENCES."""
+    local = apply_differences(production_config(), local_differences(url))
+    return apply_differences(local, SOAK_DIFFERENCES)
 
 
 def crash_stage_config(password: str, port: int, database: str) -> dict[str, object]:
@@ -159,6 +178,21 @@ def crash_stage(
         logs=tmp_path_factory.mktemp("crash-logs"),
     )
     kill_leftovers({str(home), str(paused)})
+
+
+def local_instance_stage(
+    crash: CrashStage, home: Path, differences: Mapping[str, Difference] | None = None
+) -> CrashStage:
+    """The crash stage's database read by the local instance itself in `home`: production's
+    dagster.yaml but for `local_differences` (`run_retries` and run monitoring production's)
+    and the test's own `differences`, each named with its reason; none of the crash tests'."""
+    crash_config = yaml.safe_load((crash.dagster_home / "dagster.yaml").read_text())
+    url = crash_config["run_storage"]["config"]["postgres_url"]
+    named = {**local_differences(url), **(differences or {})}
+    config = apply_differences(production_config(), named)
+    (home / "dagster.yaml").write_text(yaml.safe_dump(config))
+    env = {**crash.env, "DAGSTER_HOME": str(home)}
+    return dataclasses.replace(crash, dagster_home=home, env=env)
 
 
 def kill_leftovers(dagster_homes: set[str]) -> None:

@@ -21,9 +21,10 @@ from dagster._core.events import (
     StepMaterializationData,
 )
 from dagster._core.execution.backfill import BulkActionStatus
+from dagster._core.execution.plan.objects import StepFailureData
 from dagster._core.instance.config import dagster_instance_config
 from dagster._core.launcher import LaunchRunContext
-from dagster._core.launcher.base import WorkerStatus
+from dagster._core.launcher.base import CheckRunHealthResult, WorkerStatus
 from dagster._core.origin import JobPythonOrigin, RepositoryPythonOrigin
 from dagster._core.remote_origin import (
     GrpcServerCodeLocationOrigin,
@@ -40,6 +41,7 @@ from dagster._core.storage.asset_check_execution_record import (
     AssetCheckPartitionInfo,
 )
 from dagster._core.storage.dagster_run import RunRecord
+from dagster._core.storage.event_log.base import AssetEntry, AssetRecord
 from dagster._core.storage.partition_status_cache import AssetStatusCacheValue
 from dagster._core.storage.tags import (
     BACKFILL_ID_TAG,
@@ -88,10 +90,13 @@ __all__ = [
     "AssetCheckExecutionRecordStatus",
     "AssetCheckExecutionResolvedStatus",
     "AssetCheckPartitionInfo",
+    "AssetEntry",
     "AssetObservationData",
+    "AssetRecord",
     "AssetStatusCacheValue",
     "BackfillDaemon",
     "BulkActionStatus",
+    "CheckRunHealthResult",
     "ConfigurableClassData",
     "DaemonHeartbeat",
     "DefaultPartitionsSubset",
@@ -117,6 +122,7 @@ __all__ = [
     "RunRecord",
     "SerializableEntitySubset",
     "SerializableErrorInfo",
+    "StepFailureData",
     "StepMaterializationData",
     "SubmitRunContext",
     "TagConcurrencyLimitsCounter",

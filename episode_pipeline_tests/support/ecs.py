@@ -4,20 +4,33 @@ replaced by a STUB, the one part that cannot run here: ECS (and moto) never thro
 run out of capacity on demand. The stub answers `RunTask` as ECS does in those cases: botocore's
 `ClientError` for a `ThrottlingException` once boto3's retries ran out, or a response with no task
 and a `failures` entry (`RESOURCE:CPU`), which dagster-aws turns into its own exception.
+
+`RefusingEcsRunLauncher` is the same launcher for a real `dagster-daemon` (its instance's
+dagster.yaml names it, `ecs_refusing_launcher`): a listed org's runs are refused that way, and
+every other run (a retry run_retries made, another org's) is handed to the local instance's
+launcher, a worker process of the code server that runs it for real
+(test_campaign_daemon_faults.py).
 """
 
 from __future__ import annotations
 
 import sys
+import threading
 from typing import Any
 
 from botocore.exceptions import ClientError
-from dagster import DagsterInstance, DagsterRun, DagsterRunStatus
+from dagster import DagsterInstance, DagsterRun, DagsterRunStatus, Field, Permissive
+from dagster_aws.ecs import EcsRunLauncher
 
 from episode_pipeline.defs.jobs import EPISODE_JOB_NAME
+from episode_pipeline.defs.runs import ORG_TAG
+from episode_pipeline.local.run_launcher import LocalRunLauncher
 from episode_pipeline_tests.support.dagster_internals import (
+    PARENT_RUN_ID_TAG,
+    CheckRunHealthResult,
     EmptyWorkspaceTarget,
     JobPythonOrigin,
+    LaunchRunContext,
     ModuleCodePointer,
     QueuedRunCoordinatorDaemon,
     RepositoryPythonOrigin,
@@ -101,3 +114,59 @@ def dequeue_with_ecs(instance: DagsterInstance, ecs: StubEcs) -> None:
     launcher.task_definition = TASK_DEFINITION
     with create_test_daemon_workspace_context(EmptyWorkspaceTarget(), instance) as workspace:
         list(QueuedRunCoordinatorDaemon(interval_seconds=1).run_iteration(workspace))
+
+
+# What RunTask answers a refused launch, by name (`RefusingEcsRunLauncher`'s `refuse`).
+REFUSALS = {"throttled": {"error": THROTTLED}, "no_capacity": {"response": NO_CAPACITY}}
+
+
+class RefusingEcsRunLauncher(EcsRunLauncher):
+    """Production's `EcsRunLauncher` whose ECS client is a STUB (ECS never refuses on demand):
+    a run of an org in `refuse` (`{org: "throttled" | "no_capacity"}`), unless it is a retry
+    run_retries made, goes through dagster-aws's whole launch, RunTask answering as `REFUSALS`
+    names, and raises as it would in production. Every other run is launched by the local
+    instance's launcher (`LocalRunLauncher`), which also answers run monitoring for it."""
+
+    def __init__(self, inst_data: Any = None, refuse: dict[str, str] | None = None, **config: Any):
+        super().__init__(inst_data=inst_data, **config)
+        self.task_definition = TASK_DEFINITION  # set after: the config's would be described
+        self.refuse = {org: REFUSALS[kind] for org, kind in (refuse or {}).items()}
+        self.local = LocalRunLauncher()
+        self._lock = threading.Lock()  # the run queue launches from its worker threads
+
+    @classmethod
+    def config_type(cls) -> dict[str, Any]:
+        return {**super().config_type(), "refuse": Field(Permissive(), is_required=False)}
+
+    def register_instance(self, instance: DagsterInstance) -> None:
+        super().register_instance(instance)
+        self.local.register_instance(instance)
+
+    def launch_run(self, context: LaunchRunContext) -> None:
+        run = context.dagster_run
+        answer = self.refuse.get(run.tags.get(ORG_TAG, ""))
+        if answer is None or PARENT_RUN_ID_TAG in run.tags:
+            self.local.launch_run(context)
+            return
+        with self._lock:  # `self.ecs` is the launcher's one client
+            self.ecs = StubEcs(**answer)
+            super().launch_run(context)
+
+    def check_run_worker_health(self, run: DagsterRun) -> CheckRunHealthResult:
+        return self.local.check_run_worker_health(run)
+
+    def terminate(self, run_id: str) -> bool:
+        return self.local.terminate(run_id)
+
+    @property
+    def supports_resume_run(self) -> bool:
+        return False
+
+
+# The run launcher of a daemon whose ECS refuses the runs of each org in `refuse` (not retries).
+def ecs_refusing_launcher(refuse: dict[str, str]) -> dict[str, Any]:
+    return {
+        "module": __name__,
+        "class": RefusingEcsRunLauncher.__name__,
+        "config": {**ECS_RUN_LAUNCHER["config"], "refuse": refuse},
+    }

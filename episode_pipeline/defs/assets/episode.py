@@ -23,6 +23,7 @@ from episode_pipeline.campaign.canary import (
 from episode_pipeline.db.episodes import frame_rows, mark_processed
 from episode_pipeline.db.outputs import has_outputs_table, record_output
 from episode_pipeline.defs.asset_keys import FRAMES_KEY, HLS_RENDITIONS_KEY
+from episode_pipeline.defs.assets.timeline import write_timeline
 from episode_pipeline.defs.code_versions import code_versions
 from episode_pipeline.defs.event_log import latest_materialization_metadata
 from episode_pipeline.defs.metadata import bucket_links, materialized, table_schema
@@ -36,6 +37,7 @@ from episode_pipeline.runtime import metrics
 from episode_pipeline.storage.bucket import ObjectInfo
 from episode_pipeline.storage.links import BucketLinks
 from episode_pipeline.video.hls import PLAYLIST_NAME
+from episode_pipeline.viewer.routes import how_to_view, view_command
 
 EPISODES_TABLE = "public.episodes"
 # The materialization's latency, read back by `episode-pipeline health` (p50/p95).
@@ -147,8 +149,9 @@ def sync_findings_of_run(context: AssetExecutionContext) -> int | None:
     deps=[FRAMES_KEY, HLS_RENDITIONS_KEY],
     kinds={"postgres"},
     tags=SERVING,
-    # Bump when the same upload sets other column values (episode_rows.episode_columns).
-    code_version="1",
+    # Bump when the same upload sets other column values (episode_rows.episode_columns) or
+    # writes another timeline (episodes/timeline.py).
+    code_version="2",
     metadata={
         "dagster/table_name": EPISODES_TABLE,
         "dagster/column_schema": table_schema(EPISODE_COLUMNS),
@@ -156,7 +159,9 @@ def sync_findings_of_run(context: AssetExecutionContext) -> int | None:
     description="The episode's row in `episodes`, the one the application shows: it says "
     "`processed` once every output is complete. One statement sets `status`, `processed_at`, "
     "`mp4_s3_path`, `parquet_s3_path`, `frame_count`, `fps` and `duration_seconds`, after "
-    "extraction, HLS and frames (and their blocking checks) succeeded.",
+    "extraction, HLS and frames (and their blocking checks) succeeded, and after writing "
+    "`processed/timeline.json` (every camera on one clock with the state, action and sync "
+    "findings, for a viewer).",
 )
 def episode(
     context: AssetExecutionContext,
@@ -179,6 +184,10 @@ def episode(
     hls_metadata = latest_materialization_metadata(
         context.instance, HLS_RENDITIONS_KEY, context.partition_key
     )
+    # The last output, complete before the row says processed (docs/contract.md#timeline).
+    timeline = write_timeline(context.instance, context.partition_key, ref, extracted_files, bucket)
+    for skipped in timeline.skipped_files:
+        context.log.warning(f"timeline: skipped {skipped}")
     with postgres.transaction() as conn:
         processed_at = mark_processed(conn, postgres.database_schema(), ref, columns)
         outcome = processed_outcome(context, extracted_files, processed_at, hls_objects)
@@ -219,6 +228,13 @@ def episode(
             "duration_seconds": columns.duration_seconds,
             "cameras": ", ".join(extracted_files.cameras) or "(none)",
             "playlists": MetadataValue.md(playlist_links(keys, ref, links)),
+            "timeline": MetadataValue.url(links.object(timeline.key)),
+            "timeline_bytes": timeline.size,
+            "timeline_episodes": timeline.episodes,
+            "timeline_downsampled_episodes": timeline.downsampled,
+            "viewer": MetadataValue.url(how_to_view(ref, s3.viewer_url))
+            if s3.viewer_url
+            else view_command(ref),
             "code_version_digest": recorded or "(not recorded)",
             **outcome.as_metadata(),
             "mp4_s3_path": MetadataValue.url(links.object(columns.mp4_s3_path))

@@ -39,10 +39,12 @@ from episode_pipeline.defs.assets.hls_tables import (
     CAMERA_COLUMNS,
     RENDITION_COLUMNS,
     SOURCE_COLUMNS,
+    STORYBOARD_METADATA_PREFIX,
     camera_row,
     posters_markdown,
     rendition_rows,
     source_rows,
+    storyboard_markdown,
 )
 from episode_pipeline.defs.metadata import bucket_links, materialized, table
 from episode_pipeline.defs.partitions import SERVING, episode_asset
@@ -156,13 +158,14 @@ def failed_videos(result: TranscodeResult, files: list[ProcessedFile]) -> list[F
     tags=SERVING,
     # Bump when the same videos give other segments or playlists (video/, transcode/); the
     # encoder settings (preset, ladder) are appended by definitions.py.
-    code_version="1",
+    code_version="2",
     ins={"extracted_files": AssetIn(key=EXTRACTED_FILES_KEY)},
     description="The episode's video as HLS, per camera: the compatibility stream "
     "`processed/hls/<camera>/playlist.m3u8` (H.264 baseline, level 3.0, 4-second segments), an "
-    "adaptive ladder beside it listed by `master.m3u8` (never above the source), and "
-    "`poster.jpg`. All cameras go to one `python -m episode_pipeline.transcode` through Dagster "
-    "Pipes (a subprocess of the run; an ECS task of its own when the run's "
+    "adaptive ladder beside it listed by `master.m3u8` (never above the source), "
+    "`poster.jpg`, and a storyboard (`storyboard.jpg` sprite, `storyboard.vtt`). All cameras go "
+    "to one `python -m episode_pipeline.transcode` through Dagster Pipes (a subprocess of the "
+    "run; an ECS task of its own when the run's "
     "`episode_pipeline/transcoder` tag says `ecs`). A video that cannot be "
     "transcoded is listed in `failed_videos`; it does not fail the episode.",
 )
@@ -245,6 +248,9 @@ def hls_renditions(
         "transcoder": outcome.mode,
         "hls_prefix": MetadataValue.url(links.folder(ref.hls_root)),
     }
+    for result in results:  # after the tables, one inline entry per camera
+        if (markdown := storyboard_markdown(result, links)) is not None:
+            metadata[STORYBOARD_METADATA_PREFIX + result.camera] = MetadataValue.md(markdown)
     if outcome.task_size is not None:
         metadata["transcode_task"] = (
             f"{outcome.task_size.vcpus} vCPU / {outcome.task_size.memory} MiB"

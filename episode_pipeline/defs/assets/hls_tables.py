@@ -25,6 +25,9 @@ CAMERA_COLUMNS = [
     ("segments", "int", "Segments over all renditions"),
     ("ffmpeg_seconds", "float", "Wall time of the camera's one FFmpeg invocation"),
     ("poster", "string", "First frame as JPEG, beside the playlist"),
+    ("storyboard", "string", "Sprite of a tile every `storyboard_interval` s, and its WebVTT map"),
+    ("storyboard_interval", "int", "Seconds between storyboard tiles"),
+    ("storyboard_tiles", "int", "Tiles in the sprite"),
 ]
 SOURCE_COLUMNS = [
     ("camera", "string", "Camera"),
@@ -37,8 +40,13 @@ SOURCE_COLUMNS = [
     ("frames", "int", "Video packets in the file (one per frame)"),
     ("start_seconds", "float", "When its first frame is shown (its own timeline)"),
     ("last_frame_seconds", "float", "When its last frame is shown"),
+    ("stream_start_seconds", "float", "Where it starts in the camera's HLS stream"),
+    ("stream_end_seconds", "float", "Where it ends in the camera's HLS stream"),
     ("error", "string", "Why it was left out (cannot be downloaded, probed or decoded)"),
 ]
+# Dagster's UI shows a Markdown entry inline below this length, else behind a click.
+INLINE_MARKDOWN_CHARACTERS = 1000
+STORYBOARD_METADATA_PREFIX = "storyboard: "  # one entry per camera: `storyboard: <camera>`
 RENDITION_COLUMNS = [
     ("camera", "string", "Camera"),
     ("rendition", "string", "`baseline` (playlist.m3u8) or a ladder rung"),
@@ -75,12 +83,15 @@ def camera_row(result: TranscodeResult) -> dict[str, Any]:
         "segments": result.segments,
         "ffmpeg_seconds": result.ffmpeg_seconds,
         "poster": result.poster_key,
+        "storyboard": result.storyboard.image_key if result.storyboard else None,
+        "storyboard_interval": result.storyboard.interval if result.storyboard else None,
+        "storyboard_tiles": result.storyboard.tiles if result.storyboard else None,
     }
 
 
 def source_rows(result: TranscodeResult) -> list[dict[str, Any]]:
     rows = []
-    for source in result.sources:
+    for source, (start, end) in zip(result.sources, result.source_ranges(), strict=True):
         probe = source.probe
         rows.append(
             {
@@ -94,6 +105,8 @@ def source_rows(result: TranscodeResult) -> list[dict[str, Any]]:
                 "frames": probe.frames,
                 "start_seconds": probe.start_seconds,
                 "last_frame_seconds": probe.last_frame_seconds,
+                "stream_start_seconds": start,
+                "stream_end_seconds": end,
                 "error": None,
             }
         )
@@ -134,3 +147,25 @@ def posters_markdown(bucket: Bucket, links: BucketLinks, results: list[Transcode
             f"![{result.camera}](data:image/jpeg;base64,{jpeg})"
         )
     return "\n\n".join(parts) or "(no poster: no camera was transcoded)"
+
+
+def storyboard_markdown(result: TranscodeResult, links: BucketLinks) -> str | None:
+    """One camera's storyboard as the partitions view shows it without a click.
+
+    Dagster's asset event table renders a Markdown entry inline only when it is shorter than
+    `INLINE_MARKDOWN_CHARACTERS` (`MetadataEntry.tsx`: `expandSmallValues && mdStr.length <
+    1000`; longer ones, like the base64 posters, sit behind *Show Markdown*). So the sprite is an
+    image by address, not inlined: locally the presigned object link (moto; 7 days), which the
+    browser loads. On AWS no address loads without the operator's credentials (the bucket stays
+    private, a presigned link dies with the task's credentials), so the entry is the links to
+    the sprite and its VTT in the S3 console, inline still. None: no storyboard."""
+    board = result.storyboard
+    if board is None:
+        return None
+    image, vtt = links.object(board.image_key), links.object(board.vtt_key)
+    caption = f"{board.tiles} tiles, one every {board.interval} s ([vtt]({vtt}))"
+    if links.endpoint_url:
+        text = f"![{result.camera} storyboard]({image})\n\n{caption}"
+        if len(text) < INLINE_MARKDOWN_CHARACTERS:
+            return text
+    return f"[storyboard.jpg]({image}): {caption}"

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from dagster import AssetCheckResult, AssetCheckSeverity, MetadataValue
+from dagster import AssetCheckResult, AssetCheckSeverity, DagsterInstance, MetadataValue
 
 from episode_pipeline.defs.asset_keys import HLS_RENDITIONS_KEY
 from episode_pipeline.defs.checks.family import (
@@ -41,11 +41,11 @@ CHECK_COLUMNS = [
 ]
 
 
-def recorded_sources(context: EpisodeCheckContext) -> dict[str, list[dict[str, Any]]]:
+def recorded_sources(
+    instance: DagsterInstance, partition_key: str
+) -> dict[str, list[dict[str, Any]]]:
     """The `sources` table of the latest materialization, by camera ({} when none)."""
-    metadata = latest_materialization_metadata(
-        context.instance, HLS_RENDITIONS_KEY, context.partition_key
-    )
+    metadata = latest_materialization_metadata(instance, HLS_RENDITIONS_KEY, partition_key)
     rows: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for record in getattr(metadata.get("sources"), "records", None) or []:
         rows[record.data["camera"]].append(dict(record.data))
@@ -75,7 +75,7 @@ class CheckedCameras:
     ) -> "CheckedCameras":
         ref = parse_partition_key(context.partition_key)
         bucket = s3.get_client()
-        recorded = recorded_sources(context)
+        recorded = recorded_sources(context.instance, context.partition_key)
         cameras = list(videos_by_camera(extracted))
         return cls(
             stored={c: StoredCamera(bucket, ref.hls_prefix(c)) for c in cameras},

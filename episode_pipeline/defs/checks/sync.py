@@ -9,6 +9,7 @@ Nothing is decoded again.
 WARN by default; `SYNC_CHECK_BLOCKING=1` makes it an ERROR that blocks the episode row.
 """
 
+from dataclasses import dataclass
 from typing import Any
 
 from dagster import (
@@ -40,6 +41,7 @@ from episode_pipeline.lerobot.sync import (
     EPISODES_TABLE_PREFIX,
     TOLERANCE_S,
     EpisodesTable,
+    EpisodeTiming,
     SyncReport,
     VideoFacts,
     check_sync,
@@ -127,6 +129,59 @@ def read_episodes_table(
     return found
 
 
+@dataclass(frozen=True)
+class SyncInputs:
+    """What the sync rule reads about one episode, gathered from the records of the steps that
+    already read the sources (and, for v3.0, the episodes table): the check and the timeline
+    (`defs/assets/timeline.py`) start from the same facts."""
+
+    codebase_version: str | None
+    fps: float | None
+    timings: dict[int, EpisodeTiming]
+    videos: list[VideoFacts]
+    table: EpisodesTable | None
+    tolerance_s: float
+
+    def report(self) -> SyncReport:
+        return check_sync(
+            codebase_version=self.codebase_version,
+            fps=self.fps,
+            timings=self.timings,
+            videos=self.videos,
+            table=self.table,
+            tolerance_s=self.tolerance_s,
+        )
+
+
+def gather_sync_inputs(
+    instance: DagsterInstance, partition: str, extracted: ExtractedFiles, bucket: Bucket
+) -> SyncInputs | None:
+    """The rule's inputs; None when no `frames` materialization recorded the rows' timing."""
+    timing = latest_materialization_metadata(instance, FRAMES_KEY, partition).get(
+        EPISODE_TIMING_METADATA
+    )
+    if not isinstance(timing, dict):
+        return None
+    try:
+        info: DatasetInfo | None = extracted.dataset_info()
+    except ValueError:
+        info = None  # the assets already failed on it; the paths still name the cameras
+    videos = video_facts(extracted, info, recorded_sources(instance, partition))
+    version = info.codebase_version if info else None
+    cameras = sorted({video.camera for video in videos})
+    episodes = None
+    if (version or "").startswith("v3") and cameras:
+        episodes = read_episodes_table(bucket, extracted, cameras)
+    return SyncInputs(
+        codebase_version=version,
+        fps=(info.fps if info else None) or timing.get("fps"),
+        timings=timings_from_json(timing),
+        videos=videos,
+        table=episodes,
+        tolerance_s=float(timing.get("tolerance_s") or TOLERANCE_S),  # what frames measured with
+    )
+
+
 def sync_result(report: SyncReport, tolerance: float) -> AssetCheckResult:
     """The report as the UI shows it: findings in the description, the episode by camera table."""
     rows = [
@@ -176,39 +231,19 @@ def video_frames_in_sync(blocking: bool = False) -> AssetChecksDefinition:
     def video_frames_in_sync_check(
         context: EpisodeCheckContext, extracted_files: ExtractedFiles, s3: S3BucketResource
     ) -> AssetCheckResult:
-        instance, partition = context.instance, context.partition_key
-        timing = latest_materialization_metadata(instance, FRAMES_KEY, partition).get(
-            EPISODE_TIMING_METADATA
-        )
-        if not isinstance(timing, dict):
+        partition = context.partition_key
+        inputs = gather_sync_inputs(context.instance, partition, extracted_files, s3.get_client())
+        if inputs is None:
             return AssetCheckResult(
                 passed=False,
                 description="Not checked: no `frames` materialization recorded the rows' timing "
                 f"({EPISODE_TIMING_METADATA}); materialize frames.",
             )
-        try:
-            info: DatasetInfo | None = extracted_files.dataset_info()
-        except ValueError:
-            info = None  # the assets already failed on it; the paths still name the cameras
-        videos = video_facts(extracted_files, info, recorded_sources(context))
-        version = info.codebase_version if info else None
-        cameras = sorted({video.camera for video in videos})
-        episodes = None
-        if (version or "").startswith("v3") and cameras:
-            episodes = read_episodes_table(s3.get_client(), extracted_files, cameras)
-        tolerance = float(timing.get("tolerance_s") or TOLERANCE_S)  # what frames measured with
-        report = check_sync(
-            codebase_version=version,
-            fps=(info.fps if info else None) or timing.get("fps"),
-            timings=timings_from_json(timing),
-            videos=videos,
-            table=episodes,
-            tolerance_s=tolerance,
-        )
+        report = inputs.report()
         metrics.Emitter.from_env().findings(
             metrics.SYNC_FINDINGS, len(report.findings), partition, context.op.run.run_id
         )
-        return sync_result(report, tolerance)
+        return sync_result(report, inputs.tolerance_s)
 
     return family.definition()
 

@@ -19,11 +19,13 @@ class S3BucketResource(AwsResource):
     connect_timeout_seconds: float = setting_field(S3Deadlines, "connect_timeout_seconds")
     read_timeout_seconds: float = setting_field(S3Deadlines, "read_timeout_seconds")
     max_attempts: int = setting_field(S3Deadlines, "max_attempts")
+    viewer_url: str | None = setting_field(Settings, "viewer_url")
 
     @classmethod
     def from_settings(cls, settings: Settings) -> S3BucketResource:
         return cls(
             bucket=settings.bucket,
+            viewer_url=settings.viewer_url,
             **resource_values(settings.s3_deadlines),
             **aws_fields(settings.aws),
         )
