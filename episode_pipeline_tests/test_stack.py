@@ -484,3 +484,27 @@ def test_another_process_on_the_recorded_port_is_a_named_error(own_home: Path) -
     finally:
         squatter.close()
     assert start_stack(own_home).postgres_port == info.postgres_port  # and once it is gone
+
+
+def test_stacks_starting_at_once_create_postgres_system_user_one_at_a_time(tmp_path: Path) -> None:
+    """Found on a fresh machine: three workers' stacks ran `useradd pgserver` at once and two
+    PostgreSQL servers died with "Permission denied". Three processes ask for the user together,
+    `useradd` played by a slow recorder (no user is created): their calls never overlap."""
+    calls = tmp_path / "calls"
+    program = (
+        "import sys, time\n"
+        "from pathlib import Path\n"
+        "from episode_pipeline.local import pg_server\n"
+        "def slow_useradd(name):\n"
+        "    with Path(sys.argv[1]).open('a') as out:\n"
+        "        out.write(f'in {time.monotonic()}\\n'); out.flush(); time.sleep(0.5)\n"
+        "        out.write(f'out {time.monotonic()}\\n')\n"
+        "pg_server.ensure_user_exists = slow_useradd\n"
+        "pg_server.ensure_system_user('pgserver')\n"
+    )
+    workers = [subprocess.Popen([sys.executable, "-c", program, str(calls)]) for _ in range(3)]
+    assert [worker.wait(timeout=60) for worker in workers] == [0, 0, 0]
+    events = sorted(
+        (float(at), kind) for kind, at in (line.split() for line in calls.read_text().splitlines())
+    )
+    assert [kind for _, kind in events] == ["in", "out"] * 3, events

@@ -11,6 +11,8 @@ own session, so it outlives the Python process that started it until `stop_postg
 from __future__ import annotations
 
 import contextlib
+import fcntl
+import functools
 import os
 import platform
 import subprocess
@@ -36,16 +38,27 @@ with warnings.catch_warnings():
 
 SUPERUSER = "postgres"
 _SYSTEM_USER_WHEN_ROOT = "pgserver"  # PostgreSQL refuses to run as root
+_USERADD_LOCK = Path("/tmp/episode-pipeline-useradd.lock")
 BIN_PATH = POSTGRES_VERSIONS[TARGET_POSTGRES_VERSION]
 _WAIT = ["-w", "-t", "60"]  # pg_ctl: wait for the server to be ready / gone
 
 
+@functools.cache
 def _system_user() -> str | None:
     """The OS user postgres runs as: `pgserver` when we are root, else ourselves (None)."""
     if platform.system() != "Windows" and os.geteuid() == 0:
-        ensure_user_exists(_SYSTEM_USER_WHEN_ROOT)
+        ensure_system_user(_SYSTEM_USER_WHEN_ROOT)
         return _SYSTEM_USER_WHEN_ROOT
     return None
+
+
+def ensure_system_user(name: str) -> None:
+    """Creates the OS user once, one process at a time machine-wide: on a fresh machine every test
+    worker's stack starts at once, and two `useradd`s racing left the user with another uid than
+    the data folder one of them had already chowned (its PostgreSQL: "Permission denied")."""
+    with open(_USERADD_LOCK, "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        ensure_user_exists(name)
 
 
 def _give_to(path: Path, user: str | None) -> None:
