@@ -1,5 +1,5 @@
 # The two commands a newcomer needs (see README.md): `make demo` and `make test`.
-.PHONY: demo demo-with-failure test test-fast lint dev bench image clean
+.PHONY: demo demo-with-failure test test-fast lint dev bench bench-fleet image clean
 
 # `make test` runs every test (docs/testing.md): pytest-xdist workers, one embedded stack each.
 TEST_WORKERS ?= 3
@@ -35,6 +35,11 @@ dev:
 bench:
 	scripts/bootstrap.sh
 	.venv/bin/python -m benchmarks.run
+
+# The fleet's scale figures (issues 18, 33): longer than ten minutes alone, so not in `make bench`.
+bench-fleet:
+	scripts/bootstrap.sh
+	.venv/bin/python -m benchmarks.run --stage fleet
 
 # The Dockerfile's run and webserver targets, built with podman (docs/deploy-aws.md#the-images-here).
 image:

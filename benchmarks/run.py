@@ -55,7 +55,9 @@ STAGES: dict[str, ModuleType] = {
     viewer.NAME: viewer,
 }
 # Stages `make bench` leaves out (their minutes would break its ten): run with `--stage NAME`.
-ON_REQUEST = (batch.NAME, campaign_ledger.NAME, viewer.NAME)
+# `fleet` alone (a 10,000-episode fleet, the UI's pages, the daemon part's burst) took longer than
+# ten minutes (benchmarks/README.md): `make bench-fleet`.
+ON_REQUEST = (batch.NAME, campaign_ledger.NAME, fleet.NAME, viewer.NAME)
 DEFAULT_OUT = REPO_ROOT / "benchmarks" / "results"
 SCHEMA_VERSION = 2  # 2: baseline_name, samples and spread, target and met per figure
 
