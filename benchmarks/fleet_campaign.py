@@ -21,7 +21,8 @@ log row (`bench_standin_runs`: one row per run it processed), and reports `RUN_S
 no materialization, no frames, no HLS. With `fleet_campaign_k=K` > 1 the campaign runs the batch
 job (`process_episode_batch`) and the stand-in plays it as `defs/batches.run_batch` does: each of
 the batch's episodes a child run of `process_episode` with the tags `run_batch` gives it, made
-in turn within the batch's `fleet_campaign_run_seconds`.
+in turn within the batch's `fleet_campaign_run_seconds`, their partitions added first as
+`run_batch` adds them.
 
 **At the plan's rate** (`fleet_campaign_k=25`, issue 33): the campaign runs at the default plan's
 run rate (`campaign plan` for a million at the defaults: K = 25, 340 batches of 681 s at once,
@@ -207,7 +208,7 @@ def standin_worker(stop_file: Path, run_seconds: float = STANDIN_RUN_SECONDS) ->
     from episode_pipeline.db.batches import batch_episodes
     from episode_pipeline.db.connection import connect
     from episode_pipeline.db.outputs import record_output
-    from episode_pipeline.defs.batches import BATCH_JOB_NAME
+    from episode_pipeline.defs.batches import BATCH_JOB_NAME, add_episode_partitions
     from episode_pipeline.defs.campaigns import CAMPAIGN_TAG, CAMPAIGN_WAVE_TAG
     from episode_pipeline.defs.jobs import EPISODE_JOB_NAME
     from episode_pipeline.defs.runs import PARTITION_TAG, batch_child_tags, episode_tags
@@ -254,6 +255,7 @@ def standin_worker(stop_file: Path, run_seconds: float = STANDIN_RUN_SECONDS) ->
             key = run.tags[PARTITION_TAG]
             with connect(settings.database) as conn:
                 refs = batch_episodes(conn, key)
+            add_episode_partitions(instance, refs)  # as run_batch does when it starts
             tags = batch_child_tags(key, run.run_id, run.tags)
             for ref in refs:
                 child = DagsterRun(

@@ -26,6 +26,7 @@ from episode_pipeline.commands import campaign as commands
 from episode_pipeline.config.settings import Settings
 from episode_pipeline.db import campaigns as db
 from episode_pipeline.db.outputs import record_output
+from episode_pipeline.defs.batches import BATCH_JOB_NAME
 from episode_pipeline.defs.campaigns import (
     AFTER_STALE_CANCEL,
     CAMPAIGN_PRIORITY,
@@ -245,6 +246,39 @@ def one_episode_campaign(
     query, params, selection = planned.pop("_query")
     campaign_id, _ = commands.start(db_conn, instance, planned, query, params, selection, args)
     return ref, campaign_id, planned
+
+
+def test_a_batch_waves_episode_partitions_are_added_by_its_batch_not_by_the_claim(
+    instance: DagsterInstance, settings: Settings, db_conn: psycopg.Connection
+) -> None:
+    """At K > 1 a claimed episode's partition is the campaign's (counted, pruned) but Dagster
+    gets it only when its batch run starts (`run_batch`): the UI's pages grow with the live
+    count, and a million-a-day campaign keeps ~17,000 episodes claimed but runs ~8,500."""
+    postgres = PostgresResource.from_settings(settings.database)
+    org = f"drv-{uuid.uuid4().hex[:6]}"
+    refs = [EpisodeRef(org, f"{org}-ep-{i}") for i in range(2)]
+    for ref in refs:
+        db_conn.execute(
+            "INSERT INTO episodes (id, org_id, status) VALUES (%s, %s, 'processed')",
+            (ref.episode_id, org),
+        )
+        record_output(
+            db_conn, ref, {"episode": "0"}, OLD, run_id=None, wall_seconds=1, archive_bytes=1
+        )
+    argv = ["campaign", "start", "--org", org, "--stale", "--name", "k2", "--episodes-per-run", "2"]
+    args = build_parser().parse_args(argv)
+    planned = commands.plan(db_conn, settings, args)
+    query, params, selection = planned.pop("_query")
+    campaign_id, _ = commands.start(db_conn, instance, planned, query, params, selection, args)
+    canary_passed(db_conn, campaign_id)
+
+    drive(instance, postgres, datetime.now(UTC), random.Random(1))
+
+    backfill = instance.get_backfill(wave_backfill_id(campaign_id, 0))
+    assert backfill is not None and backfill.job_name == BATCH_JOB_NAME
+    assert db.live_added_partitions(db_conn, campaign_id) == 2  # the campaign's, to prune
+    for ref in refs:
+        assert not instance.has_dynamic_partition(EPISODES_PARTITION_NAME, ref.partition_key)
 
 
 def test_a_run_pruned_before_the_tick_is_reconciled_from_the_durable_record(

@@ -64,7 +64,7 @@ from episode_pipeline_tests.support.campaigns import OLD, finished_run
 from episode_pipeline_tests.support.dagster_internals import AssetObservationData, BulkActionStatus
 from episode_pipeline_tests.support.instances import private_instance
 
-POLICY = RetentionSettings()  # 3 days; 19 for a failed episode
+POLICY = RetentionSettings(episode_days=3, failed_episode_days=19)  # the rules, not the default
 
 
 # -- the rule (pure) ----------------------------------------------------------------------------

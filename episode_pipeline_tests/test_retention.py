@@ -79,7 +79,7 @@ from episode_pipeline_tests.support.dagster_internals import (
 from episode_pipeline_tests.support.instances import private_instance
 from episode_pipeline_tests.support.runs import backfill_daemon
 
-POLICY = RetentionSettings()  # 3 days; 19 for a failed episode; upload records 21
+POLICY = RetentionSettings(episode_days=3, failed_episode_days=19, upload_record_days=21)
 NOW = time.time()
 
 

@@ -670,9 +670,13 @@ def launch_wave(
     wave: int,
     rows: list[db.LedgerRow],
 ) -> str:
-    """Add the wave's missing partitions (remembered as the campaign's, to prune), then record
-    its backfill under the wave's id, of the campaign's asset selection (`wave_assets`: every
-    asset for a wave of whole-graph episodes), in runs of the campaign's K episodes."""
+    """Remember the wave's missing partitions as the campaign's (to prune) and, at K = 1, add
+    them; then record its backfill under the wave's id, of the campaign's asset selection
+    (`wave_assets`: every asset for a wave of whole-graph episodes), in runs of K episodes.
+
+    At K > 1 the batch run adds its episodes' partitions when it starts (`batches.run_batch`),
+    so Dagster holds the running batches' episodes, not every claimed one: the UI's pages grow
+    with the live count (docs/scale.md#the-ui-during-a-campaign)."""
     name, campaign_id = campaign.name, campaign.id
     episodes_per_run = CampaignConfig.from_json(campaign.settings).waves.episodes_per_run
     keys = [row.ref.partition_key for row in rows]
@@ -681,7 +685,9 @@ def launch_wave(
     if missing:
         with postgres.transaction() as conn:
             db.mark_partitions_added(conn, campaign_id, missing)
-        instance.add_dynamic_partitions(EPISODES_PARTITION_NAME, [r.partition_key for r in missing])
+        if episodes_per_run == 1:  # the backfill's partitions must exist
+            keys_to_add = [ref.partition_key for ref in missing]
+            instance.add_dynamic_partitions(EPISODES_PARTITION_NAME, keys_to_add)
     # K = 1: the episode job over the episodes; K > 1: the batch job over the wave's batches.
     batch_keys = list(dict.fromkeys(row.batch_key for row in rows if row.batch_key))
     partition_keys, job_name = keys, EPISODE_JOB_NAME
