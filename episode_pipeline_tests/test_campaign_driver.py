@@ -13,7 +13,6 @@ import logging
 import random
 import threading
 import time
-import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
@@ -43,7 +42,7 @@ from episode_pipeline.defs.resources.database import PostgresResource
 from episode_pipeline.defs.runs import PARTITION_TAG
 from episode_pipeline.episodes.keys import EpisodeRef
 from episode_pipeline.local.stack import StackInfo
-from episode_pipeline_tests.support.campaigns import OLD, finished_run
+from episode_pipeline_tests.support.campaigns import OLD, finished_run, stale_episodes
 from episode_pipeline_tests.support.dagster_internals import (
     PARENT_RUN_ID_TAG,
     ROOT_RUN_ID_TAG,
@@ -93,16 +92,8 @@ def test_one_campaign_through_the_drivers_ticks(
     instance: DagsterInstance, settings: Settings, db_conn: psycopg.Connection
 ) -> None:
     postgres = PostgresResource.from_settings(settings.database)
-    org = f"drv-{uuid.uuid4().hex[:6]}"
-    refs = [EpisodeRef(org, f"{org}-ep-{i}") for i in range(4)]
-    for ref in refs:
-        db_conn.execute(
-            "INSERT INTO episodes (id, org_id, status) VALUES (%s, %s, 'processed')",
-            (ref.episode_id, org),
-        )
-        record_output(
-            db_conn, ref, {"episode": "0"}, OLD, run_id=None, wall_seconds=30.0, archive_bytes=1
-        )
+    refs = stale_episodes(db_conn, 4, prefix="drv", wall_seconds=30.0)
+    org = refs[0].org_id
     instance.add_dynamic_partitions(
         EPISODES_PARTITION_NAME, [refs[0].partition_key]
     )  # live already
@@ -232,13 +223,8 @@ def one_episode_campaign(
     instance: DagsterInstance, settings: Settings, db_conn: psycopg.Connection, name: str
 ) -> tuple[EpisodeRef, str, dict]:
     """A campaign started over one episode an older code version processed."""
-    org = f"drv-{uuid.uuid4().hex[:6]}"
-    ref = EpisodeRef(org, f"{org}-ep-0")
-    db_conn.execute(
-        "INSERT INTO episodes (id, org_id, status) VALUES (%s, %s, 'processed')",
-        (ref.episode_id, org),
-    )
-    record_output(db_conn, ref, {"episode": "0"}, OLD, run_id=None, wall_seconds=1, archive_bytes=1)
+    (ref,) = stale_episodes(db_conn, 1, prefix="drv")
+    org = ref.org_id
     # K = 1 (the default is a batch of 25): the trials read the episode in its wave's backfill.
     argv = ["campaign", "start", "--org", org, "--stale", "--name", name, "--episodes-per-run", "1"]
     args = build_parser().parse_args(argv)
@@ -255,16 +241,8 @@ def test_a_batch_waves_episode_partitions_are_added_by_its_batch_not_by_the_clai
     gets it only when its batch run starts (`run_batch`): the UI's pages grow with the live
     count, and a million-a-day campaign keeps ~17,000 episodes claimed but runs ~8,500."""
     postgres = PostgresResource.from_settings(settings.database)
-    org = f"drv-{uuid.uuid4().hex[:6]}"
-    refs = [EpisodeRef(org, f"{org}-ep-{i}") for i in range(2)]
-    for ref in refs:
-        db_conn.execute(
-            "INSERT INTO episodes (id, org_id, status) VALUES (%s, %s, 'processed')",
-            (ref.episode_id, org),
-        )
-        record_output(
-            db_conn, ref, {"episode": "0"}, OLD, run_id=None, wall_seconds=1, archive_bytes=1
-        )
+    refs = stale_episodes(db_conn, 2, prefix="drv")
+    org = refs[0].org_id
     argv = ["campaign", "start", "--org", org, "--stale", "--name", "k2", "--episodes-per-run", "2"]
     args = build_parser().parse_args(argv)
     planned = commands.plan(db_conn, settings, args)

@@ -60,7 +60,7 @@ from episode_pipeline.defs.retention import (
 from episode_pipeline.defs.sensors.campaign import campaign_driver
 from episode_pipeline.episodes.keys import EpisodeRef
 from episode_pipeline.local.stack import StackInfo
-from episode_pipeline_tests.support.campaigns import OLD, finished_run
+from episode_pipeline_tests.support.campaigns import OLD, finished_run, stale_episodes
 from episode_pipeline_tests.support.dagster_internals import AssetObservationData, BulkActionStatus
 from episode_pipeline_tests.support.instances import private_instance
 
@@ -95,21 +95,6 @@ def instance(stack: StackInfo) -> Iterator[DagsterInstance]:
         yield private
 
 
-def stale_episodes(db_conn: psycopg.Connection, count: int) -> list[EpisodeRef]:
-    """`count` episodes of a new org an older code version processed."""
-    org = f"crows-{uuid.uuid4().hex[:6]}"
-    refs = [EpisodeRef(org, f"{org}-ep-{i}") for i in range(count)]
-    for ref in refs:
-        db_conn.execute(
-            "INSERT INTO episodes (id, org_id, status) VALUES (%s, %s, 'processed')",
-            (ref.episode_id, org),
-        )
-        record_output(
-            db_conn, ref, {"episode": "0"}, OLD, run_id=None, wall_seconds=1, archive_bytes=1
-        )
-    return refs
-
-
 def start(
     conn: psycopg.Connection, instance: DagsterInstance, settings: Settings, *argv: str
 ) -> tuple[str, dict]:
@@ -135,7 +120,7 @@ def test_a_rejected_episodes_partition_is_pruned_and_the_campaign_goes_on(
     moment (here one retention would refuse)."""
     monkeypatch.setenv("RETENTION_EPISODE_DAYS", "30")  # > the failed window: invalid
     postgres = PostgresResource.from_settings(settings.database)
-    refs = stale_episodes(db_conn, 2)
+    refs = stale_episodes(db_conn, prefix="crows", count=2)
     campaign = dataclasses.replace(settings.campaign, max_live_partitions=1, max_attempts=1)
     campaign_id, _ = start(
         db_conn,
@@ -243,10 +228,10 @@ def test_one_campaigns_failing_tick_stops_neither_the_others_nor_the_limits(
     the failure is logged and reported; an unkeyable row already in a ledger (a campaign
     started before the selection skipped them) is rejected with its reason at the claim."""
     postgres = PostgresResource.from_settings(settings.database)
-    (broken_ref,) = stale_episodes(db_conn, 1)
+    (broken_ref,) = stale_episodes(db_conn, prefix="crows", count=1)
     broken_id, _ = start(db_conn, instance, settings, "--org", broken_ref.org_id, "--stale")
     broken_campaign(db_conn, broken_id)
-    (good,) = stale_episodes(db_conn, 1)
+    (good,) = stale_episodes(db_conn, prefix="crows", count=1)
     good_id, _ = start(db_conn, instance, settings, "--org", good.org_id, "--stale")
     db_conn.execute(  # what the old start inserted: first in the claim's order
         "INSERT INTO campaign_episodes (campaign_id, org_id, episode_id, position)"
@@ -316,7 +301,7 @@ def test_the_campaigns_prune_keeps_what_retention_keeps(
     retention (forgotten by the campaign), the second stays the campaign's until its run ends.
     Before, the prune deleted all three: a failed run's history, and two uploads' observations."""
     postgres = PostgresResource.from_settings(settings.database)
-    refs = stale_episodes(db_conn, 4)
+    refs = stale_episodes(db_conn, prefix="crows", count=4)
     one_wave = dataclasses.replace(settings.campaign, canary_fraction=1.0)  # 3 in the canary
     campaign_id, planned = start(
         db_conn,

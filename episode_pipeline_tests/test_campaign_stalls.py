@@ -10,7 +10,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import random
-import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
@@ -33,7 +32,7 @@ from episode_pipeline.defs.sensors.metered import metered
 from episode_pipeline.episodes.keys import EpisodeRef
 from episode_pipeline.local.stack import StackInfo
 from episode_pipeline.runtime import metrics
-from episode_pipeline_tests.support.campaigns import OLD, finished_run
+from episode_pipeline_tests.support.campaigns import OLD, finished_run, stale_episodes
 from episode_pipeline_tests.support.dagster_internals import BulkActionStatus, create_run_for_test
 from episode_pipeline_tests.support.instances import private_instance
 
@@ -57,17 +56,8 @@ def start_campaign(
 ) -> tuple[list[EpisodeRef], str, dict]:
     """A campaign over `episodes` processed episodes (recorded before by an older code version,
     or never: the first campaign after migration 004), its canary of one."""
-    org = f"stl-{uuid.uuid4().hex[:6]}"
-    refs = [EpisodeRef(org, f"{org}-ep-{i}") for i in range(episodes)]
-    for ref in refs:
-        db_conn.execute(
-            "INSERT INTO episodes (id, org_id, status) VALUES (%s, %s, 'processed')",
-            (ref.episode_id, org),
-        )
-        if recorded:
-            record_output(
-                db_conn, ref, {"e": "0"}, OLD, run_id=None, wall_seconds=1, archive_bytes=1
-            )
+    refs = stale_episodes(db_conn, episodes, prefix="stl", recorded=recorded)
+    org = refs[0].org_id
     argv = ["campaign", "start", "--org", org, "--stale", "--name", org, "--canary-episodes", "1"]
     args = build_parser().parse_args([*argv, *flags])
     if max_live_partitions is not None:

@@ -3,13 +3,16 @@ daemon would have left (no FFmpeg: test_campaign_soak.py runs real episodes)."""
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
+import psycopg
 from dagster import DagsterEvent, DagsterEventType, DagsterInstance, DagsterRunStatus
 
 from episode_pipeline.cli import build_parser
 from episode_pipeline.commands import campaign as commands
 from episode_pipeline.config.settings import Settings
+from episode_pipeline.db.outputs import record_output
 from episode_pipeline.defs.campaigns import CAMPAIGN_TAG, CAMPAIGN_WAVE_TAG
 from episode_pipeline.defs.jobs import EPISODE_JOB_NAME
 from episode_pipeline.defs.runs import PARTITION_TAG
@@ -24,6 +27,30 @@ from episode_pipeline_tests.support.dagster_internals import (
 
 # An episode's figures as an older code version recorded them (`episode_outputs`).
 OLD = {"frame_rows": 30, "seconds_by_camera": {"front": 1.0}, "renditions": ["front"]}
+
+
+def stale_episodes(
+    db_conn: psycopg.Connection,
+    count: int,
+    prefix: str = "old",
+    wall_seconds: float = 1.0,
+    recorded: bool = True,
+) -> list[EpisodeRef]:
+    """`count` processed episodes of a new org (`prefix-xxxxxx`) an older code version recorded
+    (or, `recorded=False`, never recorded: the first campaign after migration 004)."""
+    org = f"{prefix}-{uuid.uuid4().hex[:6]}"
+    refs = [EpisodeRef(org, f"{org}-ep-{i}") for i in range(count)]
+    for ref in refs:
+        db_conn.execute(
+            "INSERT INTO episodes (id, org_id, status) VALUES (%s, %s, 'processed')",
+            (ref.episode_id, org),
+        )
+        if recorded:
+            record_output(
+                db_conn, ref, {"episode": "0"}, OLD, run_id=None, wall_seconds=wall_seconds,
+                archive_bytes=1,
+            )  # fmt: skip
+    return refs
 
 
 def finished_run(
