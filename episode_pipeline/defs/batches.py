@@ -78,6 +78,7 @@ from episode_pipeline.episodes.keys import EpisodeRef
 from episode_pipeline.storage.bucket import Bucket
 
 BATCH_JOB_NAME = "process_episode_batch"
+ABANDONED_BY_RETRY = "run(s) left by a dead attempt"  # the retry's log line names them
 SUCCEEDED = "succeeded"
 FAILED = "failed"
 ALREADY_SUCCEEDED = "already succeeded"  # in an earlier run of the same batch
@@ -281,7 +282,7 @@ def run_batch(
     instance = context.instance
     abandoned = fail_abandoned_children(context, batch_key, postgres)
     if abandoned:
-        context.log.warning(f"failed {len(abandoned)} run(s) left by a dead attempt: {abandoned}")
+        context.log.warning(f"failed {len(abandoned)} {ABANDONED_BY_RETRY}: {abandoned}")
     try:
         with postgres.connect() as conn:
             refs = batch_episodes(conn, batch_key)
