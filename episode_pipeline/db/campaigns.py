@@ -407,7 +407,8 @@ def wave_rows(
 def mark_partitions_added(
     conn: psycopg.Connection, campaign_id: str, refs: Iterable[EpisodeRef]
 ) -> None:
-    """Remember which partitions the campaign added: it prunes those once they settle."""
+    """Remember which partitions are the campaign's (added by its claim at K = 1, by the batch
+    run at K > 1): it prunes those once they settle."""
     conn.cursor().executemany(
         "UPDATE campaign_episodes SET partition_added = true"
         " WHERE campaign_id = %s AND org_id = %s AND episode_id = %s",
