@@ -226,9 +226,10 @@ def standin_worker(stop_file: Path, run_seconds: float = STANDIN_RUN_SECONDS) ->
             )
             instance.report_dagster_event(event, run.run_id)
 
-        def process(run: DagsterRun, ref: EpisodeRef, seconds: float) -> None:
-            """What the episode's run writes that the driver reads: processed, its record."""
-            time.sleep(seconds)
+        def process(run: DagsterRun, ref: EpisodeRef, seconds: float, until: float) -> None:
+            """What the episode's run writes that the driver reads: processed, its record;
+            it ends no sooner than `until` (its share of the run's seconds)."""
+            time.sleep(max(0.0, until - time.monotonic()))
             with connect(settings.database) as conn:
                 conn.execute(
                     "UPDATE episodes SET status = 'processed', processed_at = now()"
@@ -251,13 +252,16 @@ def standin_worker(stop_file: Path, run_seconds: float = STANDIN_RUN_SECONDS) ->
 
         def batch(run: DagsterRun) -> None:
             """A batch run (K > 1): each episode in turn as a child run of the episode job with
-            the tags `defs/batches.run_batch` gives it, `run_seconds` / K each."""
+            the tags `defs/batches.run_batch` gives it, the i-th ending at i / K of `run_seconds`
+            from the batch's start: the batch lives `run_seconds`, its children's bookkeeping
+            included, as the `batch` stage's measured batch life includes it (the plan's)."""
+            began = time.monotonic()
             key = run.tags[PARTITION_TAG]
             with connect(settings.database) as conn:
                 refs = batch_episodes(conn, key)
             add_episode_partitions(instance, refs)  # as run_batch does when it starts
             tags = batch_child_tags(key, run.run_id, run.tags)
-            for ref in refs:
+            for index, ref in enumerate(refs, start=1):
                 child = DagsterRun(
                     job_name=EPISODE_JOB_NAME, run_id=str(uuid.uuid4()),
                     tags={**tags, **episode_tags(ref.partition_key),
@@ -265,7 +269,8 @@ def standin_worker(stop_file: Path, run_seconds: float = STANDIN_RUN_SECONDS) ->
                 )  # fmt: skip
                 instance.add_run(child)
                 report(child, DagsterEventType.RUN_START, "Started (benchmark stand-in child).")
-                process(child, ref, run_seconds / len(refs))
+                share = run_seconds / len(refs)
+                process(child, ref, share, until=began + index * share)
                 report(child, DagsterEventType.RUN_SUCCESS, "Finished (benchmark stand-in).")
 
         def work(run: DagsterRun) -> None:
@@ -274,7 +279,10 @@ def standin_worker(stop_file: Path, run_seconds: float = STANDIN_RUN_SECONDS) ->
                 if run.job_name == BATCH_JOB_NAME:
                     batch(run)
                 else:
-                    process(run, parse_partition_key(run.tags[PARTITION_TAG]), run_seconds)
+                    process(
+                        run, parse_partition_key(run.tags[PARTITION_TAG]), run_seconds,
+                        until=time.monotonic() + run_seconds,
+                    )  # fmt: skip
                 report(run, DagsterEventType.RUN_SUCCESS, "Finished (benchmark stand-in worker).")
             except Exception as failure:  # the run fails, the worker goes on
                 print(f"stand-in: run {run.run_id} failed: {failure!r}", file=sys.stderr)
@@ -603,11 +611,21 @@ def default_plan(settings: Any, episodes: int = PLAN_EPISODES) -> dict[str, Any]
     }
 
 
-def paced_concurrency(episodes_per_second: float, k: int, run_seconds: float) -> int:
+def paced_concurrency(
+    episodes_per_second: float, k: int, run_seconds: float, slot_gap_seconds: float = 0.0
+) -> int:
     """Stand-in runs at once that settle `episodes_per_second` in runs of K episodes lasting
     `run_seconds`: the plan's run rate with fewer, shorter runs than its 681 s batches (the
-    queue sees the same runs a second; fewer are in flight)."""
-    return max(1, math.ceil(episodes_per_second / k * run_seconds))
+    queue sees the same runs a second; fewer are in flight). A slot a run frees stays empty
+    until the run queue's next dequeue (`slot_gap_seconds`): under 1 % of the plan's batch,
+    17 % of a 30-s stand-in's, so the slots are sized for the run and its gap."""
+    return max(1, math.ceil(episodes_per_second / k * (run_seconds + slot_gap_seconds)))
+
+
+def dequeue_interval_seconds() -> float:
+    """The run queue's dequeue interval in production's dagster.yaml."""
+    coordinator = yaml.safe_load(PRODUCTION_YAML.read_text())["run_coordinator"]["config"]
+    return float(coordinator["dequeue_interval_seconds"])
 
 
 def start_campaign(
@@ -669,7 +687,7 @@ def measure(ctx: Any, fleet: Any, sample: Any, archive: Path) -> None:
     # K = 1: the governor's maximum, the queue's ceiling the figure; K > 1: the default plan's
     # run rate (the stand-in's runs at once paced to it), the plan the figure.
     concurrency = (
-        paced_concurrency(plan["episodes_per_second"], k, run_seconds)
+        paced_concurrency(plan["episodes_per_second"], k, run_seconds, dequeue_interval_seconds())
         if k > 1
         else CampaignSettings().concurrency_max
     )
@@ -912,11 +930,18 @@ def queue_depth(steady: list[dict[str, Any]]) -> dict[str, Any] | None:
     if len(depths) < 3:
         return None
     third = len(depths) // 3
+    # The launch slots the queue kept filled: runs starting or started against the limit.
+    held = [
+        (s["runs"].get("starting", 0) + s["runs"].get("started", 0)) / s["limit"]
+        for s in steady
+        if s.get("limit") and "runs" in s
+    ]
     return {
         "first_third_median": median(depths[:third]),
         "last_third_median": median(depths[-third:]),
         "min": min(depths),
         "max": max(depths),
+        "slots_held_mean": round(sum(held) / len(held), 3) if held else None,
         "samples": depths,
     }
 

@@ -209,8 +209,11 @@ def test_at_the_plans_rate_the_campaign_is_held_to_a_million_a_day_and_a_steady_
     assert (plan["episodes_per_run"], plan["concurrency"]) == (25, 340)  # the defaults
     assert plan["day_needs_episodes_per_second"] == round(1_000_000 / 86_400, 3)
     assert plan["episodes_per_second"] >= plan["day_needs_episodes_per_second"]
-    # 30 s batches of 25 at ~12.5 episodes/s: 15 at once, the plan's 0.5 runs/s
+    # 30 s batches of 25 at ~12.5 episodes/s: 15 at once, the plan's 0.5 runs/s; 18 with
+    # the slot each batch leaves empty until the run queue's next dequeue (5 s)
     assert fleet_campaign.paced_concurrency(plan["episodes_per_second"], 25, 30.0) == 15
+    assert fleet_campaign.dequeue_interval_seconds() == 5.0
+    assert fleet_campaign.paced_concurrency(plan["episodes_per_second"], 25, 30.0, 5.0) == 18
     assert fleet_campaign.paced_concurrency(0.01, 25, 1.0) == 1
 
     def at(t: float, succeeded: int, queued: int) -> dict:
