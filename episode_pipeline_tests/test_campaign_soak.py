@@ -113,15 +113,17 @@ GOOD = 4
 CANARY, THROTTLED_EPISODES, KILLED, REUPLOADED = 0, (1,), 2, 3
 CORRUPT = (4, 5)
 # Longer than a backfill daemon iteration (30 s, Dagster's, not configurable) and a run's
-# queueing, so a live wave is never stale; the outage is longer still.
+# queueing, so a live wave is never stale. The outage is as long: the restarted daemon ticks
+# only after its start (5-10 s more), so wave 1's claim is stale at its first tick.
 STALE_CLAIM_SECONDS = 45
-OUTAGE_SECONDS = STALE_CLAIM_SECONDS + 5
-RETRY_AFTER = 10  # S3's Retry-After: the step's retry waits it, and so does the governor
+OUTAGE_SECONDS = STALE_CLAIM_SECONDS
+RETRY_AFTER = 7  # S3's Retry-After: the step's retry waits it, and so does the governor
 # The incident: every refused PUT is refused again until it ends. It covers the step's two tries
-# (RETRY_AFTER apart, with the transcode again) and ends before the episode's next run can reach
-# its playlists (the step's wait, the driver's tick, the governor's pause, the claim, a backfill
-# iteration, the run's start and steps: at the earliest about 33 s), so one run is throttled.
-THROTTLE_SECONDS = 28
+# (RETRY_AFTER apart, with the transcode again: 10-15 s) and ends before the episode's next run
+# can reach its playlists (the step's wait, the driver's tick, the governor's pause, the claim, a
+# backfill iteration, the run's start and steps: at the earliest about 27 s), so one run is
+# throttled.
+THROTTLE_SECONDS = 21
 WAIT_SECONDS = 900  # each wait; a loaded machine is slow (docs/testing.md)
 VISIBILITY_SECONDS = 180  # an upload's message hidden while its run works (the heartbeat renews)
 # Above the run queue's 2 slots, so a wave is claimed while the last one's runs still queue.
