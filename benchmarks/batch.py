@@ -221,11 +221,14 @@ def measure(ctx: BenchContext) -> list[Result]:
 
     from episode_pipeline.db.batches import create_batch
     from episode_pipeline.db.connection import connect
-    from episode_pipeline.defs.batches import BATCH_JOB_NAME
-    from episode_pipeline.defs.jobs import EPISODE_JOB_NAME
     from episode_pipeline.defs.partitions import BATCHES_PARTITION_NAME, EPISODES_PARTITION_NAME
-    from episode_pipeline.defs.runs import CAMPAIGN_ASSETS_TAG, assets_tags
     from episode_pipeline.episodes.batches import batch_key
+    from episode_pipeline.instance.run_tags import (
+        BATCH_JOB_NAME,
+        CAMPAIGN_ASSETS_TAG,
+        EPISODE_JOB_NAME,
+        assets_tags,
+    )
     from episode_pipeline.samples.writer import SampleSpec
 
     k = ctx.config.batch_k
@@ -386,7 +389,7 @@ def batch_steps(instance: Any, batch_run_ids: list[str]) -> Steps:
     """The steps and materializations of every episode run these batch runs made."""
     from dagster import DagsterEventType, RunsFilter
 
-    from episode_pipeline.defs.runs import BATCH_RUN_TAG
+    from episode_pipeline.instance.run_tags import BATCH_RUN_TAG
 
     kinds = {
         DagsterEventType.STEP_START,

@@ -141,7 +141,7 @@ def breakdown(instance: Any, ref: EpisodeRef, started: float, done: float) -> di
     """
     from dagster import RunsFilter
 
-    from episode_pipeline.defs.runs import PARTITION_TAG
+    from episode_pipeline.instance.run_tags import PARTITION_TAG
 
     runs = RunsFilter(tags={PARTITION_TAG: ref.partition_key})
     deadline = time.monotonic() + DEADLINE_SECONDS

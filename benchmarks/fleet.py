@@ -216,9 +216,8 @@ def hold_burst(fleet: Any, queues: list[Any], count: int, prefix: str) -> Counti
     """`count` started runs of the episode job, each holding one received message."""
     from dagster import DagsterRun, DagsterRunStatus
 
-    from episode_pipeline.defs.jobs import EPISODE_JOB_NAME
-    from episode_pipeline.defs.runs import episode_tags
     from episode_pipeline.defs.sensors import sqs as upload_sensors
+    from episode_pipeline.instance.run_tags import EPISODE_JOB_NAME, episode_tags
 
     sensor.enqueue_sharded(queues, prefix, count)
     queue = CountingQueue(queues, count)
@@ -254,8 +253,8 @@ def measure_heartbeat_and_done(ctx: BenchContext, fleet: Any, sample: Sample) ->
     from dagster import DagsterEvent, DagsterEventType
 
     from episode_pipeline.config.settings import QueueSettings
-    from episode_pipeline.defs.jobs import EPISODE_JOB_NAME
     from episode_pipeline.defs.sensors import sqs as upload_sensors
+    from episode_pipeline.instance.run_tags import EPISODE_JOB_NAME
 
     count = ctx.config.fleet_burst
     shim = SimpleNamespace(stack=lambda: fleet.info)

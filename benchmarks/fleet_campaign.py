@@ -208,11 +208,17 @@ def standin_worker(stop_file: Path, run_seconds: float = STANDIN_RUN_SECONDS) ->
     from episode_pipeline.db.batches import batch_episodes
     from episode_pipeline.db.connection import connect
     from episode_pipeline.db.outputs import record_output
-    from episode_pipeline.defs.batches import BATCH_JOB_NAME, add_episode_partitions
-    from episode_pipeline.defs.campaigns import CAMPAIGN_TAG, CAMPAIGN_WAVE_TAG
-    from episode_pipeline.defs.jobs import EPISODE_JOB_NAME
-    from episode_pipeline.defs.runs import PARTITION_TAG, batch_child_tags, episode_tags
+    from episode_pipeline.defs.batches import add_episode_partitions
     from episode_pipeline.episodes.keys import EpisodeRef, parse_partition_key
+    from episode_pipeline.instance.run_tags import (
+        BATCH_JOB_NAME,
+        CAMPAIGN_TAG,
+        CAMPAIGN_WAVE_TAG,
+        EPISODE_JOB_NAME,
+        PARTITION_TAG,
+        batch_child_tags,
+        episode_tags,
+    )
 
     settings = Settings.from_env(dict(os.environ), local=True)
     versions = current_code_versions(settings)
@@ -364,8 +370,8 @@ def upload_to_launch(fleet: Any, archive: Path, label: str) -> dict[str, Any]:
     """One fresh upload: seconds from its object's upload until its run leaves QUEUED."""
     from dagster import DagsterRunStatus, RunsFilter
 
-    from episode_pipeline.defs.runs import PARTITION_TAG
     from episode_pipeline.episodes.keys import EpisodeRef
+    from episode_pipeline.instance.run_tags import PARTITION_TAG
     from episode_pipeline.local.upload import upload_episode
 
     ref = EpisodeRef(FRESH_ORG, f"ep-fresh-{label}-{uuid.uuid4().hex[:6]}")
@@ -509,9 +515,9 @@ def profile_after_add(
 class Sampler(threading.Thread):
     """Every SAMPLE_SECONDS: the ledger's counts, the live partitions, the load."""
 
-    def __init__(self, fleet: Any, campaign_id: str) -> None:
+    def __init__(self, fleet: Any, campaign_id: str, batches: bool = False) -> None:
         super().__init__(daemon=True)
-        self.fleet, self.campaign_id = fleet, campaign_id
+        self.fleet, self.campaign_id, self.batches = fleet, campaign_id, batches
         self.samples: list[dict[str, Any]] = []
         self.stop = threading.Event()
 
@@ -520,14 +526,16 @@ class Sampler(threading.Thread):
 
         from episode_pipeline.db import campaigns as db
         from episode_pipeline.db.connection import connect
-        from episode_pipeline.defs.campaigns import CAMPAIGN_TAG
+        from episode_pipeline.instance.run_tags import BATCH_JOB_NAME, CAMPAIGN_TAG
 
         with connect(self.fleet.settings.database) as conn:
             counts = db.state_counts(conn, self.campaign_id)
             campaign = db.get_campaign(conn, self.campaign_id)
+        # At K > 1 a batch run's child is STARTED beside it: the slots are the batch runs'.
+        job = BATCH_JOB_NAME if self.batches else None
         runs = {
             status.value.lower(): self.fleet.instance.get_runs_count(
-                RunsFilter(tags={CAMPAIGN_TAG: self.campaign_id}, statuses=[status])
+                RunsFilter(tags={CAMPAIGN_TAG: self.campaign_id}, statuses=[status], job_name=job)
             )
             for status in (DagsterRunStatus.QUEUED, DagsterRunStatus.STARTING,
                            DagsterRunStatus.STARTED)
@@ -742,7 +750,7 @@ def measure(ctx: Any, fleet: Any, sample: Any, archive: Path) -> None:
                 details["episodes"] = planned["count"]
                 details["start_seconds"] = round(start_s, 2)
                 details["start_load"] = load()
-                sampler = Sampler(fleet, campaign_id)
+                sampler = Sampler(fleet, campaign_id, batches=k > 1)
                 sampler.take()
                 sampler.start()
                 began = time.time()
@@ -812,7 +820,7 @@ def cancel(fleet: Any, campaign_id: str) -> None:
 def fail_left_in_flight(fleet: Any, campaign_id: str) -> int:
     from dagster import DagsterRunStatus, RunsFilter
 
-    from episode_pipeline.defs.campaigns import CAMPAIGN_TAG
+    from episode_pipeline.instance.run_tags import CAMPAIGN_TAG
 
     left = fleet.instance.get_runs(
         RunsFilter(
@@ -872,6 +880,19 @@ def summarise(
     )
     canary_done = full or next(iter(passed), None)
     details["steady_from"] = "a full queue" if full else "the canary's end (the queue never full)"
+    if details.get("plan") and canary_done:
+        # At the plan's rate: the driver's first budget after the canary is set before a rate
+        # of full slots is measured (one limit queued), and reaches the queue a lead later
+        # (`campaign_lead_seconds`); runs shorter than that lead drain it once. The steady state
+        # starts after that warm-up; the warm-up's samples are kept beside it.
+        warm_until = canary_done["t"] + campaign_lead_seconds()
+        details["warm_up"] = [
+            s.get("runs", {}).get("queued", 0)
+            for s in samples
+            if canary_done["t"] <= s["t"] < warm_until
+        ]
+        canary_done = next((s for s in passed if s["t"] >= warm_until), canary_done)
+        details["steady_from"] = "the canary's end and the driver's lead (the warm-up)"
 
     def rate_between(start: float, end: float) -> float:
         inside = [s for s in samples if start <= s["t"] <= end]
@@ -919,6 +940,13 @@ def summarise(
             "rate_against_the_plan": round(rate / plan["episodes_per_second"], 3),
             "rate_against_a_day": round(rate / plan["day_needs_episodes_per_second"], 3),
         }
+
+
+def campaign_lead_seconds() -> float:
+    """A claim's way to the run queue at the default tick: the driver's `lead_seconds`."""
+    from episode_pipeline.defs.campaigns import BACKFILL_LEAD_SECONDS, DEFAULT_TICK_SECONDS
+
+    return 2 * DEFAULT_TICK_SECONDS + BACKFILL_LEAD_SECONDS
 
 
 def queue_depth(steady: list[dict[str, Any]]) -> dict[str, Any] | None:

@@ -2,7 +2,7 @@
 
 `dagster-daemon run` on the fleet's stack with the sensors block of production's dagster.yaml
 (its sensor threads and submit workers: what a fleet's daemon runs), its pooled storages
-(`defs/instance_storage.py`) and the run queue held
+(`instance/storage.py`) and the run queue held
 (`max_concurrent_runs: 0`, so nothing is launched on this machine: a run *exists* once the daemon
 has created and queued it). The whole daemon works as in production meanwhile: every sensor of
 the location ticks on the fleet's store, the code server evaluates them.
@@ -169,8 +169,8 @@ def measure_done_release(
     from dagster import DagsterEvent, DagsterEventType
 
     from episode_pipeline.config.settings import QueueSettings
-    from episode_pipeline.defs.jobs import EPISODE_JOB_NAME
     from episode_pipeline.defs.sensors.sqs import UPLOAD_DONE_SENSOR_NAME
+    from episode_pipeline.instance.run_tags import EPISODE_JOB_NAME
 
     held = queue_depth(client, queue_url)
     visibility = QueueSettings().visibility_timeout_seconds

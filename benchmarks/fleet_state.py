@@ -306,8 +306,8 @@ class FleetState:
 
     def run_tags(self, index: int, run_id: str) -> dict[str, str]:
         """The tags of an upload sensor's run of episode `index` (defs.sensors.sqs.run_tags)."""
-        from episode_pipeline.defs.runs import episode_tags, upload_id, upload_run_key
         from episode_pipeline.defs.sensors import sqs
+        from episode_pipeline.instance.run_tags import episode_tags, upload_id, upload_run_key
 
         key = partition_key(index)
         upload = upload_id(key, self.archive_version)
@@ -445,7 +445,7 @@ class FleetState:
 
     def record_key(self, index: int) -> str:
         from episode_pipeline.defs.retention import UPLOAD_DONE_PREFIX
-        from episode_pipeline.defs.runs import upload_id
+        from episode_pipeline.instance.run_tags import upload_id
 
         return UPLOAD_DONE_PREFIX + upload_id(partition_key(index), self.archive_version)
 

@@ -259,7 +259,8 @@ def replay(server: Webserver, requests: list[dict[str, Any]], episode: str, reco
 
 def launch_backfill(server: Webserver, fleet: Any, count: int) -> float:
     from benchmarks import fleet_state
-    from episode_pipeline.defs.jobs import EPISODE_ASSETS, EPISODE_JOB_NAME
+    from episode_pipeline.defs.jobs import EPISODE_ASSETS
+    from episode_pipeline.instance.run_tags import EPISODE_JOB_NAME
     from episode_pipeline_tests.dagster_ui import REPOSITORIES_QUERY
 
     _, found = server.post({"query": REPOSITORIES_QUERY})

@@ -55,8 +55,8 @@ from dagster._core.remote_origin import (
 
 from benchmarks.common import BenchContext, Result, median, timed
 from episode_pipeline.config.settings import AwsSettings, QueueSettings
-from episode_pipeline.defs.jobs import EPISODE_JOB_NAME
 from episode_pipeline.defs.sensors import sqs as upload_sensors
+from episode_pipeline.instance.run_tags import EPISODE_JOB_NAME
 from episode_pipeline.local.dagster_home import instance_config
 from episode_pipeline.storage.bucket import Bucket
 from episode_pipeline.uploads.upload_queue import MAX_BATCH, UploadQueue

@@ -25,7 +25,7 @@ from episode_pipeline.defs.checks import EPISODE_CHECKS
 from episode_pipeline.defs.checks.sync import video_frames_in_sync
 from episode_pipeline.defs.io_managers.postgres_tables import PostgresPolarsIOManager
 from episode_pipeline.defs.io_managers.s3_outputs import S3IOManager
-from episode_pipeline.defs.jobs import EPISODE_JOB_NAME, episode_job
+from episode_pipeline.defs.jobs import episode_job
 from episode_pipeline.defs.partitions import with_setting_in_code_version
 from episode_pipeline.defs.resources.archive_limits import ArchiveLimitsResource
 from episode_pipeline.defs.resources.database import PostgresResource
@@ -38,6 +38,7 @@ from episode_pipeline.defs.sensors.reconcile import orphaned_runs, reconciliatio
 from episode_pipeline.defs.sensors.retention import retention_sensor
 from episode_pipeline.defs.sensors.run_failure import episode_failed_on_run_failure
 from episode_pipeline.defs.sensors.sqs import upload_queue_sensors
+from episode_pipeline.instance.run_tags import EPISODE_JOB_NAME
 
 
 def build_resources(settings: Settings) -> dict[str, Any]:

@@ -18,8 +18,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 from dagster import AssetCheckKey, DagsterInstance, RunRecord
-from dagster._core.storage.asset_check_execution_record import AssetCheckExecutionRecordStatus
 
+from episode_pipeline.dagster_compat import AssetCheckExecutionRecordStatus
 from episode_pipeline.defs.event_log import latest_check_executions
 from episode_pipeline.defs.run_errors import (  # noqa: F401 - diagnosis's own names, kept
     ERROR_LINES,

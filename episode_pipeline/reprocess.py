@@ -23,8 +23,8 @@ from episode_pipeline.episodes.keys import (
     UnkeyableRow,
     parse_partition_key,
 )
+from episode_pipeline.instance.run_tags import REPROCESS_TAG
 
-REPROCESS_TAG = "episode_pipeline/reprocess"
 STATUSES = ("uploaded", "processing", "processed", "failed")
 # The daemon's backfill thread beats every 30 s (Dagster's default interval); older than four
 # beats, no daemon is launching backfills. Dagster's own "healthy" tolerates 30 minutes.

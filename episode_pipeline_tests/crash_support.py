@@ -7,8 +7,8 @@ but has not yet finished the tick. The crash tests name it in their private inst
 
 from __future__ import annotations
 
-from episode_pipeline.defs.run_coordinator import EpisodeRunCoordinator
-from episode_pipeline.defs.runs import PARTITION_TAG
+from episode_pipeline.instance.run_coordinator import EpisodeRunCoordinator
+from episode_pipeline.instance.run_tags import PARTITION_TAG
 from episode_pipeline.runtime.injection_points import reach
 from episode_pipeline_tests.support.dagster_internals import SubmitRunContext
 

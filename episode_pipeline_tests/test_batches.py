@@ -26,21 +26,22 @@ from episode_pipeline.db.batches import create_batch
 from episode_pipeline.db.connection import connect
 from episode_pipeline.db.episodes import ensure_episode_row, episode_row
 from episode_pipeline.definitions import build_definitions
-from episode_pipeline.defs.batches import BATCH_JOB_NAME
 from episode_pipeline.defs.failures import report_abandoned
 from episode_pipeline.defs.partitions import BATCHES_PARTITION_NAME, EPISODES_PARTITION_NAME
 from episode_pipeline.defs.retention import _connect, delete_episodes
-from episode_pipeline.defs.runs import (
+from episode_pipeline.episodes.batches import batch_key, parse_batch_key
+from episode_pipeline.episodes.keys import EpisodeRef
+from episode_pipeline.instance.run_tags import (
     ABANDONED_TAG,
+    BATCH_JOB_NAME,
     BATCH_RUN_TAG,
     BATCH_TAG,
+    CAMPAIGN_TAG,
     ECS_CPU_TAG,
     ECS_MEMORY_TAG,
     PARTITION_TAG,
     TRANSCODER_TAG,
 )
-from episode_pipeline.episodes.batches import batch_key, parse_batch_key
-from episode_pipeline.episodes.keys import EpisodeRef
 from episode_pipeline.local.stack_env import load_settings
 from episode_pipeline.samples.writer import SampleSpec, write_sample
 from episode_pipeline.storage.bucket import Bucket
@@ -56,8 +57,10 @@ from episode_pipeline_tests.support.runs import JOB_ORIGIN
 
 pytestmark = pytest.mark.integration
 
-CAMPAIGN_TAG = "episode_pipeline/campaign"
-COORDINATOR = {"module": "episode_pipeline.defs.run_coordinator", "class": "EpisodeRunCoordinator"}
+COORDINATOR = {
+    "module": "episode_pipeline.instance.run_coordinator",
+    "class": "EpisodeRunCoordinator",
+}
 
 
 def private_batch(settings: Settings, archives: dict[EpisodeRef, bytes]) -> tuple[Settings, str]:

@@ -225,21 +225,26 @@ def test_at_the_plans_rate_the_campaign_is_held_to_a_million_a_day_and_a_steady_
                  "run_but_not_succeeded_nor_in_flight": 0}  # fmt: skip
     state = SimpleNamespace(size=100_000, settled={"window_episodes": 30_000})
     met = {}
-    # kept: the queue full (the launch limit queued) and steady; grows: it deepens (the
-    # queue's not keeping up); drained: it never held the limit (the steady state starts at
-    # the canary's end) and empties
+    # Each campaign drains its queue once in the warm-up (the driver's first budget reaches
+    # the queue a lead after the canary), which the steady state leaves out. Then kept: the
+    # queue full (the launch limit queued) and steady; grows: it deepens (the queue's not
+    # keeping up); drained: it empties.
+    lead = fleet_campaign.campaign_lead_seconds()
+    assert lead == 95.0  # two 30 s ticks and the backfill daemon's lead
+    warm_up = [30, 30, 10, 0, 0, 0, 5, 20, 30, 30]
     cases = (("kept", [30] * 6, 12.0), ("grows", [15, 20, 30, 40, 50, 60], 12.0),
              ("drained", [5, 3, 2, 1, 0, 0], 9.0))  # fmt: skip
     for name, queued, rate in cases:
         details = {
             "standin": "stand-in", "episodes": 100_000, "episodes_per_run": 25, "plan": plan,
-            "samples": [at(10.0 * i, 100 * i, q) for i, q in enumerate(queued)],
+            "samples": [at(10.0 * i, 100 * i, q) for i, q in enumerate(warm_up + queued)],
             "kill": {"killed_at": 1_000.0, "before": integrity, "after": integrity},
             "upload_idle": [{"seconds": 10.0}], "upload_during": [{"seconds": 11.0}],
         }  # fmt: skip
         fleet_campaign.summarise(details, SimpleNamespace(state=state), lambda a, b, r=rate: r)
         assert details["summary"]["plan"]["measured_runs_per_second"] == round(rate / 25, 4)
-        assert details["steady_from"].startswith("the canary's" if name == "drained" else "a full")
+        assert details["steady_from"].startswith("the canary's end and the driver's lead")
+        assert details["warm_up"] == warm_up  # t < 95 s: named, not in the steady state
         sample = fleet.Sample(100_000, details={"campaign": details})
         met[name] = {
             r.metric.split("@")[0]: r.met

@@ -25,22 +25,24 @@ from episode_pipeline.commands import campaign as commands
 from episode_pipeline.config.settings import Settings
 from episode_pipeline.db import campaigns as db
 from episode_pipeline.db.outputs import record_output
-from episode_pipeline.defs.batches import BATCH_JOB_NAME
 from episode_pipeline.defs.campaigns import (
     AFTER_STALE_CANCEL,
     CAMPAIGN_PRIORITY,
-    CAMPAIGN_TAG,
-    CAMPAIGN_WAVE_TAG,
     RETRY_DECISION_SECONDS,
     drive,
     wave_backfill_id,
 )
 from episode_pipeline.defs.failures import fail_episode_of_run
-from episode_pipeline.defs.jobs import EPISODE_JOB_NAME
 from episode_pipeline.defs.partitions import EPISODES_PARTITION_NAME
 from episode_pipeline.defs.resources.database import PostgresResource
-from episode_pipeline.defs.runs import PARTITION_TAG
 from episode_pipeline.episodes.keys import EpisodeRef
+from episode_pipeline.instance.run_tags import (
+    BATCH_JOB_NAME,
+    CAMPAIGN_TAG,
+    CAMPAIGN_WAVE_TAG,
+    EPISODE_JOB_NAME,
+    PARTITION_TAG,
+)
 from episode_pipeline.local.stack import StackInfo
 from episode_pipeline_tests.support.campaigns import OLD, finished_run, stale_episodes
 from episode_pipeline_tests.support.dagster_internals import (

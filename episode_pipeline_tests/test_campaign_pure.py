@@ -228,7 +228,8 @@ def test_a_settled_out_canceled_campaign_leaves_the_launch_limits_once_quiet() -
 
 def test_unreadable_launch_limits_close_the_campaign_lane() -> None:
     """Finding 10: the run queue's limits fail closed (a key-only entry replaces the lane's)."""
-    from episode_pipeline.defs.campaign_queue import CAMPAIGN_TAG, limit_entries
+    from episode_pipeline.instance.campaign_queue import limit_entries
+    from episode_pipeline.instance.run_tags import CAMPAIGN_TAG
     from episode_pipeline_tests.support.dagster_internals import TagConcurrencyLimitsCounter
 
     assert limit_entries({"a": 2, "b": -1}) == [

@@ -40,12 +40,10 @@ from episode_pipeline.db.connection import connect
 from episode_pipeline.db.migrate import apply_migrations
 from episode_pipeline.db.outputs import record_output
 from episode_pipeline.defs.assets.archive import RAW_ARCHIVE_KEY, report_archive_version
-from episode_pipeline.defs.campaign_queue import published_limits
 from episode_pipeline.defs.campaigns import (
     drive,
     wave_backfill_id,
 )
-from episode_pipeline.defs.jobs import EPISODE_JOB_NAME
 from episode_pipeline.defs.partitions import EPISODES_PARTITION_NAME
 from episode_pipeline.defs.resources.database import PostgresResource
 from episode_pipeline.defs.retention import (
@@ -59,6 +57,8 @@ from episode_pipeline.defs.retention import (
 )
 from episode_pipeline.defs.sensors.campaign import campaign_driver
 from episode_pipeline.episodes.keys import EpisodeRef
+from episode_pipeline.instance.campaign_queue import published_limits
+from episode_pipeline.instance.run_tags import EPISODE_JOB_NAME
 from episode_pipeline.local.stack import StackInfo
 from episode_pipeline_tests.support.campaigns import OLD, finished_run, stale_episodes
 from episode_pipeline_tests.support.dagster_internals import AssetObservationData, BulkActionStatus

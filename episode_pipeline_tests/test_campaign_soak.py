@@ -58,33 +58,35 @@ from typing import Any
 import psutil
 import pytest
 import yaml
-from dagster import DagsterInstance, DagsterRun, DagsterRunStatus, RunsFilter
+from dagster import DagsterInstance, DagsterRun, DagsterRunStatus, RunRecord, RunsFilter
 
 from episode_pipeline.campaign import canary
 from episode_pipeline.campaign.governor import THROTTLED
 from episode_pipeline.cli import build_parser
 from episode_pipeline.commands import campaign as commands
 from episode_pipeline.config.settings import Settings
+from episode_pipeline.dagster_compat import (
+    PARENT_RUN_ID_TAG,
+    WILL_RETRY_TAG,
+    BulkActionStatus,
+)
 from episode_pipeline.db import campaigns as db
 from episode_pipeline.db.connection import connect
 from episode_pipeline.db.episodes import episode_row, frame_rows
 from episode_pipeline.db.outputs import output_record
-from episode_pipeline.defs.batches import ABANDONED_BY_RETRY, BATCH_JOB_NAME
-from episode_pipeline.defs.campaigns import (
-    AFTER_CLAIM,
+from episode_pipeline.defs.batches import ABANDONED_BY_RETRY
+from episode_pipeline.defs.campaigns import AFTER_CLAIM, wave_backfill_id
+from episode_pipeline.defs.partitions import EPISODES_PARTITION_NAME
+from episode_pipeline.episodes.keys import EpisodeRef
+from episode_pipeline.instance.run_tags import (
+    ABANDONED_TAG,
+    BATCH_JOB_NAME,
+    BATCH_TAG,
     CAMPAIGN_TAG,
     CAMPAIGN_WAVE_TAG,
-    wave_backfill_id,
+    IN_FLIGHT_STATUSES,
+    PARTITION_TAG,
 )
-from episode_pipeline.defs.dagster_internals import (
-    PARENT_RUN_ID_TAG,
-    WILL_RETRY_TAG,
-    BulkActionStatus,
-    RunRecord,
-)
-from episode_pipeline.defs.partitions import EPISODES_PARTITION_NAME
-from episode_pipeline.defs.runs import ABANDONED_TAG, BATCH_TAG, IN_FLIGHT_STATUSES, PARTITION_TAG
-from episode_pipeline.episodes.keys import EpisodeRef
 from episode_pipeline.local import aws_setup
 from episode_pipeline.local.upload import upload_episode
 from episode_pipeline.runtime.injection_points import MID_EXTRACTION, release

@@ -26,9 +26,14 @@ from dagster import DagsterInstance, DagsterRunStatus, RunsFilter
 
 from episode_pipeline.db.connection import connect
 from episode_pipeline.db.episodes import episode_row, frame_rows
-from episode_pipeline.defs.runs import IN_FLIGHT_STATUSES, PARTITION_TAG, UPLOAD_TAG, upload_id
 from episode_pipeline.defs.sensors import sqs
 from episode_pipeline.episodes.keys import EpisodeRef
+from episode_pipeline.instance.run_tags import (
+    IN_FLIGHT_STATUSES,
+    PARTITION_TAG,
+    UPLOAD_TAG,
+    upload_id,
+)
 from episode_pipeline.local.upload import upload_episode
 from episode_pipeline.runtime.injection_points import (
     MID_COPY,

@@ -1,8 +1,9 @@
-"""Every private Dagster name the package imports (`from dagster._…`), listed: a Dagster
-upgrade has one list to re-check, and a new private import fails here until it is listed. The
-run bookkeeping's (runs, retries, backfills, the run queue) come through one door,
-`defs/dagster_internals.py`; moving the rest behind doors is issue 34's. The tests take theirs
-through one door of their own, `episode_pipeline_tests/support/dagster_internals.py`."""
+"""Every private Dagster name the package imports (`from dagster._…`), listed, and all of them
+behind one door: the instance's plugins (`instance/`, subclasses of Dagster's storages, run
+coordinator and launcher) import theirs, every other module through `dagster_compat.py`. A
+Dagster upgrade re-checks that file and `instance/`; a new private import fails here until it
+is listed. The tests take theirs through one door of their own,
+`episode_pipeline_tests/support/dagster_internals.py`."""
 
 from __future__ import annotations
 
@@ -10,54 +11,41 @@ import ast
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "episode_pipeline"
-DOOR = "defs/dagster_internals.py"
+DOOR = "dagster_compat.py"
+PLUGINS = "instance/"
 TESTS = Path(__file__).resolve().parent
 TESTS_DOOR = "support/dagster_internals.py"
 
 LISTED: dict[str, set[str]] = {
-    "defs/assets/archive.py": {
+    "dagster_compat.py": {
         "dagster._core.definitions.data_version.DATA_VERSION_TAG",
         "dagster._core.definitions.data_version.get_input_data_version_tag",
         "dagster._core.definitions.data_version.get_input_event_pointer_tag",
         "dagster._core.definitions.external_asset.create_external_asset_from_source_asset",
-    },
-    "defs/assets/episode.py": {
-        "dagster._core.event_api.PartitionKeyFilter",
-    },
-    "defs/backfills.py": {
         "dagster._core.definitions.repository_definition.SINGLETON_REPOSITORY_NAME",
+        "dagster._core.definitions.selector.InstigatorSelector",
+        "dagster._core.event_api.PartitionKeyFilter",
+        "dagster._core.execution.backfill.BULK_ACTION_TERMINAL_STATUSES",
         "dagster._core.execution.backfill.BulkActionStatus",
+        "dagster._core.execution.backfill.BulkActionsFilter",
         "dagster._core.execution.backfill.PartitionBackfill",
         "dagster._core.remote_origin.InProcessCodeLocationOrigin",
         "dagster._core.remote_origin.RemotePartitionSetOrigin",
         "dagster._core.remote_origin.RemoteRepositoryOrigin",
         "dagster._core.remote_representation.external_data.partition_set_snap_name_for_job_name",
-        "dagster._core.types.loadable_target_origin.LoadableTargetOrigin",
-    },
-    "defs/checks/sync.py": {
-        "dagster._core.event_api.PartitionKeyFilter",
-    },
-    "defs/dagster_internals.py": {
-        "dagster._core.execution.backfill.BULK_ACTION_TERMINAL_STATUSES",
-        "dagster._core.execution.backfill.BulkActionStatus",
-        "dagster._core.run_coordinator.QueuedRunCoordinator",
-        "dagster._core.run_coordinator.SubmitRunContext",
-        "dagster._core.run_coordinator.queued_run_coordinator.RunQueueConfig",
-        "dagster._core.storage.dagster_run.ACTIVE_RUN_STATUSES",
-        "dagster._core.storage.dagster_run.DagsterRun",
-        "dagster._core.storage.dagster_run.RunRecord",
-        "dagster._core.storage.tags.AUTO_RETRY_RUN_ID_TAG",
-        "dagster._core.storage.tags.PARENT_RUN_ID_TAG",
-        "dagster._core.storage.tags.PRIORITY_TAG",
-        "dagster._core.storage.tags.WILL_RETRY_TAG",
-    },
-    "defs/event_log.py": {
+        "dagster._core.scheduler.instigation.TickStatus",
         "dagster._core.storage.asset_check_execution_record.AssetCheckExecutionRecord",
         "dagster._core.storage.asset_check_execution_record.AssetCheckExecutionRecordStatus",
         "dagster._core.storage.event_log.schema.AssetCheckExecutionsTable",
+        "dagster._core.storage.tags.AUTO_RETRY_RUN_ID_TAG",
+        "dagster._core.storage.tags.PARENT_RUN_ID_TAG",
         "dagster._core.storage.tags.PARTITION_NAME_TAG",
+        "dagster._core.storage.tags.PRIORITY_TAG",
+        "dagster._core.storage.tags.WILL_RETRY_TAG",
+        "dagster._core.types.loadable_target_origin.LoadableTargetOrigin",
+        "dagster._utils.error.SerializableErrorInfo",
     },
-    "defs/event_log_storage.py": {
+    "instance/event_log_storage.py": {
         "dagster._core.asset_graph_view.serializable_entity_subset.SerializableEntitySubset",
         "dagster._core.definitions.asset_key.AssetCheckKey",
         "dagster._core.definitions.partitions.subset.default.DefaultPartitionsSubset",
@@ -78,30 +66,22 @@ LISTED: dict[str, set[str]] = {
         "dagster._serdes.ConfigurableClassData",
         "dagster._serdes.deserialize_value",
     },
-    "defs/instance_storage.py": {
-        "dagster._serdes.ConfigurableClassData",
+    "instance/run_coordinator.py": {
+        "dagster._core.run_coordinator.QueuedRunCoordinator",
+        "dagster._core.run_coordinator.SubmitRunContext",
+        "dagster._core.run_coordinator.queued_run_coordinator.RunQueueConfig",
+        "dagster._core.storage.dagster_run.ACTIVE_RUN_STATUSES",
     },
-    "defs/retention.py": {
-        "dagster._core.execution.backfill.BulkActionStatus",
-        "dagster._core.execution.backfill.BulkActionsFilter",
-    },
-    "defs/run_errors.py": {
-        "dagster._utils.error.SerializableErrorInfo",
-    },
-    "defs/runs.py": {
-        "dagster._core.storage.tags.PARTITION_NAME_TAG",
-    },
-    "diagnosis.py": {
-        "dagster._core.storage.asset_check_execution_record.AssetCheckExecutionRecordStatus",
-    },
-    "health.py": {
-        "dagster._core.definitions.selector.InstigatorSelector",
-        "dagster._core.scheduler.instigation.TickStatus",
-    },
-    "local/run_launcher.py": {
+    "instance/run_launcher.py": {
         "dagster._core.launcher.DefaultRunLauncher",
         "dagster._core.launcher.base.CheckRunHealthResult",
         "dagster._core.launcher.base.WorkerStatus",
+    },
+    "instance/run_tags.py": {
+        "dagster._core.storage.tags.PARTITION_NAME_TAG",
+    },
+    "instance/storage.py": {
+        "dagster._serdes.ConfigurableClassData",
     },
 }
 
@@ -128,10 +108,13 @@ def test_every_private_dagster_import_is_listed() -> None:
     assert not stale, f"listed here but no longer imported: {stale}"
 
 
-def test_the_campaign_and_run_queue_code_take_dagster_internals_through_the_door() -> None:
-    found = private_imports()
-    for module in ("defs/campaigns.py", "defs/run_coordinator.py", "defs/campaign_queue.py"):
-        assert not found.get(module), f"{module} imports {found.get(module)}: use {DOOR}"
+def test_private_dagster_imports_are_only_in_the_plugins_and_the_compatibility_module() -> None:
+    outside = {
+        module: sorted(names)
+        for module, names in private_imports().items()
+        if module != DOOR and not module.startswith(PLUGINS)
+    }
+    assert not outside, f"private Dagster imports outside {PLUGINS} and {DOOR}: {outside}"
 
 
 def test_the_tests_take_dagster_internals_through_their_door() -> None:

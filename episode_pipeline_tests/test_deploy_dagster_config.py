@@ -20,7 +20,7 @@ from dagster import DagsterRun
 from dagster_postgres.auth import AwsWifTokenProvider
 from dagster_postgres.utils import get_token_provider_from_config, pg_url_from_config
 
-from episode_pipeline.defs.instance_storage import PooledPostgresRunStorage
+from episode_pipeline.instance.storage import PooledPostgresRunStorage
 from episode_pipeline_tests.support.dagster_internals import (
     ConfigurableClassData,
     dagster_instance_config,
@@ -90,8 +90,8 @@ def test_instance_validation_rejects_a_misspelled_field(tmp_path: Path, instance
 
 
 def test_the_three_storages_share_one_database_and_the_event_log_is_ours(instance_yaml) -> None:
-    from episode_pipeline.defs.event_log_storage import EpisodeEventLogStorage
-    from episode_pipeline.defs.instance_storage import PooledEpisodeEventLogStorage
+    from episode_pipeline.instance.event_log_storage import EpisodeEventLogStorage
+    from episode_pipeline.instance.storage import PooledEpisodeEventLogStorage
     from episode_pipeline.local.dagster_home import POOLED_STORAGE_CLASSES
 
     for block, (module, cls) in POOLED_STORAGE_CLASSES.items():
@@ -160,7 +160,7 @@ def test_run_queue_limits_globally_and_per_org(production_env, instance_yaml) ->
     # Campaign runs have a lane of their own inside the backfills', as wide as the governor's
     # maximum (docs/operations.md#reprocess-the-fleet).
     from episode_pipeline.config.settings import CampaignSettings
-    from episode_pipeline.defs.campaigns import CAMPAIGN_TAG
+    from episode_pipeline.instance.run_tags import CAMPAIGN_TAG
 
     campaign = limits[CAMPAIGN_TAG]["limit"]
     assert CampaignSettings().concurrency_max <= campaign <= limits["dagster/backfill"]["limit"]
@@ -168,7 +168,7 @@ def test_run_queue_limits_globally_and_per_org(production_env, instance_yaml) ->
 
 def test_the_static_run_limits_leave_room_for_each_campaigns(instance_yaml) -> None:
     """`concurrency: runs:` would replace the coordinator's limits, and with them each campaign's
-    launch limit (defs/campaign_queue.py): production's and the laptop's keep theirs there."""
+    launch limit (instance/campaign_queue.py): production's and the laptop's keep theirs there."""
     from episode_pipeline.local.dagster_home import instance_config
 
     for config in (instance_yaml, instance_config("password", 5432)):

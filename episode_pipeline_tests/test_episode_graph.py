@@ -22,10 +22,10 @@ import pytest
 from dagster import DagsterInstance, RunsFilter
 
 from episode_pipeline.db import episodes as episode_db
-from episode_pipeline.defs.runs import UPLOAD_TAG
 from episode_pipeline.episodes.episode_rows import REQUIRED_KEYS
 from episode_pipeline.episodes.keys import EpisodeRef
 from episode_pipeline.episodes.timeline import TIMELINE_NAME
+from episode_pipeline.instance.run_tags import UPLOAD_TAG
 from episode_pipeline.local.upload import upload_episode
 from episode_pipeline.runner import process_episode, run_checks
 from episode_pipeline.samples.writer import SampleSpec, pack_archive, write_dataset, write_sample

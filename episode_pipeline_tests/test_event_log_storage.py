@@ -1,6 +1,6 @@
 """The partitioned checks' statuses the UI reads, through our event-log storage and Dagster's.
 
-`EpisodeEventLogStorage` (defs/event_log_storage.py) keeps each check's latest execution per
+`EpisodeEventLogStorage` (instance/event_log_storage.py) keeps each check's latest execution per
 partition between queries and reads only what changed. The statuses it gives must stay the ones
 Dagster's own storage computes from scratch: the same GraphQL (`partitionStatuses`, as the UI's
 asset graph query asks it) is answered by both instances on one database after each change — a
@@ -36,8 +36,10 @@ from dagster import (
 )
 from dagster_graphql.test.utils import execute_dagster_graphql
 
-from episode_pipeline.defs import event_log_storage
-from episode_pipeline.defs.event_log_storage import (
+from episode_pipeline.defs.partitions import EPISODES_PARTITION_NAME, episode_partitions
+from episode_pipeline.defs.retention import delete_episodes
+from episode_pipeline.instance import event_log_storage
+from episode_pipeline.instance.event_log_storage import (
     CheckPartitions,
     EpisodeEventLogStorage,
     KeySet,
@@ -47,8 +49,6 @@ from episode_pipeline.defs.event_log_storage import (
     status_cache_to_store,
     stored_with,
 )
-from episode_pipeline.defs.partitions import EPISODES_PARTITION_NAME, episode_partitions
-from episode_pipeline.defs.retention import delete_episodes
 from episode_pipeline.local.dagster_home import POOL_SETTINGS
 from episode_pipeline.local.stack import StackInfo
 from episode_pipeline_tests.support.dagster_internals import (

@@ -7,9 +7,7 @@ from typing import Any
 
 import pytest
 
-from episode_pipeline.defs.runs import upload_id
 from episode_pipeline.defs.sensors.sqs import (
-    SQS_TAG,
     HeldMessage,
     held_by,
     held_messages,
@@ -20,6 +18,7 @@ from episode_pipeline.defs.sensors.sqs import (
     upload_of,
 )
 from episode_pipeline.episodes.keys import EpisodeRef
+from episode_pipeline.instance.run_tags import SQS_TAG, upload_id
 from episode_pipeline.uploads.events import (
     Malformed,
     QueueMessage,

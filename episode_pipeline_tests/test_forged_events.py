@@ -18,9 +18,14 @@ from dagster import DagsterInstance, SensorResult
 
 from episode_pipeline.config.settings import TranscodeSettings
 from episode_pipeline.defs.partitions import EPISODES_PARTITION_NAME
-from episode_pipeline.defs.runs import ECS_CPU_TAG, ECS_MEMORY_TAG, TRANSCODER_TAG, placement_tags
 from episode_pipeline.defs.sensors import sqs
 from episode_pipeline.episodes.keys import EpisodeRef
+from episode_pipeline.instance.run_tags import (
+    ECS_CPU_TAG,
+    ECS_MEMORY_TAG,
+    TRANSCODER_TAG,
+    placement_tags,
+)
 from episode_pipeline.storage.bucket import Bucket
 from episode_pipeline.transcode.placement import place
 from episode_pipeline_tests.support import new_ref

@@ -38,13 +38,17 @@ from episode_pipeline.definitions import build_definitions, build_resources
 from episode_pipeline.defs.assets.archive import extracted_files, raw_archive
 from episode_pipeline.defs.assets.hls_renditions import hls_renditions
 from episode_pipeline.defs.checks.hls import HLS_CHECKS
-from episode_pipeline.defs.jobs import EPISODE_JOB_NAME
 from episode_pipeline.defs.partitions import EPISODES_PARTITION_NAME
 from episode_pipeline.defs.resources.transcoder import HlsTranscoder
 from episode_pipeline.defs.run_errors import StepError, run_errors
-from episode_pipeline.defs.runs import ECS_CPU_TAG, ECS_MEMORY_TAG, TRANSCODER_TAG
 from episode_pipeline.defs.sensors import sqs
 from episode_pipeline.episodes.keys import EpisodeRef
+from episode_pipeline.instance.run_tags import (
+    ECS_CPU_TAG,
+    ECS_MEMORY_TAG,
+    EPISODE_JOB_NAME,
+    TRANSCODER_TAG,
+)
 from episode_pipeline.local import aws_setup
 from episode_pipeline.local.upload import upload_episode
 from episode_pipeline.samples.writer import SampleSpec, pack_archive, write_dataset, write_sample

@@ -48,9 +48,9 @@ import pytest
 from dagster import DagsterInstance, DagsterRunStatus
 
 from episode_pipeline.definitions import build_definitions
-from episode_pipeline.defs.jobs import EPISODE_JOB_NAME
 from episode_pipeline.defs.partitions import EPISODES_PARTITION_NAME
 from episode_pipeline.defs.sensors import sqs
+from episode_pipeline.instance.run_tags import EPISODE_JOB_NAME
 from episode_pipeline.local import aws_setup
 from episode_pipeline.local.upload import upload_episode
 from episode_pipeline.samples.writer import SampleSpec, write_sample

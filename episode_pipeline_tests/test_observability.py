@@ -165,9 +165,7 @@ def test_health_does_not_count_a_campaigns_queued_runs_as_uploads_waiting(
 
     from dagster import DagsterRunStatus
 
-    from episode_pipeline.defs.campaign_queue import CAMPAIGN_TAG
-    from episode_pipeline.defs.jobs import EPISODE_JOB_NAME
-    from episode_pipeline.defs.runs import PARTITION_TAG
+    from episode_pipeline.instance.run_tags import CAMPAIGN_TAG, EPISODE_JOB_NAME, PARTITION_TAG
     from episode_pipeline_tests.support.dagster_internals import create_run_for_test
 
     plain = settings_without_queue(settings)

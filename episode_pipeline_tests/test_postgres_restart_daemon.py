@@ -23,7 +23,6 @@ from dagster import DagsterInstance, DagsterRunStatus, RunsFilter
 from episode_pipeline.config.settings import Settings
 from episode_pipeline.db.connection import connect
 from episode_pipeline.db.episodes import ensure_episode_row, episode_row, frame_rows
-from episode_pipeline.defs.runs import PARTITION_TAG
 from episode_pipeline.defs.sensors.reconcile import (
     STALE_PROCESSING_SENSOR_NAME,
     WAITING_UPLOADS_SENSOR_NAME,
@@ -35,6 +34,7 @@ from episode_pipeline.defs.sensors.sqs import (
     UPLOADS_SENSOR_NAME,
 )
 from episode_pipeline.episodes.keys import EpisodeRef
+from episode_pipeline.instance.run_tags import PARTITION_TAG
 from episode_pipeline.local.stack import StackInfo, start_stack, stop_stack
 from episode_pipeline.local.upload import archive_key, upload_episode
 from episode_pipeline.samples.writer import SampleSpec, write_sample

@@ -20,13 +20,17 @@ from episode_pipeline.db.episodes import (
     stale_processing,
 )
 from episode_pipeline.db.schema_check import read_schema
-from episode_pipeline.defs.jobs import EPISODE_JOB_NAME
 from episode_pipeline.defs.resources.database import PostgresResource
 from episode_pipeline.defs.resources.s3 import S3BucketResource
-from episode_pipeline.defs.runs import PARTITION_TAG, RECONCILED_TAG, UPLOAD_TAG
 from episode_pipeline.defs.sensors.lost_uploads import Cursor
 from episode_pipeline.defs.sensors.reconcile import reconciliation_sensors
 from episode_pipeline.episodes.keys import EpisodeRef
+from episode_pipeline.instance.run_tags import (
+    EPISODE_JOB_NAME,
+    PARTITION_TAG,
+    RECONCILED_TAG,
+    UPLOAD_TAG,
+)
 from episode_pipeline.samples.writer import SampleSpec, write_sample
 from episode_pipeline.storage.bucket import Bucket
 from episode_pipeline_tests.support import new_ref

@@ -39,7 +39,6 @@ from dagster import (
 
 from episode_pipeline.config.settings import RetentionSettings, Settings
 from episode_pipeline.defs.assets.archive import report_archive_version
-from episode_pipeline.defs.jobs import EPISODE_JOB_NAME
 from episode_pipeline.defs.partitions import EPISODES_PARTITION_NAME
 from episode_pipeline.defs.resources.aws import aws_fields
 from episode_pipeline.defs.resources.s3 import S3BucketResource
@@ -51,9 +50,15 @@ from episode_pipeline.defs.retention import (
     prune,
     pruned_successes,
 )
-from episode_pipeline.defs.runs import PARTITION_TAG, UPLOAD_TAG, episode_tags, upload_id
 from episode_pipeline.defs.sensors import sqs
 from episode_pipeline.episodes.keys import EpisodeRef
+from episode_pipeline.instance.run_tags import (
+    EPISODE_JOB_NAME,
+    PARTITION_TAG,
+    UPLOAD_TAG,
+    episode_tags,
+    upload_id,
+)
 from episode_pipeline.local import aws_setup
 from episode_pipeline.local.stack import StackInfo
 from episode_pipeline.local.upload import upload_episode

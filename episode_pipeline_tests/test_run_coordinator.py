@@ -17,24 +17,21 @@ from episode_pipeline.campaign.governor import THROTTLED as THROTTLED_CLASS
 from episode_pipeline.campaign.governor import classify_error
 from episode_pipeline.config.settings import ECS, SUBPROCESS
 from episode_pipeline.db.batches import create_batch
-from episode_pipeline.defs.batches import BATCH_JOB_NAME
-from episode_pipeline.defs.campaign_queue import (
-    CAMPAIGN_TAG,
-    LIMITS_KEY,
-    publish_limits,
-    published_limits,
-)
 from episode_pipeline.defs.campaigns import run_error
-from episode_pipeline.defs.jobs import EPISODE_JOB_NAME
-from episode_pipeline.defs.run_coordinator import (
+from episode_pipeline.episodes.batches import batch_key
+from episode_pipeline.instance.campaign_queue import LIMITS_KEY, publish_limits, published_limits
+from episode_pipeline.instance.run_coordinator import (
     PLACEMENT_TAGS,
     batch_queue_config,
     is_placed,
     missing_episode_tags,
 )
-from episode_pipeline.defs.runs import (
+from episode_pipeline.instance.run_tags import (
+    BATCH_JOB_NAME,
+    CAMPAIGN_TAG,
     ECS_CPU_TAG,
     ECS_MEMORY_TAG,
+    EPISODE_JOB_NAME,
     EPISODE_LOCK_TAG_PREFIX,
     ORG_TAG,
     PARTITION_TAG,
@@ -43,7 +40,6 @@ from episode_pipeline.defs.runs import (
     episode_lock_tags,
     episode_tags,
 )
-from episode_pipeline.episodes.batches import batch_key
 from episode_pipeline.reprocess import Selection, reprocess
 from episode_pipeline.transcode.placement import RUN_WITHOUT_TRANSCODE
 from episode_pipeline_tests.support import new_ref
@@ -69,7 +65,7 @@ from episode_pipeline_tests.support.ecs import (
 from episode_pipeline_tests.support.runs import JOB_ORIGIN, backfill_daemon
 
 COORDINATOR = {
-    "module": "episode_pipeline.defs.run_coordinator",
+    "module": "episode_pipeline.instance.run_coordinator",
     "class": "EpisodeRunCoordinator",
     "config": {
         "tag_concurrency_limits": [

@@ -25,11 +25,10 @@ from dagster import (
 from episode_pipeline.config.settings import AwsSettings, Settings
 from episode_pipeline.definitions import build_definitions
 from episode_pipeline.defs.asset_keys import RAW_ARCHIVE_KEY
-from episode_pipeline.defs.jobs import EPISODE_JOB_NAME
 from episode_pipeline.defs.partitions import EPISODES_PARTITION_NAME
-from episode_pipeline.defs.runs import UPLOAD_TAG, retry_run_key
 from episode_pipeline.defs.sensors import sqs
 from episode_pipeline.episodes.keys import EpisodeRef
+from episode_pipeline.instance.run_tags import EPISODE_JOB_NAME, UPLOAD_TAG, retry_run_key
 from episode_pipeline.local.upload import upload_episode
 from episode_pipeline.uploads.upload_queue import UploadQueue
 from episode_pipeline_tests.support import new_ref

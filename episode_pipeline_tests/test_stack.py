@@ -155,7 +155,7 @@ def test_dagster_instance_runs_on_the_embedded_postgres(stack: StackInfo) -> Non
 
 
 def test_the_local_instance_runs_production_s_pooled_storages(stack: StackInfo) -> None:
-    """The local dagster.yaml names production's storages (defs/instance_storage.py); they keep
+    """The local dagster.yaml names production's storages (instance/storage.py); they keep
     their connections, a forked child starts with none of its parent's, and the webserver's
     pool replaces theirs without leaving it open."""
     import dagster as dg

@@ -5,14 +5,14 @@ from __future__ import annotations
 import pytest
 
 from episode_pipeline.config.settings import ECS, SUBPROCESS, Settings, TranscodeSettings
-from episode_pipeline.defs.runs import (
+from episode_pipeline.defs.sensors.sqs import sized_placement
+from episode_pipeline.instance.run_tags import (
     ECS_CPU_TAG,
     ECS_MEMORY_TAG,
     TRANSCODER_TAG,
     placement_tags,
     transcoder_of,
 )
-from episode_pipeline.defs.sensors.sqs import sized_placement
 from episode_pipeline.storage.bucket import ObjectInfo
 from episode_pipeline.transcode.placement import RUN_WITHOUT_TRANSCODE, place
 

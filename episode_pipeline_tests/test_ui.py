@@ -25,9 +25,10 @@ import pytest
 from dagster import DagsterInstance, DagsterRunStatus, RunsFilter
 
 from episode_pipeline.defs.asset_keys import RAW_ARCHIVE_KEY
-from episode_pipeline.defs.jobs import EPISODE_ASSETS, EPISODE_JOB_NAME
+from episode_pipeline.defs.jobs import EPISODE_ASSETS
 from episode_pipeline.defs.partitions import EPISODE_GROUP, EPISODE_OWNERS
 from episode_pipeline.episodes.keys import EpisodeRef
+from episode_pipeline.instance.run_tags import EPISODE_JOB_NAME
 from episode_pipeline.local.dev import WORKSPACE_FILE
 from episode_pipeline.local.stack import StackInfo
 from episode_pipeline.local.upload import upload_episode

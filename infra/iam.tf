@@ -2,7 +2,7 @@
 # process, each limited to what that process does.
 #
 #   webserver    reads run state, stops run tasks on "terminate", shows compute logs, lists an
-#                episode's prefix to size a run it launches (defs/run_coordinator.py)
+#                episode's prefix to size a run it launches (instance/run_coordinator.py)
 #   daemon       launches run tasks (EcsRunLauncher) from the run task family only, lists an
 #                episode's prefix to size a run it queues (a backfill's, a retry)
 #   code server  evaluates the sensors: receives/deletes/changes visibility on the upload queue

@@ -2,7 +2,7 @@
 
 A wave is the episodes one driver tick claims and hands to the run queue as one backfill. The
 governor's limit is how many campaign runs the run queue launches at once (the driver publishes
-it as a tag limit, defs/campaign_queue.py). To keep those slots busy while the next wave is on
+it as a tag limit, instance/campaign_queue.py). To keep those slots busy while the next wave is on
 its way (a driver tick, then the backfill daemon's), the campaign keeps more runs claimed than it
 launches: the limit plus the runs that finish in that lead time (Little's law), at least one more
 limit's worth (`runs_to_keep_in_flight`). A wave fills that budget, bounded by the live-partition

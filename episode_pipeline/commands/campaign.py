@@ -398,8 +398,8 @@ def cancel_backfills(instance: Any, campaign_id: str, waves: int) -> int:
     requested in Dagster (their queued runs go too). A wave a driver tick claimed before the
     cancel and records after it is canceled by the next tick (defs/campaigns.py: a canceled
     campaign's requested backfills)."""
-    from episode_pipeline.defs.campaign_queue import hold
     from episode_pipeline.defs.campaigns import cancel_wave_backfill
+    from episode_pipeline.instance.campaign_queue import hold
 
     hold(instance, campaign_id)
     return sum(cancel_wave_backfill(instance, campaign_id, wave) for wave in range(waves))

@@ -10,19 +10,18 @@ import uuid
 from collections.abc import Mapping, Sequence
 
 from dagster import AssetKey, DagsterInstance
-from dagster._core.definitions.repository_definition import SINGLETON_REPOSITORY_NAME
-from dagster._core.execution.backfill import BulkActionStatus, PartitionBackfill
-from dagster._core.remote_origin import (
+
+from episode_pipeline.dagster_compat import (
+    SINGLETON_REPOSITORY_NAME,
+    BulkActionStatus,
     InProcessCodeLocationOrigin,
+    LoadableTargetOrigin,
+    PartitionBackfill,
     RemotePartitionSetOrigin,
     RemoteRepositoryOrigin,
-)
-from dagster._core.remote_representation.external_data import (
     partition_set_snap_name_for_job_name,
 )
-from dagster._core.types.loadable_target_origin import LoadableTargetOrigin
-
-from episode_pipeline.defs.jobs import EPISODE_JOB_NAME
+from episode_pipeline.instance.run_tags import EPISODE_JOB_NAME
 
 # The code location as both workspace files name it (workspace.yaml, local/workspace.yaml): the
 # backfill daemon finds the job's partition set through it.

@@ -63,21 +63,21 @@ from episode_pipeline.defs.partitions import EPISODES_PARTITION_NAME, batch_part
 from episode_pipeline.defs.resources.database import PostgresResource
 from episode_pipeline.defs.resources.s3 import S3BucketResource
 from episode_pipeline.defs.run_errors import user_error_text
-from episode_pipeline.defs.runs import (
+from episode_pipeline.defs.runs import known_partitions
+from episode_pipeline.episodes.batches import InvalidBatchKey, parse_batch_key
+from episode_pipeline.episodes.keys import EpisodeRef
+from episode_pipeline.instance.run_tags import (
     ABANDONED_TAG,
+    BATCH_JOB_NAME,
     BATCH_TAG,
     PARTITION_TAG,
     assets_of_tags,
     batch_child_tags,
     episode_tags,
     in_process_tags,
-    known_partitions,
 )
-from episode_pipeline.episodes.batches import InvalidBatchKey, parse_batch_key
-from episode_pipeline.episodes.keys import EpisodeRef
 from episode_pipeline.storage.bucket import Bucket
 
-BATCH_JOB_NAME = "process_episode_batch"
 ABANDONED_BY_RETRY = "run(s) left by a dead attempt"  # the retry's log line names them
 SUCCEEDED = "succeeded"
 FAILED = "failed"

@@ -21,7 +21,14 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from dagster import DagsterEventType, DagsterInstance, DagsterRun, DagsterRunStatus, RunsFilter
+from dagster import (
+    DagsterEventType,
+    DagsterInstance,
+    DagsterRun,
+    DagsterRunStatus,
+    RunRecord,
+    RunsFilter,
+)
 
 from episode_pipeline.campaign import canary, ledger, progress
 from episode_pipeline.campaign.config import CampaignConfig
@@ -35,34 +42,35 @@ from episode_pipeline.campaign.governor import (
 )
 from episode_pipeline.campaign.waves import measured_rate, next_wave_size, runs_to_keep_in_flight
 from episode_pipeline.config.settings import RetentionSettings
-from episode_pipeline.db import campaigns as db
-from episode_pipeline.defs.backfills import record_backfill
-from episode_pipeline.defs.campaign_queue import CAMPAIGN_TAG, publish_limits
-from episode_pipeline.defs.dagster_internals import (
+from episode_pipeline.dagster_compat import (
     AUTO_RETRY_RUN_ID_TAG,
     BULK_ACTION_TERMINAL_STATUSES,
     PARENT_RUN_ID_TAG,
     PRIORITY_TAG,
     WILL_RETRY_TAG,
     BulkActionStatus,
-    RunRecord,
 )
+from episode_pipeline.db import campaigns as db
+from episode_pipeline.defs.backfills import record_backfill
 from episode_pipeline.defs.failures import fail_episode_of_run, failure_cause
-from episode_pipeline.defs.jobs import EPISODE_JOB_NAME
-from episode_pipeline.defs.partitions import EPISODES_PARTITION_NAME
+from episode_pipeline.defs.partitions import BATCHES_PARTITION_NAME, EPISODES_PARTITION_NAME
 from episode_pipeline.defs.resources.database import PostgresResource
 from episode_pipeline.defs.retention import prune_campaign_partitions
 from episode_pipeline.defs.run_errors import user_error_text
-from episode_pipeline.defs.runs import (
+from episode_pipeline.defs.runs import known_partitions
+from episode_pipeline.instance.campaign_queue import publish_limits
+from episode_pipeline.instance.run_tags import (
+    BATCH_JOB_NAME,
+    CAMPAIGN_TAG,
+    CAMPAIGN_WAVE_TAG,
+    EPISODE_JOB_NAME,
     IN_FLIGHT_STATUSES,
     PARTITION_TAG,
     assets_tags,
-    known_partitions,
 )
 from episode_pipeline.runtime.injection_points import reach
 from episode_pipeline.runtime.metrics import BAD_ARCHIVE
 
-CAMPAIGN_WAVE_TAG = "episode_pipeline/campaign_wave"
 # Below the uploads' (Dagster's default 0): a fresh upload's run is dequeued first.
 CAMPAIGN_PRIORITY = "-10"
 AFTER_CLAIM = "campaign.after_claim"  # injection point: the wave committed, no backfill yet
@@ -338,7 +346,7 @@ def drive(
     retention: RetentionSettings | None = None,
 ) -> list[TickReport]:
     """One tick over every campaign not finished (running ones also claim), then the launch
-    limits published for the run queue (defs/campaign_queue.py). `retention`: the code
+    limits published for the run queue (instance/campaign_queue.py). `retention`: the code
     location's (the sensor's settings), by whose rules the campaigns' partitions are pruned."""
     now = now or datetime.now(UTC)
     rng = rng or random.Random()
@@ -692,9 +700,6 @@ def launch_wave(
     batch_keys = list(dict.fromkeys(row.batch_key for row in rows if row.batch_key))
     partition_keys, job_name = keys, EPISODE_JOB_NAME
     if episodes_per_run > 1:
-        from episode_pipeline.defs.batches import BATCH_JOB_NAME
-        from episode_pipeline.defs.partitions import BATCHES_PARTITION_NAME
-
         known_batches = instance.get_existing_dynamic_partitions(BATCHES_PARTITION_NAME, batch_keys)
         new_batches = [key for key in batch_keys if key not in known_batches]
         if new_batches:

@@ -10,18 +10,17 @@ from dagster import (
     AssetCheckKey,
     AssetKey,
     AssetRecordsFilter,
-    DagsterEventType,
     DagsterInstance,
-    DagsterRun,
     EventLogRecord,
     RunsFilter,
 )
-from dagster._core.storage.asset_check_execution_record import (
+
+from episode_pipeline.dagster_compat import (
+    PARTITION_NAME_TAG,
     AssetCheckExecutionRecord,
     AssetCheckExecutionRecordStatus,
+    AssetCheckExecutionsTable,
 )
-from dagster._core.storage.event_log.schema import AssetCheckExecutionsTable
-from dagster._core.storage.tags import PARTITION_NAME_TAG
 
 
 def latest_materialization_metadata(
@@ -44,21 +43,6 @@ def latest_observation(
         AssetRecordsFilter(asset_key=asset_key, asset_partitions=[partition_key]), limit=1
     ).records
     return records[0] if records else None
-
-
-# The engine event the code server's run worker reports first (dagster/_grpc/impl.py).
-WORKER_STARTED_PREFIX = "Started process for run (pid: "
-
-
-def launched_worker_pid(instance: DagsterInstance, run: DagsterRun) -> int | None:
-    """The pid of the newest worker process started for a launched run, or None."""
-    pid = None
-    for entry in instance.all_logs(run.run_id, of_type=DagsterEventType.ENGINE_EVENT):
-        if entry.message.startswith(WORKER_STARTED_PREFIX) and entry.dagster_event is not None:
-            value = entry.dagster_event.engine_event_data.metadata.get("pid")
-            text = str(getattr(value, "value", ""))
-            pid = int(text) if text.isdigit() else pid
-    return pid
 
 
 # The newest runs of an episode its checks' latest results are looked for in (retention keeps

@@ -13,15 +13,14 @@
   STARTED is orphaned too.
 - A run the local daemon launched runs in a worker process the code server started; Dagster
   records its pid ("Started process for run (pid: N)"). Dagster's default launcher cannot tell
-  whether that process lives, so the local instance's launcher (`local.run_launcher`) answers
-  run monitoring from `event_log.launched_worker_pid` — and run monitoring fails the run.
+  whether that process lives, so the local instance's launcher (`instance/run_launcher.py`)
+  answers run monitoring from that pid — and run monitoring fails the run.
 
 The run-failure and orphaned-runs sensors, the local run launcher and the runner call these.
 """
 
 from __future__ import annotations
 
-import os
 import socket
 import time
 from collections.abc import Callable, Collection, Iterable
@@ -36,19 +35,20 @@ from dagster import (
 
 from episode_pipeline.db.episodes import is_processing, mark_failed
 from episode_pipeline.defs.asset_keys import EXTRACTED_FILES_KEY
-from episode_pipeline.defs.jobs import EPISODE_JOB_NAME
 from episode_pipeline.defs.resources.database import PostgresResource
 from episode_pipeline.defs.run_errors import run_errors
-from episode_pipeline.defs.runs import (
+from episode_pipeline.episodes.keys import EpisodeRef
+from episode_pipeline.instance.run_tags import (
     ABANDONED_TAG,
     BATCH_RUN_TAG,
+    EPISODE_JOB_NAME,
     HOST_TAG,
     IN_FLIGHT_STATUSES,
     PID_TAG,
     episode_of_run,
 )
-from episode_pipeline.episodes.keys import EpisodeRef
 from episode_pipeline.runtime import metrics
+from episode_pipeline.runtime.processes import process_alive
 
 
 def run_started_at(instance: DagsterInstance, run: DagsterRun) -> datetime:
@@ -127,16 +127,6 @@ def emit_episode_failed(
         cause or failure_cause(instance, run.run_id),
         run_wall_seconds(instance, run.run_id),
     )
-
-
-def process_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def is_orphaned(

@@ -2,11 +2,26 @@
 
 from dagster import AssetSelection, PartitionedConfig, define_asset_job
 
+from episode_pipeline.defs.asset_keys import (
+    EPISODE_KEY,
+    EPISODE_METADATA_KEY,
+    EXTRACTED_FILES_KEY,
+    FRAMES_KEY,
+    HLS_RENDITIONS_KEY,
+)
 from episode_pipeline.defs.partitions import episode_partitions
-from episode_pipeline.defs.runs import episode_tags
+from episode_pipeline.instance.run_tags import EPISODE_JOB_NAME, episode_tags
 
-EPISODE_JOB_NAME = "process_episode"
-EPISODE_ASSETS = ("extracted_files", "hls_renditions", "frames", "episode_metadata", "episode")
+EPISODE_ASSETS = tuple(
+    key.to_user_string()
+    for key in (
+        EXTRACTED_FILES_KEY,
+        HLS_RENDITIONS_KEY,
+        FRAMES_KEY,
+        EPISODE_METADATA_KEY,
+        EPISODE_KEY,
+    )
+)
 
 episode_job = define_asset_job(
     name=EPISODE_JOB_NAME,

@@ -28,13 +28,13 @@ from typing import Any
 
 import sqlalchemy as sa
 from dagster import DagsterEventType, DagsterInstance, DagsterRunStatus
-from dagster._core.execution.backfill import BulkActionsFilter, BulkActionStatus
 from dagster_postgres import PostgresRunStorage
 
 from episode_pipeline.config.settings import RetentionSettings
-from episode_pipeline.defs.campaign_queue import CAMPAIGN_TAG
+from episode_pipeline.dagster_compat import BulkActionsFilter, BulkActionStatus
+from episode_pipeline.defs.asset_keys import RAW_ARCHIVE_KEY
 from episode_pipeline.defs.partitions import BATCHES_PARTITION_NAME, EPISODES_PARTITION_NAME
-from episode_pipeline.defs.runs import IN_FLIGHT_STATUSES, UPLOAD_TAG
+from episode_pipeline.instance.run_tags import CAMPAIGN_TAG, IN_FLIGHT_STATUSES, UPLOAD_TAG
 from episode_pipeline.runtime import metrics
 from episode_pipeline.uploads.reasons import REASON_PREFIX
 
@@ -44,7 +44,7 @@ BATCH_EPISODES = 500  # episodes per group of statements: each statement stays w
 # a backlog is worked off over the next ticks.
 PASS_SECONDS = 30.0
 UPLOAD_DONE_PREFIX = "episode_pipeline/upload-done/"
-RAW_ARCHIVE_ASSET_KEY = '["raw_archive"]'  # how the event log stores AssetKey(["raw_archive"])
+RAW_ARCHIVE_ASSET_KEY = RAW_ARCHIVE_KEY.to_string()  # as the event log stores it: '["raw_archive"]'
 ASSET_EVENTS = (
     DagsterEventType.ASSET_MATERIALIZATION.value,
     DagsterEventType.ASSET_OBSERVATION.value,
@@ -227,7 +227,7 @@ def _in_flight() -> list[str]:
 def _connect(instance: DagsterInstance) -> Any:
     """A connection to the database holding both the run and the event-log storage."""
     storage = instance.run_storage
-    if not isinstance(storage, PostgresRunStorage):  # ours is pooled (defs/instance_storage.py)
+    if not isinstance(storage, PostgresRunStorage):  # ours is pooled (instance/storage.py)
         raise RuntimeError(
             f"retention needs Dagster's PostgreSQL storage (dagster-postgres), not "
             f"{type(storage).__name__}: the pruning statements are PostgreSQL's"

@@ -7,7 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from dagster import DagsterEventType, DagsterInstance
-from dagster._utils.error import SerializableErrorInfo
+
+from episode_pipeline.dagster_compat import SerializableErrorInfo
 
 ERROR_LINES = 3  # of a step's error message, in the text (the JSON has the whole message)
 _FAILURE_EVENTS = {DagsterEventType.STEP_FAILURE, DagsterEventType.RUN_FAILURE}

@@ -27,12 +27,14 @@ from typing import Any, NamedTuple
 
 import yaml
 
+from episode_pipeline.instance.run_tags import ORG_TAG
+
 PRODUCTION_YAML = Path(__file__).resolve().parents[2] / "dagster.yaml"
 
 MAX_CONCURRENT_RUNS = 2  # a laptop has few cores; FFmpeg runs fill them
 # The whole run's deadline, production's (dagster.yaml): past it run monitoring terminates the
 # run and fails it. A run whose worker died is failed sooner, at the next poll
-# (`local.run_launcher`).
+# (`instance/run_launcher.py`).
 RUN_MAX_RUNTIME_SECONDS = 2 * 3600
 
 
@@ -81,7 +83,7 @@ def local_differences(url: str) -> dict[str, Difference]:
             for key, difference in connection.items()
         },
         "run_launcher": Difference(
-            {"module": "episode_pipeline.local.run_launcher", "class": "LocalRunLauncher"},
+            {"module": "episode_pipeline.instance.run_launcher", "class": "LocalRunLauncher"},
             "no ECS: each run in a worker process of the code server, whose health run "
             "monitoring checks by its pid",
         ),
@@ -97,7 +99,7 @@ def local_differences(url: str) -> dict[str, Difference]:
         "run_coordinator.config.max_concurrent_runs": Difference(
             MAX_CONCURRENT_RUNS, "2 cores: each run's FFmpeg fills one"
         ),
-        f"{limits}[key=org].limit": Difference(
+        f"{limits}[key={ORG_TAG}].limit": Difference(
             1,
             "2 slots: one run per org, so an org's uploads go in arrival order and one busy "
             "org cannot take both",
@@ -226,20 +228,20 @@ def instance_config(password: str, port: int, *, database: str = "dagster") -> d
     return apply_differences(production_config(), local_differences(url))
 
 
-# The storages production names (dagster.yaml), pooled (defs/instance_storage.py).
+# The storages production names (dagster.yaml), pooled (instance/storage.py).
 POOLED_STORAGE_CLASSES = {
-    "run_storage": ("episode_pipeline.defs.instance_storage", "PooledPostgresRunStorage"),
-    "event_log_storage": ("episode_pipeline.defs.instance_storage", "PooledEpisodeEventLogStorage"),
-    "schedule_storage": ("episode_pipeline.defs.instance_storage", "PooledPostgresScheduleStorage"),
+    "run_storage": ("episode_pipeline.instance.storage", "PooledPostgresRunStorage"),
+    "event_log_storage": ("episode_pipeline.instance.storage", "PooledEpisodeEventLogStorage"),
+    "schedule_storage": ("episode_pipeline.instance.storage", "PooledPostgresScheduleStorage"),
 }
 
-POOL_SETTINGS = ("pool_size", "max_overflow", "pool_recycle_seconds")  # defs/instance_storage.py
+POOL_SETTINGS = ("pool_size", "max_overflow", "pool_recycle_seconds")  # instance/storage.py
 
 # The same without the pool (a new connection per statement): the local instance before issue
 # 27, now only the baseline of benchmarks/local_burst.py.
 UNPOOLED_STORAGE_CLASSES = {
     "run_storage": ("dagster_postgres.run_storage", "PostgresRunStorage"),
-    "event_log_storage": ("episode_pipeline.defs.event_log_storage", "EpisodeEventLogStorage"),
+    "event_log_storage": ("episode_pipeline.instance.event_log_storage", "EpisodeEventLogStorage"),
     "schedule_storage": ("dagster_postgres.schedule_storage", "PostgresScheduleStorage"),
 }
 

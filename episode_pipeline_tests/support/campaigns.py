@@ -13,10 +13,13 @@ from episode_pipeline.cli import build_parser
 from episode_pipeline.commands import campaign as commands
 from episode_pipeline.config.settings import Settings
 from episode_pipeline.db.outputs import record_output
-from episode_pipeline.defs.campaigns import CAMPAIGN_TAG, CAMPAIGN_WAVE_TAG
-from episode_pipeline.defs.jobs import EPISODE_JOB_NAME
-from episode_pipeline.defs.runs import PARTITION_TAG
 from episode_pipeline.episodes.keys import EpisodeRef
+from episode_pipeline.instance.run_tags import (
+    CAMPAIGN_TAG,
+    CAMPAIGN_WAVE_TAG,
+    EPISODE_JOB_NAME,
+    PARTITION_TAG,
+)
 from episode_pipeline_tests.support.dagster_internals import (
     RUN_FAILURE_REASON_TAG,
     RunFailureReason,

@@ -22,9 +22,8 @@ from botocore.exceptions import ClientError
 from dagster import DagsterInstance, DagsterRun, DagsterRunStatus, Field, Permissive
 from dagster_aws.ecs import EcsRunLauncher
 
-from episode_pipeline.defs.jobs import EPISODE_JOB_NAME
-from episode_pipeline.defs.runs import ORG_TAG
-from episode_pipeline.local.run_launcher import LocalRunLauncher
+from episode_pipeline.instance.run_launcher import LocalRunLauncher
+from episode_pipeline.instance.run_tags import EPISODE_JOB_NAME, ORG_TAG
 from episode_pipeline_tests.support.dagster_internals import (
     PARENT_RUN_ID_TAG,
     CheckRunHealthResult,

@@ -22,12 +22,12 @@ from dagster import (
 
 from episode_pipeline.config.settings import AwsSettings, Settings
 from episode_pipeline.definitions import build_definitions
-from episode_pipeline.defs.jobs import EPISODE_JOB_NAME
 from episode_pipeline.defs.partitions import EPISODES_PARTITION_NAME
 from episode_pipeline.defs.resources.aws import aws_fields
 from episode_pipeline.defs.resources.s3 import S3BucketResource
 from episode_pipeline.defs.resources.sqs import UploadQueueResource
 from episode_pipeline.defs.sensors import sqs
+from episode_pipeline.instance.run_tags import EPISODE_JOB_NAME
 from episode_pipeline.local import aws_setup
 from episode_pipeline.local.stack import StackInfo
 from episode_pipeline.samples.writer import SampleSpec, write_sample

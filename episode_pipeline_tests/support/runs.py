@@ -5,7 +5,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from episode_pipeline.defs.jobs import EPISODE_JOB_NAME
+from episode_pipeline.instance.run_tags import EPISODE_JOB_NAME
 from episode_pipeline_tests.support.dagster_internals import (
     InProcessCodeLocationOrigin,
     LoadableTargetOrigin,

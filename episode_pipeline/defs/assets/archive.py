@@ -27,13 +27,12 @@ from dagster import (
 )
 
 # Provenance tags: Dagster's own names (1.13.27 pinned) for "made from this event of that input".
-from dagster._core.definitions.data_version import (
+from episode_pipeline.dagster_compat import (
     DATA_VERSION_TAG,
+    create_external_asset_from_source_asset,
     get_input_data_version_tag,
     get_input_event_pointer_tag,
 )
-from dagster._core.definitions.external_asset import create_external_asset_from_source_asset
-
 from episode_pipeline.db.episodes import mark_processing
 from episode_pipeline.defs.asset_keys import RAW_ARCHIVE_KEY
 from episode_pipeline.defs.event_log import latest_observation
@@ -50,7 +49,7 @@ from episode_pipeline.defs.partitions import (
 from episode_pipeline.defs.resources.archive_limits import ArchiveLimitsResource
 from episode_pipeline.defs.resources.database import PostgresResource
 from episode_pipeline.defs.resources.s3 import S3BucketResource
-from episode_pipeline.defs.runs import claim_upload, upload_id
+from episode_pipeline.defs.runs import claim_upload
 from episode_pipeline.episodes.extracted_files import ArchiveObject, ExtractedFiles
 from episode_pipeline.episodes.extraction import (
     extract_archive,
@@ -58,6 +57,7 @@ from episode_pipeline.episodes.extraction import (
     latest_archive_versions,
 )
 from episode_pipeline.episodes.keys import parse_partition_key
+from episode_pipeline.instance.run_tags import upload_id
 from episode_pipeline.storage.links import BucketLinks
 
 # Bump when the same upload would give other processed files or another `ExtractedFiles`

@@ -12,7 +12,6 @@ from datetime import datetime
 from typing import Any
 
 from dagster import AssetCheckKey, AssetExecutionContext, MaterializeResult, MetadataValue
-from dagster._core.event_api import PartitionKeyFilter
 
 from episode_pipeline.campaign.canary import (
     FRAME_ROWS,
@@ -20,6 +19,7 @@ from episode_pipeline.campaign.canary import (
     SECONDS_BY_CAMERA,
     SYNC_FINDINGS,
 )
+from episode_pipeline.dagster_compat import PartitionKeyFilter
 from episode_pipeline.db.episodes import frame_rows, mark_processed
 from episode_pipeline.db.outputs import has_outputs_table, record_output
 from episode_pipeline.defs.asset_keys import FRAMES_KEY, HLS_RENDITIONS_KEY

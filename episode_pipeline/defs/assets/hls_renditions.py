@@ -50,13 +50,13 @@ from episode_pipeline.defs.metadata import bucket_links, materialized, table
 from episode_pipeline.defs.partitions import SERVING, episode_asset
 from episode_pipeline.defs.resources.s3 import S3BucketResource
 from episode_pipeline.defs.resources.transcoder import HlsTranscoder, TranscodeOutcome
-from episode_pipeline.defs.runs import ECS_CPU_TAG, ECS_MEMORY_TAG
 from episode_pipeline.episodes.extracted_files import (
     ExtractedFiles,
     ProcessedFile,
     videos_by_camera,
 )
 from episode_pipeline.episodes.keys import EpisodeRef, parse_partition_key
+from episode_pipeline.instance.run_tags import ECS_CPU_TAG, ECS_MEMORY_TAG
 from episode_pipeline.storage.aws import aws_fault
 from episode_pipeline.storage.bucket import Bucket
 from episode_pipeline.transcode.job import (

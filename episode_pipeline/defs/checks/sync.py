@@ -21,8 +21,8 @@ from dagster import (
     DagsterInstance,
     MetadataValue,
 )
-from dagster._core.event_api import PartitionKeyFilter
 
+from episode_pipeline.dagster_compat import PartitionKeyFilter
 from episode_pipeline.defs.asset_keys import FRAMES_KEY, HLS_RENDITIONS_KEY
 from episode_pipeline.defs.checks.family import (
     EXTRACTED_FILES_INS,

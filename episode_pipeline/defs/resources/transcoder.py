@@ -55,7 +55,7 @@ from episode_pipeline.defs.resources.settings_fields import (
     setting_field,
     settings_from,
 )
-from episode_pipeline.defs.runs import TRANSCODER_TAG, transcoder_of
+from episode_pipeline.instance.run_tags import TRANSCODER_TAG, transcoder_of
 from episode_pipeline.storage.aws import aws_client, aws_fault
 from episode_pipeline.transcode.job import (
     TaskSize,

@@ -33,7 +33,6 @@ from episode_pipeline.config.settings import ReconcileSettings
 from episode_pipeline.db.episodes import fail_if_still_processing, stale_processing
 from episode_pipeline.db.schema_check import read_schema
 from episode_pipeline.defs.failures import emit_episode_failed, fail_orphaned_runs
-from episode_pipeline.defs.jobs import EPISODE_JOB_NAME
 from episode_pipeline.defs.resources.database import PostgresResource
 from episode_pipeline.defs.resources.s3 import S3BucketResource
 from episode_pipeline.defs.runs import (
@@ -43,6 +42,7 @@ from episode_pipeline.defs.runs import (
     new_partitions_request,
 )
 from episode_pipeline.defs.sensors.lost_uploads import Cursor, reconcile_tick
+from episode_pipeline.instance.run_tags import EPISODE_JOB_NAME
 from episode_pipeline.runtime import metrics
 
 WAITING_UPLOADS_SENSOR_NAME = "waiting_uploads"

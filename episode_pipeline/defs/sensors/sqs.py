@@ -28,7 +28,7 @@ delivery is decided by the upload's latest run:
   could be transient (a store less consistent than S3, a relay that announces before the PUT
   lands): the next receive sees the object, and a redrive from the DLQ still works. Should the
   HEAD fail otherwise (S3 slow or refusing), the run is requested unplaced and the run
-  coordinator sizes it from the episode's listing (`defs/run_coordinator.py`).
+  coordinator sizes it from the episode's listing (`instance/run_coordinator.py`).
 - `episode_upload_done` deletes a run's messages when it succeeds. A failed run deletes
   nothing: the message comes back after its visibility timeout and gets one retry.
 - `episode_upload_heartbeat` renews the visibility of messages whose runs are queued or
@@ -69,26 +69,29 @@ from dagster import (
 
 from episode_pipeline.config.settings import QueueSettings, TranscodeSettings
 from episode_pipeline.defs.assets.archive import report_archive_version
-from episode_pipeline.defs.jobs import EPISODE_JOB_NAME
 from episode_pipeline.defs.resources.s3 import S3BucketResource
 from episode_pipeline.defs.resources.sqs import UploadQueueResource
 from episode_pipeline.defs.retention import pruned_successes
 from episode_pipeline.defs.runs import (
-    IN_FLIGHT_STATUSES,
-    PARTITION_TAG,
-    UPLOAD_TAG,
-    episode_tags,
     known_partitions,
     latest_run_of_episode,
     latest_runs_of_uploads,
     new_partitions_request,
+    runs_in_flight,
+)
+from episode_pipeline.episodes.keys import parse_partition_key
+from episode_pipeline.instance.run_tags import (
+    EPISODE_JOB_NAME,
+    IN_FLIGHT_STATUSES,
+    PARTITION_TAG,
+    SQS_TAG,
+    UPLOAD_TAG,
+    episode_tags,
     placement_tags,
     retry_run_key,
-    runs_in_flight,
     upload_id,
     upload_run_key,
 )
-from episode_pipeline.episodes.keys import parse_partition_key
 from episode_pipeline.runtime import metrics
 from episode_pipeline.runtime.injection_points import reach
 from episode_pipeline.storage.bucket import Bucket, ObjectInfo
@@ -109,9 +112,6 @@ from episode_pipeline.uploads.upload_queue import UploadQueue
 UPLOADS_SENSOR_NAME = "episode_uploads"
 UPLOAD_DONE_SENSOR_NAME = "episode_upload_done"
 HEARTBEAT_SENSOR_NAME = "episode_upload_heartbeat"
-
-# The queue messages a run holds, as one JSON tag: the run's only SQS bookkeeping.
-SQS_TAG = "episode_pipeline/sqs"
 
 # A tick stays far below the 60 s gRPC limit: ≤ 30 receives of ≤ 10 messages, 1 s long poll,
 # and one query for the runs of all of them. 300 uploads a tick every 10 s: 1,000 queued at once

@@ -27,7 +27,7 @@ from dagster_postgres.utils import (
     pg_url_from_config,
 )
 
-from episode_pipeline.defs.event_log_storage import EpisodeEventLogStorage
+from episode_pipeline.instance.event_log_storage import EpisodeEventLogStorage
 
 # Per storage and process: the daemon's busiest moment is 4 submit workers, 4 sensor threads and
 # 4 dequeue workers at once; a run worker or a code server uses one or two.
@@ -114,7 +114,7 @@ class PooledPostgresRunStorage(_Pooled, PostgresRunStorage):
 
 
 class PooledEpisodeEventLogStorage(_Pooled, EpisodeEventLogStorage):
-    """Our event-log storage (defs/event_log_storage.py), pooled."""
+    """Our event-log storage (instance/event_log_storage.py), pooled."""
 
 
 class PooledPostgresScheduleStorage(_Pooled, PostgresScheduleStorage):

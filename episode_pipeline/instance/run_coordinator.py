@@ -25,7 +25,7 @@ a batch run's episodes) never pass through the queue: they take no slot, obey no
 no ECS task to size.
 
 Its run queue holds each campaign to the launch limit its governor published (the tag limits of
-`dagster.yaml`, plus one per campaign: defs/campaign_queue.py).
+`dagster.yaml`, plus one per campaign: instance/campaign_queue.py).
 
 A batch run counts once and holds its episodes (`batch_queue_config`): the episode runs it starts
 inside itself carry the campaign's tags, and Dagster's dequeue counts every run in progress by its
@@ -45,21 +45,18 @@ from typing import Any
 
 import psycopg
 from botocore.exceptions import BotoCoreError, ClientError
-from dagster import DagsterRunStatus, RunsFilter
+from dagster import DagsterRun, DagsterRunStatus, RunsFilter
+from dagster._core.run_coordinator import QueuedRunCoordinator, SubmitRunContext
+from dagster._core.run_coordinator.queued_run_coordinator import RunQueueConfig
+from dagster._core.storage.dagster_run import ACTIVE_RUN_STATUSES
 
 from episode_pipeline.config.settings import DatabaseSettings, Settings, TranscodeSettings
 from episode_pipeline.db.batches import batch_episodes
 from episode_pipeline.db.connection import connect
-from episode_pipeline.defs.batches import BATCH_JOB_NAME
-from episode_pipeline.defs.campaign_queue import limit_entries, published_limits
-from episode_pipeline.defs.dagster_internals import (
-    ACTIVE_RUN_STATUSES,
-    DagsterRun,
-    QueuedRunCoordinator,
-    RunQueueConfig,
-    SubmitRunContext,
-)
-from episode_pipeline.defs.runs import (
+from episode_pipeline.episodes.keys import EpisodeRef, InvalidEpisodeKey
+from episode_pipeline.instance.campaign_queue import limit_entries, published_limits
+from episode_pipeline.instance.run_tags import (
+    BATCH_JOB_NAME,
     BATCH_RUN_TAG,
     ECS_CPU_TAG,
     ECS_MEMORY_TAG,
@@ -72,7 +69,6 @@ from episode_pipeline.defs.runs import (
     episode_tags,
     placement_tags,
 )
-from episode_pipeline.episodes.keys import EpisodeRef, InvalidEpisodeKey
 from episode_pipeline.storage.bucket import Bucket
 from episode_pipeline.transcode.placement import Placement, place, place_batch
 from episode_pipeline.uploads.listing import newest_raw_archive

@@ -4,7 +4,7 @@ Dagster's `DefaultRunLauncher` starts each run in a worker process of the code s
 cannot tell run monitoring whether that process still lives, so a run whose worker was killed
 (mid-extraction, mid-COPY) stays STARTED until `max_runtime_seconds` — two hours. This launcher
 answers the health check from the pid Dagster recorded for the worker
-(`event_log.launched_worker_pid`); run monitoring then fails the run within one poll, the
+(`launched_worker_pid`); run monitoring then fails the run within one poll, the
 run-failure sensor marks the episode `failed`, and the upload's message brings one retry.
 Production's `EcsRunLauncher` does the same from the ECS task's state.
 
@@ -14,12 +14,25 @@ sensor watches them by their host and pid tags, so they are reported running her
 
 from __future__ import annotations
 
-from dagster import DagsterRun
+from dagster import DagsterEventType, DagsterInstance, DagsterRun
 from dagster._core.launcher import DefaultRunLauncher
 from dagster._core.launcher.base import CheckRunHealthResult, WorkerStatus
 
-from episode_pipeline.defs.event_log import launched_worker_pid
-from episode_pipeline.defs.failures import process_alive
+from episode_pipeline.runtime.processes import process_alive
+
+# The engine event the code server's run worker reports first (dagster/_grpc/impl.py).
+WORKER_STARTED_PREFIX = "Started process for run (pid: "
+
+
+def launched_worker_pid(instance: DagsterInstance, run: DagsterRun) -> int | None:
+    """The pid of the newest worker process started for a launched run, or None."""
+    pid = None
+    for entry in instance.all_logs(run.run_id, of_type=DagsterEventType.ENGINE_EVENT):
+        if entry.message.startswith(WORKER_STARTED_PREFIX) and entry.dagster_event is not None:
+            value = entry.dagster_event.engine_event_data.metadata.get("pid")
+            text = str(getattr(value, "value", ""))
+            pid = int(text) if text.isdigit() else pid
+    return pid
 
 
 class LocalRunLauncher(DefaultRunLauncher):

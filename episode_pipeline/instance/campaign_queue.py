@@ -19,7 +19,8 @@ from typing import Any
 
 from dagster import DagsterInstance
 
-CAMPAIGN_TAG = "episode_pipeline/campaign"  # the run queue's campaign lane reads it
+from episode_pipeline.instance.run_tags import CAMPAIGN_TAG
+
 LIMITS_KEY = "episode_pipeline/campaign_limits"
 log = logging.getLogger(__name__)
 
