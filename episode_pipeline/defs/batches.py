@@ -295,7 +295,7 @@ def run_batch(
     if not refs:
         raise Failure(f"batch {batch_key}: the episode_batches table lists no episode for it")
     add_episode_partitions(instance, [ref for ref in refs if ref.partition_key not in ended])
-    tags = batch_child_tags(batch_key, context.run_id, context.run.tags)
+    tags = batch_child_tags(batch_key, context.run.run_id, context.run.tags)
     selection = assets_of_tags(context.run.tags)
     outcomes: list[EpisodeOutcome] = []
     for position, ref in enumerate(refs):

@@ -136,7 +136,7 @@ def sync_findings_of_run(context: AssetExecutionContext) -> int | None:
     latest = context.instance.event_log_storage.get_latest_asset_check_execution_by_key(
         [key], partition_filter=PartitionKeyFilter(key=context.partition_key)
     ).get(key)
-    if latest is None or latest.run_id != context.run_id or latest.event is None:
+    if latest is None or latest.run_id != context.run.run_id or latest.event is None:
         return None
     evaluation = (
         latest.event.dagster_event.event_specific_data if latest.event.dagster_event else None
@@ -204,7 +204,7 @@ def episode(
                 ref,
                 versions,
                 figures,
-                run_id=context.run_id,
+                run_id=context.run.run_id,
                 wall_seconds=outcome.run_wall_seconds,
                 archive_bytes=extracted_files.archive.size,
             )
