@@ -6,9 +6,9 @@ episode's record in `episode_outputs` (the state a campaign reaches a third of t
 succeeded and recorded under the target, a wave of 300 requested — 100 of them recorded since
 their claim —, its live budget of 500 added partitions — 200 succeeded, to prune, and the 300
 requested —, 1 % failed and waiting, the rest pending). Each figure is one statement of the tick
-(`db/campaigns.py`, as `defs/campaigns.py` calls it each tick), timed in a transaction that is
-rolled back, so every repeat reads the same state, every size and side interleaved (the load of
-the shared machine changes during a run):
+(`db/campaigns.py`, as `orchestration/campaigns.py` calls it each tick), timed in a
+transaction that is rolled back, so every repeat reads the same state, every size and side
+interleaved (the load of the shared machine changes during a run):
 
 - reads: the requested rows and those the durable record settles (`requested_rows`,
   `recorded_since_claim`), anything requested (`has_requested`), the canary's wave

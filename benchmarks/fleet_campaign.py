@@ -402,8 +402,8 @@ def measure_ceiling(ctx: Any, fleet: Any, count: int) -> dict[str, Any]:
     from dagster import DagsterRunStatus, RunsFilter
 
     from benchmarks import fleet_state
-    from episode_pipeline.defs.backfills import record_backfill
-    from episode_pipeline.defs.campaigns import campaign_tags
+    from episode_pipeline.orchestration.backfills import record_backfill
+    from episode_pipeline.orchestration.campaigns import campaign_tags
 
     size = fleet.state.size
     held = fleet.state.settled.get("window_episodes", size) if fleet.state.settled else size
@@ -669,7 +669,7 @@ def newest_wave(fleet: Any, campaign_id: str) -> tuple[str, str]:
     """The newest wave's backfill id and one of its episodes (live, for the episode page)."""
     from episode_pipeline.db import campaigns as db
     from episode_pipeline.db.connection import connect
-    from episode_pipeline.defs.campaigns import wave_backfill_id
+    from episode_pipeline.orchestration.campaigns import wave_backfill_id
 
     with connect(fleet.settings.database) as conn:
         campaign = db.get_campaign(conn, campaign_id)
@@ -944,7 +944,7 @@ def summarise(
 
 def campaign_lead_seconds() -> float:
     """A claim's way to the run queue at the default tick: the driver's `lead_seconds`."""
-    from episode_pipeline.defs.campaigns import BACKFILL_LEAD_SECONDS, DEFAULT_TICK_SECONDS
+    from episode_pipeline.orchestration.campaigns import BACKFILL_LEAD_SECONDS, DEFAULT_TICK_SECONDS
 
     return 2 * DEFAULT_TICK_SECONDS + BACKFILL_LEAD_SECONDS
 

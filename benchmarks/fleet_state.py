@@ -430,7 +430,7 @@ class FleetState:
     def _prune(self, indexes: range, record_start: int) -> None:
         """Retention's delete (`retention.delete_episodes`), in bigger batches; the records of
         episodes older than `upload_record_days` expire as the retention sensor expires them."""
-        from episode_pipeline.defs import retention
+        from episode_pipeline.orchestration import retention
 
         keys = [partition_key(i) for i in indexes]
         with retention._connect(self.instance) as conn:
@@ -444,14 +444,14 @@ class FleetState:
                 )
 
     def record_key(self, index: int) -> str:
-        from episode_pipeline.defs.retention import UPLOAD_DONE_PREFIX
         from episode_pipeline.instance.run_tags import upload_id
+        from episode_pipeline.orchestration.retention import UPLOAD_DONE_PREFIX
 
         return UPLOAD_DONE_PREFIX + upload_id(partition_key(index), self.archive_version)
 
     def _records(self, indexes: range, newest: int) -> None:
         """`upload-done` records (retention.upload_record) of successes pruned since."""
-        from episode_pipeline.defs.retention import upload_record
+        from episode_pipeline.orchestration.retention import upload_record
 
         now = time.time()
         spacing = 86_400 / self.per_day

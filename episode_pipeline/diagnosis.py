@@ -20,8 +20,9 @@ from typing import Any
 from dagster import AssetCheckKey, DagsterInstance, RunRecord
 
 from episode_pipeline.dagster_compat import AssetCheckExecutionRecordStatus
-from episode_pipeline.defs.event_log import latest_check_executions
-from episode_pipeline.defs.run_errors import (  # noqa: F401 - diagnosis's own names, kept
+from episode_pipeline.episodes.keys import EpisodeRef
+from episode_pipeline.orchestration.event_log import latest_check_executions
+from episode_pipeline.orchestration.run_errors import (  # noqa: F401 - diagnosis's own names, kept
     ERROR_LINES,
     StepError,
     _first_lines,
@@ -29,8 +30,7 @@ from episode_pipeline.defs.run_errors import (  # noqa: F401 - diagnosis's own n
     step_error,
     user_error,
 )
-from episode_pipeline.defs.runs import latest_run_record_of_episode
-from episode_pipeline.episodes.keys import EpisodeRef
+from episode_pipeline.orchestration.runs import latest_run_record_of_episode
 
 
 @dataclass(frozen=True)

@@ -112,8 +112,8 @@ def launch_backfill(
 ) -> str:
     """Add the episodes' partitions that are missing, record one backfill of the episode job
     over them, and return its id (the daemon launches its runs)."""
-    from episode_pipeline.defs.backfills import record_backfill
     from episode_pipeline.defs.partitions import EPISODES_PARTITION_NAME
+    from episode_pipeline.orchestration.backfills import record_backfill
 
     keys = list(dict.fromkeys(ref.partition_key for ref in refs))
     if not keys:

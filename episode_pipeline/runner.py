@@ -13,14 +13,14 @@ from dagster import DagsterInstance
 
 from episode_pipeline.config.settings import Settings, settings_from_environment
 from episode_pipeline.definitions import build_definitions
-from episode_pipeline.defs.failures import fail_episode_of_run, fail_orphaned_runs
 from episode_pipeline.defs.partitions import EPISODES_PARTITION_NAME
 from episode_pipeline.defs.resources.database import PostgresResource
-from episode_pipeline.defs.runs import ensure_partition
 from episode_pipeline.diagnosis import run_errors
 from episode_pipeline.episodes.extraction import ArchiveNotFound, find_archive
 from episode_pipeline.episodes.keys import EpisodeRef
 from episode_pipeline.instance.run_tags import EPISODE_JOB_NAME, episode_tags, in_process_tags
+from episode_pipeline.orchestration.failures import fail_episode_of_run, fail_orphaned_runs
+from episode_pipeline.orchestration.runs import ensure_partition
 from episode_pipeline.storage.bucket import Bucket
 
 # The webserver's own pooling defaults (dagster-webserver --db-pool-*).

@@ -26,9 +26,7 @@ from episode_pipeline.db.batches import create_batch
 from episode_pipeline.db.connection import connect
 from episode_pipeline.db.episodes import ensure_episode_row, episode_row
 from episode_pipeline.definitions import build_definitions
-from episode_pipeline.defs.failures import report_abandoned
 from episode_pipeline.defs.partitions import BATCHES_PARTITION_NAME, EPISODES_PARTITION_NAME
-from episode_pipeline.defs.retention import _connect, delete_episodes
 from episode_pipeline.episodes.batches import batch_key, parse_batch_key
 from episode_pipeline.episodes.keys import EpisodeRef
 from episode_pipeline.instance.run_tags import (
@@ -43,6 +41,8 @@ from episode_pipeline.instance.run_tags import (
     TRANSCODER_TAG,
 )
 from episode_pipeline.local.stack_env import load_settings
+from episode_pipeline.orchestration.failures import report_abandoned
+from episode_pipeline.orchestration.retention import _connect, delete_episodes
 from episode_pipeline.samples.writer import SampleSpec, write_sample
 from episode_pipeline.storage.bucket import Bucket
 from episode_pipeline.transcode import placement

@@ -8,7 +8,6 @@ from dagster import DagsterRun, DagsterRunStatus
 
 from episode_pipeline.config.settings import SUBPROCESS, TranscodeSettings
 from episode_pipeline.defs.batches import ALREADY_FAILED, ALREADY_SUCCEEDED, ended_children
-from episode_pipeline.defs.failures import is_orphaned
 from episode_pipeline.episodes.batches import BatchKey, InvalidBatchKey, batch_key, parse_batch_key
 from episode_pipeline.episodes.keys import InvalidEpisodeKey, parse_partition_key
 from episode_pipeline.instance.run_tags import (
@@ -20,6 +19,7 @@ from episode_pipeline.instance.run_tags import (
     batch_child_tags,
     episode_of_run,
 )
+from episode_pipeline.orchestration.failures import is_orphaned
 from episode_pipeline.transcode.placement import place, place_batch
 
 MiB = 1 << 20

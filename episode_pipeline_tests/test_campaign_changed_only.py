@@ -32,7 +32,6 @@ from episode_pipeline.config.settings import Settings
 from episode_pipeline.db import campaigns as db
 from episode_pipeline.db.outputs import output_record, record_output
 from episode_pipeline.defs.asset_keys import EXTRACTED_FILES_KEY
-from episode_pipeline.defs.campaigns import drive
 from episode_pipeline.defs.io_managers.s3_outputs import object_key
 from episode_pipeline.defs.resources.database import PostgresResource
 from episode_pipeline.episodes.keys import EpisodeRef
@@ -40,6 +39,7 @@ from episode_pipeline.episodes.timeline import TIMELINE_NAME
 from episode_pipeline.instance.run_tags import CAMPAIGN_TAG, EPISODE_JOB_NAME, PARTITION_TAG
 from episode_pipeline.local.stack import StackInfo
 from episode_pipeline.local.upload import upload_episode
+from episode_pipeline.orchestration.campaigns import drive
 from episode_pipeline.runner import process_episode
 from episode_pipeline.samples.writer import SampleSpec, write_sample
 from episode_pipeline_tests.support.instances import private_instance_config

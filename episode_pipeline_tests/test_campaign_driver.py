@@ -25,14 +25,6 @@ from episode_pipeline.commands import campaign as commands
 from episode_pipeline.config.settings import Settings
 from episode_pipeline.db import campaigns as db
 from episode_pipeline.db.outputs import record_output
-from episode_pipeline.defs.campaigns import (
-    AFTER_STALE_CANCEL,
-    CAMPAIGN_PRIORITY,
-    RETRY_DECISION_SECONDS,
-    drive,
-    wave_backfill_id,
-)
-from episode_pipeline.defs.failures import fail_episode_of_run
 from episode_pipeline.defs.partitions import EPISODES_PARTITION_NAME
 from episode_pipeline.defs.resources.database import PostgresResource
 from episode_pipeline.episodes.keys import EpisodeRef
@@ -44,6 +36,14 @@ from episode_pipeline.instance.run_tags import (
     PARTITION_TAG,
 )
 from episode_pipeline.local.stack import StackInfo
+from episode_pipeline.orchestration.campaigns import (
+    AFTER_STALE_CANCEL,
+    CAMPAIGN_PRIORITY,
+    RETRY_DECISION_SECONDS,
+    drive,
+    wave_backfill_id,
+)
+from episode_pipeline.orchestration.failures import fail_episode_of_run
 from episode_pipeline_tests.support.campaigns import OLD, finished_run, stale_episodes
 from episode_pipeline_tests.support.dagster_internals import (
     PARENT_RUN_ID_TAG,
@@ -399,8 +399,8 @@ class Crash(BaseException):
 
 
 def crash_at(point: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Arm `point` of the driver (defs/campaigns.py's `reach`) to kill the tick there."""
-    from episode_pipeline.defs import campaigns as driver
+    """Arm `point` of the driver (orchestration/campaigns.py's `reach`) to kill the tick there."""
+    from episode_pipeline.orchestration import campaigns as driver
 
     def reach(name: str, about: str = "") -> None:
         if name == point:
@@ -512,7 +512,7 @@ def test_a_wave_recorded_after_the_cancel_is_canceled_and_a_settled_cancel_skipp
     never left waiting at limit 0. A canceled campaign with nothing in flight is then skipped
     without counting its ledger; the run queue holds it at 0 until it has been quiet for the
     retry decision's window, then it leaves the published limits."""
-    from episode_pipeline.defs import campaigns as driver
+    from episode_pipeline.orchestration import campaigns as driver
 
     postgres = PostgresResource.from_settings(settings.database)
     _, idle_id, _ = one_episode_campaign(instance, settings, db_conn, "idle")
@@ -671,7 +671,7 @@ def test_a_cancel_while_the_limits_are_published_leaves_the_campaign_held(
     old tick published the limit it had read over the cancel's 0: the campaign's queued runs
     launchable after its cancel until the next tick."""
     from episode_pipeline.db.connection import connect
-    from episode_pipeline.defs import campaigns as driver
+    from episode_pipeline.orchestration import campaigns as driver
 
     postgres = PostgresResource.from_settings(settings.database)
     _, campaign_id, _ = one_episode_campaign(instance, settings, db_conn, "publish-race")

@@ -264,7 +264,7 @@ WILL_RETRY = {"dagster/will_retry": "true"}
 
 def test_a_retried_failure_is_superseded_by_its_retry() -> None:
     """Finding 1: the tag stays `true` on the crashed run after its retry succeeded."""
-    from episode_pipeline.defs.campaigns import _settled_run
+    from episode_pipeline.orchestration.campaigns import _settled_run
 
     crashed = _run("a", DagsterRunStatus.FAILURE, WILL_RETRY)
     retry = _run("b", DagsterRunStatus.SUCCESS, {"dagster/parent_run_id": "a"})
@@ -280,7 +280,7 @@ def test_a_retried_failure_is_superseded_by_its_retry() -> None:
 
 
 def test_a_failure_to_be_retried_waits_only_for_run_retries_decision() -> None:
-    from episode_pipeline.defs.campaigns import RETRY_DECISION_SECONDS, _settled_run
+    from episode_pipeline.orchestration.campaigns import RETRY_DECISION_SECONDS, _settled_run
 
     crashed = _run("a", DagsterRunStatus.FAILURE, WILL_RETRY)
     assert _settled_run([_record(crashed)], NOW + timedelta(seconds=5)) is None
@@ -298,7 +298,7 @@ def test_a_failure_to_be_retried_decides_once_its_wave_s_backfill_has_ended() ->
     """run_retries retries no run of an ended backfill but leaves its `will_retry` tag (found by
     the daemon test of ECS launch failures): the failure decides soon after the backfill ended,
     not `RETRY_DECISION_SECONDS` after the run."""
-    from episode_pipeline.defs.campaigns import RETRY_AFTER_BACKFILL_SECONDS, _settled_run
+    from episode_pipeline.orchestration.campaigns import RETRY_AFTER_BACKFILL_SECONDS, _settled_run
 
     crashed = _run("a", DagsterRunStatus.FAILURE, WILL_RETRY)
     soon = NOW + timedelta(seconds=RETRY_AFTER_BACKFILL_SECONDS + 1)

@@ -40,13 +40,18 @@ from episode_pipeline.db.connection import connect
 from episode_pipeline.db.migrate import apply_migrations
 from episode_pipeline.db.outputs import record_output
 from episode_pipeline.defs.assets.archive import RAW_ARCHIVE_KEY, report_archive_version
-from episode_pipeline.defs.campaigns import (
+from episode_pipeline.defs.partitions import EPISODES_PARTITION_NAME
+from episode_pipeline.defs.resources.database import PostgresResource
+from episode_pipeline.defs.sensors.campaign import campaign_driver
+from episode_pipeline.episodes.keys import EpisodeRef
+from episode_pipeline.instance.campaign_queue import published_limits
+from episode_pipeline.instance.run_tags import EPISODE_JOB_NAME
+from episode_pipeline.local.stack import StackInfo
+from episode_pipeline.orchestration.campaigns import (
     drive,
     wave_backfill_id,
 )
-from episode_pipeline.defs.partitions import EPISODES_PARTITION_NAME
-from episode_pipeline.defs.resources.database import PostgresResource
-from episode_pipeline.defs.retention import (
+from episode_pipeline.orchestration.retention import (
     DAY_SECONDS,
     IN_FLIGHT,
     WAITING_UPLOAD,
@@ -55,11 +60,6 @@ from episode_pipeline.defs.retention import (
     kept_because,
     prune,
 )
-from episode_pipeline.defs.sensors.campaign import campaign_driver
-from episode_pipeline.episodes.keys import EpisodeRef
-from episode_pipeline.instance.campaign_queue import published_limits
-from episode_pipeline.instance.run_tags import EPISODE_JOB_NAME
-from episode_pipeline.local.stack import StackInfo
 from episode_pipeline_tests.support.campaigns import OLD, finished_run, stale_episodes
 from episode_pipeline_tests.support.dagster_internals import AssetObservationData, BulkActionStatus
 from episode_pipeline_tests.support.instances import private_instance
@@ -239,7 +239,7 @@ def test_one_campaigns_failing_tick_stops_neither_the_others_nor_the_limits(
         (good_id, good.org_id),
     )
 
-    with caplog.at_level(logging.ERROR, logger="episode_pipeline.defs.campaigns"):
+    with caplog.at_level(logging.ERROR, logger="episode_pipeline.orchestration.campaigns"):
         reports = {r.campaign: r for r in drive(instance, postgres, datetime.now(UTC))}
 
     assert "ValueError" in reports[broken_id].error and reports[broken_id].launch_limit == 0

@@ -75,7 +75,6 @@ from episode_pipeline.db.connection import connect
 from episode_pipeline.db.episodes import episode_row, frame_rows
 from episode_pipeline.db.outputs import output_record
 from episode_pipeline.defs.batches import ABANDONED_BY_RETRY
-from episode_pipeline.defs.campaigns import AFTER_CLAIM, wave_backfill_id
 from episode_pipeline.defs.partitions import EPISODES_PARTITION_NAME
 from episode_pipeline.episodes.keys import EpisodeRef
 from episode_pipeline.instance.run_tags import (
@@ -89,6 +88,7 @@ from episode_pipeline.instance.run_tags import (
 )
 from episode_pipeline.local import aws_setup
 from episode_pipeline.local.upload import upload_episode
+from episode_pipeline.orchestration.campaigns import AFTER_CLAIM, wave_backfill_id
 from episode_pipeline.runtime.injection_points import MID_EXTRACTION, release
 from episode_pipeline.samples.writer import SampleSpec, write_sample
 from episode_pipeline.storage.bucket import Bucket

@@ -22,7 +22,6 @@ from episode_pipeline.commands import campaign as commands
 from episode_pipeline.config.settings import Settings
 from episode_pipeline.db import campaigns as db
 from episode_pipeline.db.outputs import record_output
-from episode_pipeline.defs.campaigns import drive, wave_backfill_id
 from episode_pipeline.defs.partitions import EPISODES_PARTITION_NAME
 from episode_pipeline.defs.resources.database import PostgresResource
 from episode_pipeline.defs.sensors.campaign import campaign_driver
@@ -30,6 +29,7 @@ from episode_pipeline.defs.sensors.metered import metered
 from episode_pipeline.episodes.keys import EpisodeRef
 from episode_pipeline.instance.run_tags import EPISODE_JOB_NAME, PARTITION_TAG
 from episode_pipeline.local.stack import StackInfo
+from episode_pipeline.orchestration.campaigns import drive, wave_backfill_id
 from episode_pipeline.runtime import metrics
 from episode_pipeline_tests.support.campaigns import OLD, finished_run, stale_episodes
 from episode_pipeline_tests.support.dagster_internals import BulkActionStatus, create_run_for_test

@@ -37,7 +37,6 @@ from dagster import (
 from dagster_graphql.test.utils import execute_dagster_graphql
 
 from episode_pipeline.defs.partitions import EPISODES_PARTITION_NAME, episode_partitions
-from episode_pipeline.defs.retention import delete_episodes
 from episode_pipeline.instance import event_log_storage
 from episode_pipeline.instance.event_log_storage import (
     CheckPartitions,
@@ -51,6 +50,7 @@ from episode_pipeline.instance.event_log_storage import (
 )
 from episode_pipeline.local.dagster_home import POOL_SETTINGS
 from episode_pipeline.local.stack import StackInfo
+from episode_pipeline.orchestration.retention import delete_episodes
 from episode_pipeline_tests.support.dagster_internals import (
     AssetCheckExecutionRecordStatus,
     AssetCheckExecutionResolvedStatus,

@@ -40,7 +40,6 @@ from episode_pipeline.defs.assets.hls_renditions import hls_renditions
 from episode_pipeline.defs.checks.hls import HLS_CHECKS
 from episode_pipeline.defs.partitions import EPISODES_PARTITION_NAME
 from episode_pipeline.defs.resources.transcoder import HlsTranscoder
-from episode_pipeline.defs.run_errors import StepError, run_errors
 from episode_pipeline.defs.sensors import sqs
 from episode_pipeline.episodes.keys import EpisodeRef
 from episode_pipeline.instance.run_tags import (
@@ -51,6 +50,7 @@ from episode_pipeline.instance.run_tags import (
 )
 from episode_pipeline.local import aws_setup
 from episode_pipeline.local.upload import upload_episode
+from episode_pipeline.orchestration.run_errors import StepError, run_errors
 from episode_pipeline.samples.writer import SampleSpec, pack_archive, write_dataset, write_sample
 from episode_pipeline.storage.bucket import Bucket
 from episode_pipeline.transcode.job import task_size

@@ -29,10 +29,10 @@ from episode_pipeline.config.settings import S3Deadlines, Settings
 from episode_pipeline.db.connection import connect
 from episode_pipeline.db.episodes import ensure_episode_row, episode_row, frame_rows
 from episode_pipeline.db.migrate import apply_migrations
-from episode_pipeline.defs.failures import failure_cause
 from episode_pipeline.episodes.keys import EpisodeRef
 from episode_pipeline.episodes.timeline import TIMELINE_NAME
 from episode_pipeline.local.pg_server import init_cluster, start_postgres, stop_postgres
+from episode_pipeline.orchestration.failures import failure_cause
 from episode_pipeline.runner import process_episode
 from episode_pipeline.runtime.injection_points import (
     INJECTION_ABOUT_ENV,

@@ -43,13 +43,6 @@ from episode_pipeline.defs.partitions import EPISODES_PARTITION_NAME
 from episode_pipeline.defs.resources.aws import aws_fields
 from episode_pipeline.defs.resources.s3 import S3BucketResource
 from episode_pipeline.defs.resources.sqs import UploadQueueResource
-from episode_pipeline.defs.retention import (
-    DAY_SECONDS,
-    EpisodeRuns,
-    prunable,
-    prune,
-    pruned_successes,
-)
 from episode_pipeline.defs.sensors import sqs
 from episode_pipeline.episodes.keys import EpisodeRef
 from episode_pipeline.instance.run_tags import (
@@ -62,6 +55,13 @@ from episode_pipeline.instance.run_tags import (
 from episode_pipeline.local import aws_setup
 from episode_pipeline.local.stack import StackInfo
 from episode_pipeline.local.upload import upload_episode
+from episode_pipeline.orchestration.retention import (
+    DAY_SECONDS,
+    EpisodeRuns,
+    prunable,
+    prune,
+    pruned_successes,
+)
 from episode_pipeline.reprocess import (
     BACKFILL_DAEMON,
     DAEMON_FRESH_SECONDS,

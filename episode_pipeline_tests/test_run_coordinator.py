@@ -17,7 +17,6 @@ from episode_pipeline.campaign.governor import THROTTLED as THROTTLED_CLASS
 from episode_pipeline.campaign.governor import classify_error
 from episode_pipeline.config.settings import ECS, SUBPROCESS
 from episode_pipeline.db.batches import create_batch
-from episode_pipeline.defs.campaigns import run_error
 from episode_pipeline.episodes.batches import batch_key
 from episode_pipeline.instance.campaign_queue import LIMITS_KEY, publish_limits, published_limits
 from episode_pipeline.instance.run_coordinator import (
@@ -40,6 +39,7 @@ from episode_pipeline.instance.run_tags import (
     episode_lock_tags,
     episode_tags,
 )
+from episode_pipeline.orchestration.campaigns import run_error
 from episode_pipeline.reprocess import Selection, reprocess
 from episode_pipeline.transcode.placement import RUN_WITHOUT_TRANSCODE
 from episode_pipeline_tests.support import new_ref

@@ -5,13 +5,13 @@ from __future__ import annotations
 from dagster import DagsterInstance, DagsterRun, DagsterRunStatus
 
 from episode_pipeline.defs.partitions import EPISODES_PARTITION_NAME
-from episode_pipeline.defs.runs import (
+from episode_pipeline.instance.run_tags import UPLOAD_TAG
+from episode_pipeline.orchestration.runs import (
     known_partitions,
     latest_run_of_upload,
     latest_runs_of_uploads,
     new_partitions_request,
 )
-from episode_pipeline.instance.run_tags import UPLOAD_TAG
 
 
 def add_run(instance: DagsterInstance, upload: str, run_id: str, status: DagsterRunStatus) -> None:

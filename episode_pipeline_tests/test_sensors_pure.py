@@ -6,10 +6,10 @@ import sys
 
 from dagster import AssetKey, DagsterInstance, DagsterRun, DagsterRunStatus
 
-from episode_pipeline.defs.failures import is_orphaned, was_processing
 from episode_pipeline.episodes.keys import EpisodeRef
 from episode_pipeline.instance.run_launcher import WORKER_STARTED_PREFIX, LocalRunLauncher
 from episode_pipeline.instance.run_tags import HOST_TAG, PID_TAG, episode_of_run
+from episode_pipeline.orchestration.failures import is_orphaned, was_processing
 from episode_pipeline_tests.support.dagster_internals import (
     EngineEventData,
     WorkerStatus,

@@ -117,7 +117,7 @@ def capacity_of(
     within_hours: float | None,
 ) -> tuple[Capacity, Choice | None]:
     """The plan at the campaign's K and concurrency, and what `--within` chose."""
-    from episode_pipeline.defs.campaigns import BACKFILL_LEAD_SECONDS
+    from episode_pipeline.orchestration.campaigns import BACKFILL_LEAD_SECONDS
 
     campaign = settings.campaign
     ceilings = Ceilings.of(
@@ -396,10 +396,10 @@ def act(
 def cancel_backfills(instance: Any, campaign_id: str, waves: int) -> int:
     """After the cancel: hold the campaign's launches at 0 at once, and cancel its waves still
     requested in Dagster (their queued runs go too). A wave a driver tick claimed before the
-    cancel and records after it is canceled by the next tick (defs/campaigns.py: a canceled
+    cancel and records after it is canceled by the next tick (orchestration/campaigns.py: a canceled
     campaign's requested backfills)."""
-    from episode_pipeline.defs.campaigns import cancel_wave_backfill
     from episode_pipeline.instance.campaign_queue import hold
+    from episode_pipeline.orchestration.campaigns import cancel_wave_backfill
 
     hold(instance, campaign_id)
     return sum(cancel_wave_backfill(instance, campaign_id, wave) for wave in range(waves))
@@ -491,7 +491,7 @@ def start(
     """Write the campaign and its ledger (the caller commits) and register it with this Dagster
     instance, whose driver runs it; (its id, its episodes)."""
     from episode_pipeline.db import campaigns as db
-    from episode_pipeline.defs.campaigns import register_campaign
+    from episode_pipeline.orchestration.campaigns import register_campaign
 
     if not planned["episodes"]:
         skipped = f" ({planned['skipped']} row(s) skipped: unkeyable)" if planned["skipped"] else ""

@@ -56,14 +56,11 @@ from episode_pipeline.campaign.assets import stored_inputs
 from episode_pipeline.db.batches import batch_episodes
 from episode_pipeline.db.campaigns import moved_on_from_batch
 from episode_pipeline.defs.code_versions import asset_children, stored_in_s3
-from episode_pipeline.defs.failures import fail_episode_of_run, report_abandoned
 from episode_pipeline.defs.io_managers.s3_outputs import missing_stored_outputs
 from episode_pipeline.defs.metadata import table
 from episode_pipeline.defs.partitions import EPISODES_PARTITION_NAME, batch_partitions
 from episode_pipeline.defs.resources.database import PostgresResource
 from episode_pipeline.defs.resources.s3 import S3BucketResource
-from episode_pipeline.defs.run_errors import user_error_text
-from episode_pipeline.defs.runs import known_partitions
 from episode_pipeline.episodes.batches import InvalidBatchKey, parse_batch_key
 from episode_pipeline.episodes.keys import EpisodeRef
 from episode_pipeline.instance.run_tags import (
@@ -76,6 +73,9 @@ from episode_pipeline.instance.run_tags import (
     episode_tags,
     in_process_tags,
 )
+from episode_pipeline.orchestration.failures import fail_episode_of_run, report_abandoned
+from episode_pipeline.orchestration.run_errors import user_error_text
+from episode_pipeline.orchestration.runs import known_partitions
 from episode_pipeline.storage.bucket import Bucket
 
 ABANDONED_BY_RETRY = "run(s) left by a dead attempt"  # the retry's log line names them

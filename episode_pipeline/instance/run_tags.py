@@ -2,7 +2,7 @@
 
 Every run of the episode graph is built and read through these names: the sensors and the
 campaign driver write them, the run queue (`instance/run_coordinator.py`) and `dagster.yaml`'s
-limits read them, and the services find runs by them (`defs/runs.py`). Pure: no instance.
+limits read them, and the services find runs by them (`orchestration/runs.py`). Pure: no instance.
 """
 
 from __future__ import annotations

@@ -24,13 +24,13 @@ from dagster import DagsterInstance
 from episode_pipeline.config.settings import Settings
 from episode_pipeline.db import episodes as episode_db
 from episode_pipeline.db.connection import connect
-from episode_pipeline.defs.runs import latest_run_of_episode
 from episode_pipeline.episodes.keys import EpisodeRef
 from episode_pipeline.instance.run_tags import IN_FLIGHT_STATUSES
 from episode_pipeline.local.aws_setup import QueueTiming
 from episode_pipeline.local.demo import DEMO_ORG, running_daemon
 from episode_pipeline.local.stack import stack_status, start_stack
 from episode_pipeline.local.stack_env import apply_local_stack_env, load_settings
+from episode_pipeline.orchestration.runs import latest_run_of_episode
 from episode_pipeline.samples.writer import SampleSpec, write_sample
 from episode_pipeline.uploads.dead_letters import peek
 from episode_pipeline.uploads.upload_queue import UploadQueue

@@ -35,7 +35,6 @@ from episode_pipeline.dagster_compat import (
 )
 from episode_pipeline.db.episodes import mark_processing
 from episode_pipeline.defs.asset_keys import RAW_ARCHIVE_KEY
-from episode_pipeline.defs.event_log import latest_observation
 from episode_pipeline.defs.metadata import bucket_links, on_materialization, table
 from episode_pipeline.defs.partitions import (
     EPISODE_GROUP,
@@ -49,7 +48,6 @@ from episode_pipeline.defs.partitions import (
 from episode_pipeline.defs.resources.archive_limits import ArchiveLimitsResource
 from episode_pipeline.defs.resources.database import PostgresResource
 from episode_pipeline.defs.resources.s3 import S3BucketResource
-from episode_pipeline.defs.runs import claim_upload
 from episode_pipeline.episodes.extracted_files import ArchiveObject, ExtractedFiles
 from episode_pipeline.episodes.extraction import (
     extract_archive,
@@ -58,6 +56,8 @@ from episode_pipeline.episodes.extraction import (
 )
 from episode_pipeline.episodes.keys import parse_partition_key
 from episode_pipeline.instance.run_tags import upload_id
+from episode_pipeline.orchestration.event_log import latest_observation
+from episode_pipeline.orchestration.runs import claim_upload
 from episode_pipeline.storage.links import BucketLinks
 
 # Bump when the same upload would give other processed files or another `ExtractedFiles`

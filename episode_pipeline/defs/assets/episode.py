@@ -25,7 +25,6 @@ from episode_pipeline.db.outputs import has_outputs_table, record_output
 from episode_pipeline.defs.asset_keys import FRAMES_KEY, HLS_RENDITIONS_KEY
 from episode_pipeline.defs.assets.timeline import write_timeline
 from episode_pipeline.defs.code_versions import code_versions
-from episode_pipeline.defs.event_log import latest_materialization_metadata
 from episode_pipeline.defs.metadata import bucket_links, materialized, table_schema
 from episode_pipeline.defs.partitions import SERVING, episode_asset
 from episode_pipeline.defs.resources.database import PostgresResource
@@ -33,6 +32,7 @@ from episode_pipeline.defs.resources.s3 import S3BucketResource
 from episode_pipeline.episodes.episode_rows import episode_columns
 from episode_pipeline.episodes.extracted_files import DATA, ExtractedFiles
 from episode_pipeline.episodes.keys import EpisodeRef, parse_partition_key
+from episode_pipeline.orchestration.event_log import latest_materialization_metadata
 from episode_pipeline.runtime import metrics
 from episode_pipeline.storage.bucket import ObjectInfo
 from episode_pipeline.storage.links import BucketLinks

@@ -19,7 +19,6 @@ from dagster import DagsterInstance
 
 from episode_pipeline.defs.asset_keys import HLS_RENDITIONS_KEY
 from episode_pipeline.defs.checks.sync import gather_sync_inputs
-from episode_pipeline.defs.event_log import latest_materialization_metadata
 from episode_pipeline.episodes.extracted_files import ExtractedFiles
 from episode_pipeline.episodes.keys import EpisodeRef
 from episode_pipeline.episodes.timeline import (
@@ -33,6 +32,7 @@ from episode_pipeline.episodes.timeline import (
 from episode_pipeline.lerobot.features import features_from_info
 from episode_pipeline.lerobot.frames import BATCH_ROWS, FrameDataError, open_frame_file
 from episode_pipeline.lerobot.sync import place_episodes
+from episode_pipeline.orchestration.event_log import latest_materialization_metadata
 from episode_pipeline.storage.bucket import Bucket
 from episode_pipeline.video.storyboard import STORYBOARD_VTT
 

@@ -15,10 +15,10 @@ from episode_pipeline.defs.checks.family import (
     EpisodeCheckFamily,
 )
 from episode_pipeline.defs.checks.queries import query_episode
-from episode_pipeline.defs.event_log import latest_materialization_metadata
 from episode_pipeline.defs.metadata import FILES_WITHOUT_STATE_METADATA, STATE_FEATURE_METADATA
 from episode_pipeline.defs.resources.database import PostgresResource
 from episode_pipeline.episodes.extracted_files import ExtractedFiles
+from episode_pipeline.orchestration.event_log import latest_materialization_metadata
 
 family = EpisodeCheckFamily("frames_checks", ins=EXTRACTED_FILES_INS)
 

@@ -20,11 +20,11 @@ from episode_pipeline.defs.checks.family import (
     EpisodeCheckContext,
     EpisodeCheckFamily,
 )
-from episode_pipeline.defs.event_log import latest_materialization_metadata
 from episode_pipeline.defs.metadata import table
 from episode_pipeline.defs.resources.s3 import S3BucketResource
 from episode_pipeline.episodes.extracted_files import ExtractedFiles, videos_by_camera
 from episode_pipeline.episodes.keys import parse_partition_key
+from episode_pipeline.orchestration.event_log import latest_materialization_metadata
 from episode_pipeline.runtime import metrics
 from episode_pipeline.video.stored import (
     StoredCamera,

@@ -30,7 +30,6 @@ from episode_pipeline.defs.checks.family import (
     EpisodeCheckFamily,
 )
 from episode_pipeline.defs.checks.hls import recorded_sources
-from episode_pipeline.defs.event_log import latest_materialization_metadata
 from episode_pipeline.defs.metadata import EPISODE_TIMING_METADATA, table
 from episode_pipeline.defs.resources.s3 import S3BucketResource
 from episode_pipeline.episodes.extracted_files import META, ExtractedFiles, videos_by_camera
@@ -49,6 +48,7 @@ from episode_pipeline.lerobot.sync import (
     path_indices,
     timings_from_json,
 )
+from episode_pipeline.orchestration.event_log import latest_materialization_metadata
 from episode_pipeline.runtime import metrics
 from episode_pipeline.storage.bucket import Bucket
 

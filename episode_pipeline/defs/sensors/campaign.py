@@ -1,4 +1,5 @@
-"""`campaign_driver`: paces every reprocessing campaign, one tick at a time (defs/campaigns.py)."""
+"""`campaign_driver`: paces every reprocessing campaign, one tick at a time
+(`orchestration/campaigns.py`)."""
 
 from __future__ import annotations
 
@@ -12,8 +13,8 @@ from dagster import (
 
 from episode_pipeline.config.settings import CampaignSettings, RetentionSettings
 from episode_pipeline.db import campaigns as db
-from episode_pipeline.defs.campaigns import drive, registered
 from episode_pipeline.defs.resources.database import PostgresResource
+from episode_pipeline.orchestration.campaigns import drive, registered
 from episode_pipeline.runtime import metrics
 
 CAMPAIGN_SENSOR_NAME = "campaign_driver"

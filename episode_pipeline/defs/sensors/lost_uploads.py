@@ -41,8 +41,6 @@ from episode_pipeline.db.episodes import (
 )
 from episode_pipeline.db.schema_check import read_schema
 from episode_pipeline.defs.assets.archive import report_archive_version
-from episode_pipeline.defs.retention import pruned_successes
-from episode_pipeline.defs.runs import latest_runs_of_uploads
 from episode_pipeline.episodes.keys import (
     EpisodeRef,
     UnkeyableRow,
@@ -56,6 +54,8 @@ from episode_pipeline.instance.run_tags import (
     reconciled_run_key,
     upload_id,
 )
+from episode_pipeline.orchestration.retention import pruned_successes
+from episode_pipeline.orchestration.runs import latest_runs_of_uploads
 from episode_pipeline.runtime import metrics
 from episode_pipeline.storage.bucket import Bucket, ObjectInfo
 from episode_pipeline.uploads.listing import newest_raw_archive

@@ -32,17 +32,17 @@ from dagster import (
 from episode_pipeline.config.settings import ReconcileSettings
 from episode_pipeline.db.episodes import fail_if_still_processing, stale_processing
 from episode_pipeline.db.schema_check import read_schema
-from episode_pipeline.defs.failures import emit_episode_failed, fail_orphaned_runs
 from episode_pipeline.defs.resources.database import PostgresResource
 from episode_pipeline.defs.resources.s3 import S3BucketResource
-from episode_pipeline.defs.runs import (
+from episode_pipeline.defs.sensors.lost_uploads import Cursor, reconcile_tick
+from episode_pipeline.instance.run_tags import EPISODE_JOB_NAME
+from episode_pipeline.orchestration.failures import emit_episode_failed, fail_orphaned_runs
+from episode_pipeline.orchestration.runs import (
     has_run_in_flight,
     known_partitions,
     latest_run_of_episode,
     new_partitions_request,
 )
-from episode_pipeline.defs.sensors.lost_uploads import Cursor, reconcile_tick
-from episode_pipeline.instance.run_tags import EPISODE_JOB_NAME
 from episode_pipeline.runtime import metrics
 
 WAITING_UPLOADS_SENSOR_NAME = "waiting_uploads"

@@ -11,7 +11,7 @@ from dagster import (
 )
 
 from episode_pipeline.config.settings import RetentionSettings
-from episode_pipeline.defs.retention import prune
+from episode_pipeline.orchestration.retention import prune
 
 RETENTION_SENSOR_NAME = "dagster_retention"
 RETENTION_INTERVAL_SECONDS = 600

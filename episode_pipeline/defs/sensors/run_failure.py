@@ -2,8 +2,8 @@
 
 from dagster import DefaultSensorStatus, RunFailureSensorContext, run_failure_sensor
 
-from episode_pipeline.defs.failures import fail_episode_of_run
 from episode_pipeline.defs.resources.database import PostgresResource
+from episode_pipeline.orchestration.failures import fail_episode_of_run
 
 
 @run_failure_sensor(

@@ -71,14 +71,6 @@ from episode_pipeline.config.settings import QueueSettings, TranscodeSettings
 from episode_pipeline.defs.assets.archive import report_archive_version
 from episode_pipeline.defs.resources.s3 import S3BucketResource
 from episode_pipeline.defs.resources.sqs import UploadQueueResource
-from episode_pipeline.defs.retention import pruned_successes
-from episode_pipeline.defs.runs import (
-    known_partitions,
-    latest_run_of_episode,
-    latest_runs_of_uploads,
-    new_partitions_request,
-    runs_in_flight,
-)
 from episode_pipeline.episodes.keys import parse_partition_key
 from episode_pipeline.instance.run_tags import (
     EPISODE_JOB_NAME,
@@ -91,6 +83,14 @@ from episode_pipeline.instance.run_tags import (
     retry_run_key,
     upload_id,
     upload_run_key,
+)
+from episode_pipeline.orchestration.retention import pruned_successes
+from episode_pipeline.orchestration.runs import (
+    known_partitions,
+    latest_run_of_episode,
+    latest_runs_of_uploads,
+    new_partitions_request,
+    runs_in_flight,
 )
 from episode_pipeline.runtime import metrics
 from episode_pipeline.runtime.injection_points import reach

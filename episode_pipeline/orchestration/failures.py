@@ -36,7 +36,6 @@ from dagster import (
 from episode_pipeline.db.episodes import is_processing, mark_failed
 from episode_pipeline.defs.asset_keys import EXTRACTED_FILES_KEY
 from episode_pipeline.defs.resources.database import PostgresResource
-from episode_pipeline.defs.run_errors import run_errors
 from episode_pipeline.episodes.keys import EpisodeRef
 from episode_pipeline.instance.run_tags import (
     ABANDONED_TAG,
@@ -47,6 +46,7 @@ from episode_pipeline.instance.run_tags import (
     PID_TAG,
     episode_of_run,
 )
+from episode_pipeline.orchestration.run_errors import run_errors
 from episode_pipeline.runtime import metrics
 from episode_pipeline.runtime.processes import process_alive
 

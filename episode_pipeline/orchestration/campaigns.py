@@ -51,13 +51,8 @@ from episode_pipeline.dagster_compat import (
     BulkActionStatus,
 )
 from episode_pipeline.db import campaigns as db
-from episode_pipeline.defs.backfills import record_backfill
-from episode_pipeline.defs.failures import fail_episode_of_run, failure_cause
 from episode_pipeline.defs.partitions import BATCHES_PARTITION_NAME, EPISODES_PARTITION_NAME
 from episode_pipeline.defs.resources.database import PostgresResource
-from episode_pipeline.defs.retention import prune_campaign_partitions
-from episode_pipeline.defs.run_errors import user_error_text
-from episode_pipeline.defs.runs import known_partitions
 from episode_pipeline.instance.campaign_queue import publish_limits
 from episode_pipeline.instance.run_tags import (
     BATCH_JOB_NAME,
@@ -68,6 +63,11 @@ from episode_pipeline.instance.run_tags import (
     PARTITION_TAG,
     assets_tags,
 )
+from episode_pipeline.orchestration.backfills import record_backfill
+from episode_pipeline.orchestration.failures import fail_episode_of_run, failure_cause
+from episode_pipeline.orchestration.retention import prune_campaign_partitions
+from episode_pipeline.orchestration.run_errors import user_error_text
+from episode_pipeline.orchestration.runs import known_partitions
 from episode_pipeline.runtime.injection_points import reach
 from episode_pipeline.runtime.metrics import BAD_ARCHIVE
 
