@@ -49,11 +49,8 @@ from benchmarks.common import (
     timed,
     write_data_parquet,
 )
-from episode_pipeline.defs.io_managers.postgres_tables import (
-    PostgresPolarsIOManager,
-    RowBatches,
-    copy_chunks,
-)
+from episode_pipeline.db.partition_tables import RowBatches, copy_chunks
+from episode_pipeline.defs.io_managers.postgres_tables import PostgresPolarsIOManager
 from episode_pipeline.defs.resources.database import PostgresResource
 from episode_pipeline.lerobot.frames import FRAME_COLUMNS, FRAMES_SCHEMA, frames_table, iter_frames
 

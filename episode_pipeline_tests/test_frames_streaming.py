@@ -10,8 +10,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from episode_pipeline.db.partition_tables import SkippedRows
 from episode_pipeline.defs.assets.frames import FramesRead, file_batches
-from episode_pipeline.defs.io_managers.postgres_tables import SkippedRows
 from episode_pipeline.lerobot.frames import BATCH_ROWS
 from episode_pipeline.lerobot.sync import TimingAccumulator
 

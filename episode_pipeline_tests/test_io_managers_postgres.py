@@ -19,12 +19,8 @@ from dagster import (
 )
 
 from episode_pipeline.config.settings import Settings
-from episode_pipeline.defs.io_managers.postgres_tables import (
-    PostgresPolarsIOManager,
-    RowBatches,
-    SkippedRows,
-    TableMismatch,
-)
+from episode_pipeline.db.partition_tables import RowBatches, SkippedRows, TableMismatch
+from episode_pipeline.defs.io_managers.postgres_tables import PostgresPolarsIOManager
 from episode_pipeline.defs.resources.database import PostgresResource
 from episode_pipeline.episodes.keys import EpisodeRef
 

@@ -11,11 +11,8 @@ import polars as pl
 import pytest
 from dagster import AssetKey
 
-from episode_pipeline.defs.io_managers.postgres_tables import (
-    PostgresPolarsIOManager,
-    copy_chunks,
-    text_ready,
-)
+from episode_pipeline.db.partition_tables import copy_chunks, text_ready
+from episode_pipeline.defs.io_managers.postgres_tables import PostgresPolarsIOManager
 from episode_pipeline.defs.io_managers.s3_outputs import encode, object_key, to_jsonable
 from episode_pipeline.defs.resources.database import PostgresResource
 from episode_pipeline.episodes.keys import InvalidEpisodeKey

@@ -15,9 +15,9 @@ from dagster import (
     TableColumnLineage,
 )
 
+from episode_pipeline.db.partition_tables import RowBatches, SkippedRows
 from episode_pipeline.db.schema_check import OPTIONAL_COLUMNS
 from episode_pipeline.defs.asset_keys import EXTRACTED_FILES_KEY
-from episode_pipeline.defs.io_managers.postgres_tables import RowBatches, SkippedRows
 from episode_pipeline.defs.metadata import (
     EPISODE_TIMING_METADATA,
     FILES_WITHOUT_STATE_METADATA,
