@@ -22,14 +22,7 @@ from dagster import AssetCheckKey, DagsterInstance, RunRecord
 from episode_pipeline.dagster_compat import AssetCheckExecutionRecordStatus
 from episode_pipeline.episodes.keys import EpisodeRef
 from episode_pipeline.orchestration.event_log import latest_check_executions
-from episode_pipeline.orchestration.run_errors import (  # noqa: F401 - diagnosis's own names, kept
-    ERROR_LINES,
-    StepError,
-    _first_lines,
-    run_errors,
-    step_error,
-    user_error,
-)
+from episode_pipeline.orchestration.run_errors import StepError, first_lines, run_errors
 from episode_pipeline.orchestration.runs import latest_run_record_of_episode
 
 
@@ -99,7 +92,7 @@ def format_diagnosis(diagnosis: Mapping[str, Any]) -> list[str]:
     for error in diagnosis["errors"]:
         where = f"step {error['step']}" if error["step"] else "the run"
         lines.append(f"  {where} failed: {error['error_type']}")
-        lines += [f"    {line}" for line in _first_lines(error["message"])]
+        lines += [f"    {line}" for line in first_lines(error["message"])]
     for check in diagnosis["failed_checks"]:
         lines.append(f"  check {check['check']} ({check['asset']}, {check['severity']}) failed")
         lines.append(f"    checks that: {check['description']}")

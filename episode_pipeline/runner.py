@@ -15,11 +15,11 @@ from episode_pipeline.config.settings import Settings, settings_from_environment
 from episode_pipeline.definitions import build_definitions
 from episode_pipeline.defs.partitions import EPISODES_PARTITION_NAME
 from episode_pipeline.defs.resources.database import PostgresResource
-from episode_pipeline.diagnosis import run_errors
 from episode_pipeline.episodes.extraction import ArchiveNotFound, find_archive
 from episode_pipeline.episodes.keys import EpisodeRef
 from episode_pipeline.instance.run_tags import EPISODE_JOB_NAME, episode_tags, in_process_tags
 from episode_pipeline.orchestration.failures import fail_episode_of_run, fail_orphaned_runs
+from episode_pipeline.orchestration.run_errors import run_errors
 from episode_pipeline.orchestration.runs import ensure_partition
 from episode_pipeline.storage.bucket import Bucket
 
@@ -55,12 +55,8 @@ class ProcessOutcome:
 
 
 def step_errors(instance: DagsterInstance, run_id: str) -> list[str]:
-    """The failed steps of a run and their errors, as a person would want them:
-    `step: Type: message`, the user's exception under Dagster's wrappers."""
-    return [
-        f"{error.step or 'run'}: {error.error_type}: {error.message}"
-        for error in run_errors(instance, run_id)
-    ]
+    """The failed steps of a run and their errors, one line each (`StepError.line`)."""
+    return [error.line() for error in run_errors(instance, run_id)]
 
 
 # Dagster's console logger at this level prints nothing a run emits (`process` without -v).

@@ -38,7 +38,8 @@ from episode_pipeline.instance.run_tags import CAMPAIGN_TAG
 from episode_pipeline.local import aws_setup
 from episode_pipeline.local.dagster_home import Difference
 from episode_pipeline.local.upload import upload_episode
-from episode_pipeline.orchestration.campaigns import run_error, wave_backfill_id
+from episode_pipeline.orchestration.campaigns import wave_backfill_id
+from episode_pipeline.orchestration.run_errors import run_error
 from episode_pipeline.samples.writer import SampleSpec, write_sample
 from episode_pipeline_tests.support.campaigns import start_campaign
 from episode_pipeline_tests.support.daemon import (

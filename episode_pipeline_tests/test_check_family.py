@@ -16,7 +16,7 @@ from dagster import (
 
 from episode_pipeline.defs.checks.family import EpisodeCheckContext, EpisodeCheckFamily
 from episode_pipeline.defs.partitions import EPISODES_PARTITION_NAME, episode_asset
-from episode_pipeline.diagnosis import step_error
+from episode_pipeline.orchestration.run_errors import step_error
 
 EPISODE = "org/ep"
 UPSTREAM, DOWNSTREAM = AssetKey("upstream"), AssetKey("downstream")

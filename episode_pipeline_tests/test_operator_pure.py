@@ -6,9 +6,10 @@ from __future__ import annotations
 import pytest
 
 from episode_pipeline.commands.process import StepEvent, format_steps, step_lines, summary_line
-from episode_pipeline.diagnosis import CheckFailure, StepError, one_line_cause, step_error
+from episode_pipeline.diagnosis import CheckFailure, one_line_cause
 from episode_pipeline.local.aws_setup import QueueTiming
 from episode_pipeline.local.stack import StackInfo
+from episode_pipeline.orchestration.run_errors import StepError, step_error
 from episode_pipeline_tests.support.dagster_internals import SerializableErrorInfo
 
 

@@ -39,7 +39,7 @@ from episode_pipeline.instance.run_tags import (
     episode_lock_tags,
     episode_tags,
 )
-from episode_pipeline.orchestration.campaigns import run_error
+from episode_pipeline.orchestration.run_errors import run_error
 from episode_pipeline.reprocess import Selection, reprocess
 from episode_pipeline.transcode.placement import RUN_WITHOUT_TRANSCODE
 from episode_pipeline_tests.support import new_ref

@@ -9,8 +9,8 @@ Every change is a `Decision`, logged by the driver and shown by `campaign status
 
 How the signals arrive: a run throttled by S3 failed its step with that error; a run ECS would not
 start (RunTask throttled, no capacity) carries the launcher's exception in the run queue's engine
-event (`defs/campaigns.run_error` reads both). The driver classifies each failed run's error
-(`classify_error`), records the class on the ledger row (backpressure uses up no attempt:
+event (`orchestration/run_errors.run_error` reads both). The driver classifies each failed run's
+error (`classify_error`), records the class on the ledger row (backpressure uses up no attempt:
 `ledger.after_outcome`), then feeds the outcomes here.
 """
 

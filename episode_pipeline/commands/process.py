@@ -139,7 +139,7 @@ def summary_line(lines: Sequence[StepLine]) -> str:
 
 
 def _error_text(event: object) -> str | None:
-    from episode_pipeline.diagnosis import step_error
+    from episode_pipeline.orchestration.run_errors import step_error
 
     data = event.step_failure_data  # type: ignore[attr-defined]
     error = step_error(None, data.error if data else None, "failed")

@@ -36,11 +36,9 @@ from dataclasses import dataclass
 import psycopg
 from dagster import (
     AssetKey,
-    DagsterEventType,
     DagsterInstance,
     DagsterRun,
     DagsterRunStatus,
-    ExecuteInProcessResult,
     Failure,
     JobDefinition,
     Nothing,
@@ -74,7 +72,7 @@ from episode_pipeline.instance.run_tags import (
     in_process_tags,
 )
 from episode_pipeline.orchestration.failures import fail_episode_of_run, report_abandoned
-from episode_pipeline.orchestration.run_errors import user_error_text
+from episode_pipeline.orchestration.run_errors import run_cause
 from episode_pipeline.orchestration.runs import known_partitions
 from episode_pipeline.storage.bucket import Bucket
 
@@ -124,21 +122,6 @@ def outcome_metadata(outcomes: Iterable[EpisodeOutcome]) -> dict[str, object]:
         **{name.replace(" ", "_"): count for name, count in counts.items()},
         "outcomes": table(OUTCOME_COLUMNS, [outcome.as_row() for outcome in listed]),
     }
-
-
-def run_cause(result: ExecuteInProcessResult) -> str | None:
-    """`step: Type: first line` of the first failed step, else the run's own failure."""
-    for event in result.all_events:
-        if event.event_type == DagsterEventType.STEP_FAILURE and event.step_failure_data:
-            error = event.step_failure_data.error
-            if error is not None:
-                error_type, message = user_error_text(error)
-                first = (message.splitlines() or [""])[0]
-                return f"{event.step_key}: {error_type}: {first}"
-    for event in result.all_events:
-        if event.event_type == DagsterEventType.RUN_FAILURE:
-            return event.message or "the run failed"
-    return None
 
 
 def ended_children(children: Iterable[DagsterRun]) -> dict[str, tuple[str, str]]:
@@ -224,7 +207,9 @@ def run_episode(
     if result.success:
         return EpisodeOutcome(position, ref.partition_key, SUCCEEDED, run.run_id)
     fail_episode_of_run(context.instance, run, postgres)
-    return EpisodeOutcome(position, ref.partition_key, FAILED, run.run_id, run_cause(result))
+    return EpisodeOutcome(
+        position, ref.partition_key, FAILED, run.run_id, run_cause(result.all_events)
+    )
 
 
 def batch_job(episode_job: Callable[[], JobDefinition]) -> JobDefinition:

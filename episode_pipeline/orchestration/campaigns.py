@@ -22,7 +22,6 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from dagster import (
-    DagsterEventType,
     DagsterInstance,
     DagsterRun,
     DagsterRunStatus,
@@ -66,7 +65,7 @@ from episode_pipeline.instance.run_tags import (
 from episode_pipeline.orchestration.backfills import record_backfill
 from episode_pipeline.orchestration.failures import fail_episode_of_run, failure_cause
 from episode_pipeline.orchestration.retention import prune_campaign_partitions
-from episode_pipeline.orchestration.run_errors import user_error_text
+from episode_pipeline.orchestration.run_errors import run_error
 from episode_pipeline.orchestration.runs import known_partitions
 from episode_pipeline.runtime.injection_points import reach
 from episode_pipeline.runtime.metrics import BAD_ARCHIVE
@@ -174,39 +173,6 @@ class TickReport:
         if self.stalled:
             parts.append(f"STALLED ({self.stalled}): campaign status names the cause")
         return "; ".join(parts + self.decisions)
-
-
-# Where a failed run's error is read, in order: a failed step's; an error an engine event carries
-# (a launch that raised: the run queue records the launcher's exception — boto3's RunTask
-# ThrottlingException, dagster-aws's "Task failed. Failure reason: RESOURCE:CPU" — in an engine
-# event, then fails the run with a generic message); the run's own.
-_ERROR_EVENTS = (
-    DagsterEventType.STEP_FAILURE,
-    DagsterEventType.ENGINE_EVENT,
-    DagsterEventType.RUN_FAILURE,
-)
-
-
-def run_error(instance: DagsterInstance, run: DagsterRun) -> str:
-    """The failed run's first step error, else its launch error, else its own, as one line."""
-    records = instance.get_records_for_run(run.run_id, of_type=set(_ERROR_EVENTS)).records
-    errors: dict[DagsterEventType, str] = {}
-    message = None
-    for record in records:
-        event = record.event_log_entry.dagster_event
-        if event is None or event.event_type in errors:
-            continue
-        error = getattr(event.event_specific_data, "error", None)
-        if error is not None:
-            error_type, text = user_error_text(error)
-            step = f"{event.step_key}: " if event.step_key else ""
-            errors[event.event_type] = f"{step}{error_type}: {text}"[:1000]
-        elif event.event_type == DagsterEventType.RUN_FAILURE and message is None:
-            message = record.event_log_entry.message or None
-    for event_type in _ERROR_EVENTS:
-        if event_type in errors:
-            return errors[event_type]
-    return (message or f"run {run.status.value.lower()}")[:1000]
 
 
 def _runs_by_episode(

@@ -1,12 +1,16 @@
-"""The errors a failed run recorded, unwrapped from Dagster's: what `status` shows and what the
-metrics classify (`runtime.metrics.cause_class`). Keyed reads by run id and event type only.
+"""A failed run's errors, unwrapped from Dagster's, in one place: what `status` and `process`
+show (`run_errors`, `StepError.line`), what the campaign's ledger and governor read
+(`run_error`: one line), what a batch records of a child run it executed (`run_cause`), and
+what the metrics classify (`runtime.metrics.cause_class`). Keyed reads by run id and event
+type only.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
-from dagster import DagsterEventType, DagsterInstance
+from dagster import DagsterEvent, DagsterEventType, DagsterInstance, DagsterRun
 
 from episode_pipeline.dagster_compat import SerializableErrorInfo
 
@@ -23,7 +27,11 @@ class StepError:
     message: str  # without the "module.Class: " prefix Dagster puts in front
 
     def first_lines(self, count: int = ERROR_LINES) -> list[str]:
-        return _first_lines(self.message, count)
+        return first_lines(self.message, count)
+
+    def line(self) -> str:
+        """`step: Type: message`, as a person wants it (`run` for the run's own error)."""
+        return f"{self.step or 'run'}: {self.error_type}: {self.message}"
 
 
 def user_error(error: SerializableErrorInfo) -> SerializableErrorInfo:
@@ -52,7 +60,7 @@ def step_error(step: str | None, error: SerializableErrorInfo | None, fallback: 
     return StepError(step, *user_error_text(error))
 
 
-def _first_lines(message: str, count: int = ERROR_LINES) -> list[str]:
+def first_lines(message: str, count: int = ERROR_LINES) -> list[str]:
     lines = [line for line in message.strip().splitlines() if line.strip()]
     return lines[:count] + (["…"] if len(lines) > count else [])
 
@@ -74,3 +82,53 @@ def run_errors(instance: DagsterInstance, run_id: str) -> list[StepError]:
             error = getattr(data, "error", None)
             run_level.append(step_error(None, error, record.event_log_entry.message or "failed"))
     return steps or run_level
+
+
+# Where a failed run's error is read, in order: a failed step's; an error an engine event carries
+# (a launch that raised: the run queue records the launcher's exception — boto3's RunTask
+# ThrottlingException, dagster-aws's "Task failed. Failure reason: RESOURCE:CPU" — in an engine
+# event, then fails the run with a generic message); the run's own.
+_ERROR_EVENTS = (
+    DagsterEventType.STEP_FAILURE,
+    DagsterEventType.ENGINE_EVENT,
+    DagsterEventType.RUN_FAILURE,
+)
+
+
+def run_error(instance: DagsterInstance, run: DagsterRun) -> str:
+    """The failed run's first step error, else its launch error, else its own, as one line."""
+    records = instance.get_records_for_run(run.run_id, of_type=set(_ERROR_EVENTS)).records
+    errors: dict[DagsterEventType, str] = {}
+    message = None
+    for record in records:
+        event = record.event_log_entry.dagster_event
+        if event is None or event.event_type in errors:
+            continue
+        error = getattr(event.event_specific_data, "error", None)
+        if error is not None:
+            error_type, text = user_error_text(error)
+            step = f"{event.step_key}: " if event.step_key else ""
+            errors[event.event_type] = f"{step}{error_type}: {text}"[:1000]
+        elif event.event_type == DagsterEventType.RUN_FAILURE and message is None:
+            message = record.event_log_entry.message or None
+    for event_type in _ERROR_EVENTS:
+        if event_type in errors:
+            return errors[event_type]
+    return (message or f"run {run.status.value.lower()}")[:1000]
+
+
+def run_cause(events: Iterable[DagsterEvent]) -> str | None:
+    """`step: Type: first line` of the first failed step among a run's events (an in-process
+    run's result), else the run's own failure."""
+    events = list(events)
+    for event in events:
+        if event.event_type == DagsterEventType.STEP_FAILURE and event.step_failure_data:
+            error = event.step_failure_data.error
+            if error is not None:
+                error_type, message = user_error_text(error)
+                first = (message.splitlines() or [""])[0]
+                return f"{event.step_key}: {error_type}: {first}"
+    for event in events:
+        if event.event_type == DagsterEventType.RUN_FAILURE:
+            return event.message or "the run failed"
+    return None
