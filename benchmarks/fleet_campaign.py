@@ -208,7 +208,6 @@ def standin_worker(stop_file: Path, run_seconds: float = STANDIN_RUN_SECONDS) ->
     from episode_pipeline.db.batches import batch_episodes
     from episode_pipeline.db.connection import connect
     from episode_pipeline.db.outputs import record_output
-    from episode_pipeline.defs.batches import add_episode_partitions
     from episode_pipeline.episodes.keys import EpisodeRef, parse_partition_key
     from episode_pipeline.instance.run_tags import (
         BATCH_JOB_NAME,
@@ -219,6 +218,7 @@ def standin_worker(stop_file: Path, run_seconds: float = STANDIN_RUN_SECONDS) ->
         batch_child_tags,
         episode_tags,
     )
+    from episode_pipeline.orchestration.runs import add_partitions
 
     settings = Settings.from_env(dict(os.environ), local=True)
     versions = current_code_versions(settings)
@@ -265,7 +265,7 @@ def standin_worker(stop_file: Path, run_seconds: float = STANDIN_RUN_SECONDS) ->
             key = run.tags[PARTITION_TAG]
             with connect(settings.database) as conn:
                 refs = batch_episodes(conn, key)
-            add_episode_partitions(instance, refs)  # as run_batch does when it starts
+            add_partitions(instance, [ref.partition_key for ref in refs])  # as run_batch does
             tags = batch_child_tags(key, run.run_id, run.tags)
             for index, ref in enumerate(refs, start=1):
                 child = DagsterRun(

@@ -24,6 +24,7 @@ from episode_pipeline.episodes.keys import (
     parse_partition_key,
 )
 from episode_pipeline.instance.run_tags import REPROCESS_TAG
+from episode_pipeline.orchestration.runs import add_partitions
 
 STATUSES = ("uploaded", "processing", "processed", "failed")
 # The daemon's backfill thread beats every 30 s (Dagster's default interval); older than four
@@ -112,16 +113,12 @@ def launch_backfill(
 ) -> str:
     """Add the episodes' partitions that are missing, record one backfill of the episode job
     over them, and return its id (the daemon launches its runs)."""
-    from episode_pipeline.defs.partitions import EPISODES_PARTITION_NAME
     from episode_pipeline.orchestration.backfills import record_backfill
 
     keys = list(dict.fromkeys(ref.partition_key for ref in refs))
     if not keys:
         raise ValueError("no episode matches: nothing to reprocess")
-    known = instance.get_existing_dynamic_partitions(EPISODES_PARTITION_NAME, keys)
-    missing = [key for key in keys if key not in known]
-    if missing:
-        instance.add_dynamic_partitions(EPISODES_PARTITION_NAME, missing)
+    missing = add_partitions(instance, keys)
     return record_backfill(
         instance,
         keys,

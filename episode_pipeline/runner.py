@@ -20,7 +20,7 @@ from episode_pipeline.episodes.keys import EpisodeRef
 from episode_pipeline.instance.run_tags import EPISODE_JOB_NAME, episode_tags, in_process_tags
 from episode_pipeline.orchestration.failures import fail_episode_of_run, fail_orphaned_runs
 from episode_pipeline.orchestration.run_errors import run_errors
-from episode_pipeline.orchestration.runs import ensure_partition
+from episode_pipeline.orchestration.runs import add_partitions
 from episode_pipeline.storage.bucket import Bucket
 
 # The webserver's own pooling defaults (dagster-webserver --db-pool-*).
@@ -95,7 +95,7 @@ def process_episode(
     fail_orphaned_runs(instance)
     if not instance.has_dynamic_partition(EPISODES_PARTITION_NAME, ref.partition_key):
         refuse_unknown_episode(Bucket(settings.bucket, settings.aws), ref)
-    ensure_partition(instance, ref)
+    add_partitions(instance, [ref.partition_key])
     result = defs.resolve_job_def(EPISODE_JOB_NAME).execute_in_process(
         partition_key=ref.partition_key,
         instance=instance,

@@ -56,7 +56,7 @@ from episode_pipeline.db.campaigns import moved_on_from_batch
 from episode_pipeline.defs.code_versions import asset_children, stored_in_s3
 from episode_pipeline.defs.io_managers.s3_outputs import missing_stored_outputs
 from episode_pipeline.defs.metadata import table
-from episode_pipeline.defs.partitions import EPISODES_PARTITION_NAME, batch_partitions
+from episode_pipeline.defs.partitions import batch_partitions
 from episode_pipeline.defs.resources.database import PostgresResource
 from episode_pipeline.defs.resources.s3 import S3BucketResource
 from episode_pipeline.episodes.batches import InvalidBatchKey, parse_batch_key
@@ -73,7 +73,7 @@ from episode_pipeline.instance.run_tags import (
 )
 from episode_pipeline.orchestration.failures import fail_episode_of_run, report_abandoned
 from episode_pipeline.orchestration.run_errors import run_cause
-from episode_pipeline.orchestration.runs import known_partitions
+from episode_pipeline.orchestration.runs import add_partitions
 from episode_pipeline.storage.bucket import Bucket
 
 ABANDONED_BY_RETRY = "run(s) left by a dead attempt"  # the retry's log line names them
@@ -167,15 +167,6 @@ def fail_abandoned_children(
         report_abandoned(context.instance, run, "an earlier attempt of its batch run died")
         fail_episode_of_run(context.instance, run, postgres)
     return [run.run_id for run in abandoned]
-
-
-def add_episode_partitions(instance: DagsterInstance, refs: Iterable[EpisodeRef]) -> None:
-    """The partitions of the episodes the batch runs, added once (a pruned one's comes back)."""
-    keys = [ref.partition_key for ref in refs]
-    known = known_partitions(instance, keys)
-    missing = [key for key in keys if key not in known]
-    if missing:
-        instance.add_dynamic_partitions(EPISODES_PARTITION_NAME, missing)
 
 
 def run_episode(
@@ -279,7 +270,7 @@ def run_batch(
         ) from None
     if not refs:
         raise Failure(f"batch {batch_key}: the episode_batches table lists no episode for it")
-    add_episode_partitions(instance, [ref for ref in refs if ref.partition_key not in ended])
+    add_partitions(instance, [ref.partition_key for ref in refs if ref.partition_key not in ended])
     tags = batch_child_tags(batch_key, context.run.run_id, context.run.tags)
     selection = assets_of_tags(context.run.tags)
     outcomes: list[EpisodeOutcome] = []

@@ -50,7 +50,7 @@ from episode_pipeline.dagster_compat import (
     BulkActionStatus,
 )
 from episode_pipeline.db import campaigns as db
-from episode_pipeline.defs.partitions import BATCHES_PARTITION_NAME, EPISODES_PARTITION_NAME
+from episode_pipeline.defs.partitions import BATCHES_PARTITION_NAME
 from episode_pipeline.defs.resources.database import PostgresResource
 from episode_pipeline.instance.campaign_queue import publish_limits
 from episode_pipeline.instance.run_tags import (
@@ -66,7 +66,7 @@ from episode_pipeline.orchestration.backfills import record_backfill
 from episode_pipeline.orchestration.failures import fail_episode_of_run, failure_cause
 from episode_pipeline.orchestration.retention import prune_campaign_partitions
 from episode_pipeline.orchestration.run_errors import run_error
-from episode_pipeline.orchestration.runs import known_partitions
+from episode_pipeline.orchestration.runs import add_partitions, missing_partitions
 from episode_pipeline.runtime.injection_points import reach
 from episode_pipeline.runtime.metrics import BAD_ARCHIVE
 
@@ -654,22 +654,19 @@ def launch_wave(
     name, campaign_id = campaign.name, campaign.id
     episodes_per_run = CampaignConfig.from_json(campaign.settings).waves.episodes_per_run
     keys = [row.ref.partition_key for row in rows]
-    known = known_partitions(instance, keys)
-    missing = [row.ref for row in rows if row.ref.partition_key not in known]
+    missing = set(missing_partitions(instance, keys))
     if missing:
         with postgres.transaction() as conn:
-            db.mark_partitions_added(conn, campaign_id, missing)
+            db.mark_partitions_added(
+                conn, campaign_id, [row.ref for row in rows if row.ref.partition_key in missing]
+            )
         if episodes_per_run == 1:  # the backfill's partitions must exist
-            keys_to_add = [ref.partition_key for ref in missing]
-            instance.add_dynamic_partitions(EPISODES_PARTITION_NAME, keys_to_add)
+            add_partitions(instance, keys)
     # K = 1: the episode job over the episodes; K > 1: the batch job over the wave's batches.
     batch_keys = list(dict.fromkeys(row.batch_key for row in rows if row.batch_key))
     partition_keys, job_name = keys, EPISODE_JOB_NAME
     if episodes_per_run > 1:
-        known_batches = instance.get_existing_dynamic_partitions(BATCHES_PARTITION_NAME, batch_keys)
-        new_batches = [key for key in batch_keys if key not in known_batches]
-        if new_batches:
-            instance.add_dynamic_partitions(BATCHES_PARTITION_NAME, new_batches)
+        add_partitions(instance, batch_keys, BATCHES_PARTITION_NAME)
         partition_keys, job_name = batch_keys, BATCH_JOB_NAME
     selection = wave_assets(campaign_assets(campaign), rows)
     tags = {**campaign_tags(campaign_id, wave), **assets_tags(selection)}

@@ -124,12 +124,38 @@ def runs_in_flight(instance: DagsterInstance, job_name: str) -> list[DagsterRun]
 # -- partitions ---------------------------------------------------------------------------------
 
 
-def known_partitions(instance: DagsterInstance, partition_keys: Iterable[str]) -> set[str]:
-    """Which of these episode partitions Dagster already knows: one query for all."""
+def known_partitions(
+    instance: DagsterInstance,
+    partition_keys: Iterable[str],
+    partitions_name: str = EPISODES_PARTITION_NAME,
+) -> set[str]:
+    """Which of these partitions Dagster already knows: one query for all."""
     keys = list(dict.fromkeys(partition_keys))
-    return (
-        instance.get_existing_dynamic_partitions(EPISODES_PARTITION_NAME, keys) if keys else set()
-    )
+    return instance.get_existing_dynamic_partitions(partitions_name, keys) if keys else set()
+
+
+def missing_partitions(
+    instance: DagsterInstance,
+    partition_keys: Iterable[str],
+    partitions_name: str = EPISODES_PARTITION_NAME,
+) -> list[str]:
+    """The partitions Dagster does not know yet, in order, once each (one query)."""
+    keys = list(dict.fromkeys(partition_keys))
+    known = known_partitions(instance, keys, partitions_name)
+    return [key for key in keys if key not in known]
+
+
+def add_partitions(
+    instance: DagsterInstance,
+    partition_keys: Iterable[str],
+    partitions_name: str = EPISODES_PARTITION_NAME,
+) -> list[str]:
+    """Add the partitions Dagster does not know yet (outside a sensor: the runner, a batch,
+    the campaign driver, `reprocess`); a pruned one's comes back. Returns those added."""
+    missing = missing_partitions(instance, partition_keys, partitions_name)
+    if missing:
+        instance.add_dynamic_partitions(partitions_name, missing)
+    return missing
 
 
 def new_partitions_request(
@@ -141,9 +167,3 @@ def new_partitions_request(
     """
     new_keys = [key for key in dict.fromkeys(partition_keys) if key not in known]
     return [episode_partitions.build_add_request(new_keys)] if new_keys else []
-
-
-def ensure_partition(instance: DagsterInstance, ref: EpisodeRef) -> None:
-    """Add the episode's partition now (outside a sensor: the runner, the CLI)."""
-    if not instance.has_dynamic_partition(EPISODES_PARTITION_NAME, ref.partition_key):
-        instance.add_dynamic_partitions(EPISODES_PARTITION_NAME, [ref.partition_key])
