@@ -15,6 +15,8 @@ from dataclasses import dataclass
 
 import psycopg
 
+from episode_pipeline.lerobot.frames import FRAMES_TABLE_COLUMNS
+
 # table -> the columns the contract names: required.
 REQUIRED_COLUMNS: Mapping[str, tuple[str, ...]] = {
     "episodes": (
@@ -27,14 +29,14 @@ REQUIRED_COLUMNS: Mapping[str, tuple[str, ...]] = {
         "fps",
         "duration_seconds",
     ),
-    "frames": ("episode_id", "timestamp_ms", "observation", "action"),
+    "frames": tuple(column.name for column in FRAMES_TABLE_COLUMNS if column.required),
     "episode_metadata": ("episode_id", "meta_key", "value", "status"),
     "entity_versions": ("entity_type", "entity_id", "version", "operation", "data"),
 }
 # table -> the columns the pipeline fills when the table has them.
 OPTIONAL_COLUMNS: Mapping[str, tuple[str, ...]] = {
     "episodes": ("org_id", "updated_at"),
-    "frames": ("frame_order", "lerobot_episode_index", "frame_index"),
+    "frames": tuple(column.name for column in FRAMES_TABLE_COLUMNS if not column.required),
     "episode_metadata": ("created_at", "updated_at"),
     "entity_versions": ("created_at",),
 }

@@ -19,25 +19,47 @@ TIMESTAMP = "timestamp"
 FRAME_INDEX = "frame_index"
 EPISODE_INDEX = "episode_index"
 
+
+@dataclass(frozen=True)
+class FrameColumn:
+    """A column of the ``frames`` table, declared once: what this module produces (``dtype``;
+    None for the partition's column, which the IO manager adds), its SQL type and meaning as
+    the UI shows them, and whether the table must have it (``db/schema_check.py``) or gets it
+    only when it has it (an application's table may lack what the pipeline can fill)."""
+
+    name: str
+    dtype: pl.DataType | None
+    sql_type: str
+    description: str
+    required: bool = True
+
+
+#: The ``frames`` table as the application reads it (db/migrations/001, docs/contract.md).
+FRAMES_TABLE = "frames"
+FRAMES_TABLE_COLUMNS = (
+    FrameColumn("episode_id", None, "text", "The episode (the partition's EP)"),
+    FrameColumn(
+        "frame_order", pl.Int64(), "integer",
+        "0-based position across the upload's data files, in path order", required=False,
+    ),
+    FrameColumn(
+        "lerobot_episode_index", pl.Int64(), "integer", "`episode_index` of the parquet row",
+        required=False,
+    ),
+    FrameColumn(
+        "frame_index", pl.Int64(), "integer", "`frame_index` of the parquet row", required=False
+    ),
+    FrameColumn(
+        "timestamp_ms", pl.Int64(), "bigint", "`timestamp` (seconds) times 1000, rounded half up"
+    ),
+    FrameColumn("observation", pl.String(), "jsonb", '`{"state": [...]}` from the state feature'),
+    FrameColumn("action", pl.String(), "jsonb", "JSON array from the action feature"),
+)  # fmt: skip
 #: Output columns, in the order of the ``frames`` table (without id / episode_id).
-FRAME_COLUMNS = (
-    "frame_order",
-    "lerobot_episode_index",
-    "frame_index",
-    "timestamp_ms",
-    "observation",
-    "action",
-)
 FRAMES_SCHEMA = pl.Schema(
-    {
-        "frame_order": pl.Int64,
-        "lerobot_episode_index": pl.Int64,
-        "frame_index": pl.Int64,
-        "timestamp_ms": pl.Int64,
-        "observation": pl.String,
-        "action": pl.String,
-    }
+    {column.name: column.dtype for column in FRAMES_TABLE_COLUMNS if column.dtype is not None}
 )
+FRAME_COLUMNS = tuple(FRAMES_SCHEMA)
 # Rows converted at a time: memory stays at a few MB per batch however long the episode.
 BATCH_ROWS = 8_192
 # Sees each batch as read, before conversion: its `timestamp` (seconds) and `episode_index`.

@@ -33,6 +33,8 @@ from episode_pipeline.lerobot.frames import (
     EPISODE_INDEX,
     FRAME_INDEX,
     FRAMES_SCHEMA,
+    FRAMES_TABLE,
+    FRAMES_TABLE_COLUMNS,
     TIMESTAMP,
     BatchObserver,
     FrameColumns,
@@ -42,17 +44,7 @@ from episode_pipeline.lerobot.frames import (
 from episode_pipeline.lerobot.sync import TimingAccumulator
 from episode_pipeline.storage.bucket import Bucket
 
-FRAMES_TABLE = "frames"
-# The table as the application reads it (db/migrations/, docs/contract.md#frame-rows).
-FRAMES_COLUMNS = [
-    ("episode_id", "text", "The episode (the partition's EP)"),
-    ("frame_order", "integer", "0-based position across the upload's data files, in path order"),
-    ("lerobot_episode_index", "integer", "`episode_index` of the parquet row"),
-    ("frame_index", "integer", "`frame_index` of the parquet row"),
-    ("timestamp_ms", "bigint", "`timestamp` (seconds) times 1000, rounded half up"),
-    ("observation", "jsonb", '`{"state": [...]}` from the state feature'),
-    ("action", "jsonb", "JSON array from the action feature"),
-]
+FRAMES_COLUMNS = [(c.name, c.sql_type, c.description) for c in FRAMES_TABLE_COLUMNS]
 FRAMES_SCHEMA_METADATA = table_schema(FRAMES_COLUMNS)
 
 
