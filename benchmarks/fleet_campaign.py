@@ -26,13 +26,20 @@ in turn within the batch's `fleet_campaign_run_seconds`, their partitions added 
 
 **At the plan's rate** (`fleet_campaign_k=25`, issue 33): the campaign runs at the default plan's
 run rate (`campaign plan` for a million at the defaults: K = 25, 340 batches of 681 s at once,
-~12.5 episodes/s, 0.5 runs/s). The stand-in's batches are shorter (`fleet_campaign_run_seconds`)
-and fewer at once (`paced_concurrency`: ceil(rate / K * seconds), the governor's maximum and
-start), so the run queue, the backfill daemon and the driver see the plan's runs a second and
-episodes a second; what is scaled down is the runs in flight (15 instead of 340 at 30 s) and
-with them the episodes the driver keeps claimed. `campaign_rate_vs_plan` is the steady rate
-against a million in 24 h (11.57 episodes/s), `campaign_queue_depth` the campaign's queued runs
-through the steady state (its last third against its first: not growing, never drained).
+~12.5 episodes/s, 0.5 runs/s). The stand-in's batches are shorter (`fleet_campaign_run_seconds`,
+their children's bookkeeping inside it, as the plan's measured batch life holds it) and fewer at
+once (`paced_concurrency`: ceil(rate / K * (seconds + the run queue's dequeue interval)), the
+governor's maximum and start: a freed slot waits for the next dequeue, under 1 % of the plan's
+681 s batch, 17 % of a 30 s one), so the run queue, the backfill daemon and the driver see the
+plan's runs a second and episodes a second; what is scaled down is the runs in flight (18
+instead of 340 at 30 s) and with them the episodes the driver keeps claimed.
+`campaign_rate_vs_plan` is the steady rate against a million in 24 h (11.57 episodes/s),
+`campaign_queue_depth` the campaign's queued batch runs through the steady state (its last third
+against its first: not growing, never drained; `slots_held_mean` beside it, the batch runs in
+progress against the limit). The steady state starts after a warm-up, named in `warm_up`: the
+driver's first wave after the canary is sized before a rate of full slots is measured (one
+limit queued) and reaches the queue a driver's lead later (`campaign_lead_seconds`, 95 s), so
+runs shorter than that lead drain the queue once (production's 681 s batches do not).
 `fleet_campaign_ceiling_runs=0` skips the ceiling, `fleet_ui=0` the pages (each costs minutes
 on 2 cores and measures what K = 1 measures); each size's campaign is canceled at its end.
 
