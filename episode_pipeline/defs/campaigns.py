@@ -73,7 +73,6 @@ PRUNE_PER_TICK = 2_000
 # (Dagster's 30 s) and a dequeue (dagster.yaml's 5 s). The runs queued cover it (waves.py).
 BACKFILL_LEAD_SECONDS = 35.0
 DEFAULT_TICK_SECONDS = 30.0
-FINISHED = (DagsterRunStatus.SUCCESS, DagsterRunStatus.FAILURE, DagsterRunStatus.CANCELED)
 NOT_LAUNCHED = [DagsterRunStatus.QUEUED, DagsterRunStatus.NOT_STARTED]
 CANARY_WAVE = 0
 log = logging.getLogger(__name__)
