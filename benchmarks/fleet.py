@@ -702,7 +702,7 @@ def run(ctx: BenchContext) -> list[Result]:
 
     samples: list[Sample] = []
     with fleet_stack(ctx) as info, sensor.stderr_to(ctx.workdir / "fleet-ticks.log"):
-        settings = Settings.from_env(info.env, local=True)
+        settings = Settings.from_env(info.env)
         with (
             ctx.phase("set-up: sample, real run, template"),
             DagsterInstance.from_config(info.env["DAGSTER_HOME"]) as instance,

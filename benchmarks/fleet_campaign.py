@@ -214,7 +214,7 @@ def standin_worker(stop_file: Path, run_seconds: float = STANDIN_RUN_SECONDS) ->
     from episode_pipeline.defs.runs import PARTITION_TAG, batch_child_tags, episode_tags
     from episode_pipeline.episodes.keys import EpisodeRef, parse_partition_key
 
-    settings = Settings.from_env(dict(os.environ), local=True)
+    settings = Settings.from_env(dict(os.environ))
     versions = current_code_versions(settings)
     seen: set[str] = set()
 
