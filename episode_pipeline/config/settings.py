@@ -264,11 +264,6 @@ class TranscodeSettings(EnvSettings):
             )
 
     @property
-    def mode(self) -> TranscodeMode:
-        """Where a run without the `episode_pipeline/transcoder` tag transcodes: in its task."""
-        return SUBPROCESS
-
-    @property
     def preset(self) -> str:
         return self.video.preset
 
