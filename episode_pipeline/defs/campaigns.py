@@ -36,7 +36,9 @@ from episode_pipeline.campaign.governor import (
 from episode_pipeline.campaign.waves import measured_rate, next_wave_size, runs_to_keep_in_flight
 from episode_pipeline.config.settings import RetentionSettings
 from episode_pipeline.db import campaigns as db
+from episode_pipeline.db.batches import create_batch
 from episode_pipeline.defs.backfills import record_backfill
+from episode_pipeline.defs.batches import BATCH_JOB_NAME
 from episode_pipeline.defs.campaign_queue import CAMPAIGN_TAG, publish_limits
 from episode_pipeline.defs.dagster_internals import (
     AUTO_RETRY_RUN_ID_TAG,
@@ -49,7 +51,7 @@ from episode_pipeline.defs.dagster_internals import (
 )
 from episode_pipeline.defs.failures import fail_episode_of_run, failure_cause
 from episode_pipeline.defs.jobs import EPISODE_JOB_NAME
-from episode_pipeline.defs.partitions import EPISODES_PARTITION_NAME
+from episode_pipeline.defs.partitions import BATCHES_PARTITION_NAME, EPISODES_PARTITION_NAME
 from episode_pipeline.defs.resources.database import PostgresResource
 from episode_pipeline.defs.retention import prune_campaign_partitions
 from episode_pipeline.defs.run_errors import user_error_text
@@ -691,9 +693,6 @@ def launch_wave(
     batch_keys = list(dict.fromkeys(row.batch_key for row in rows if row.batch_key))
     partition_keys, job_name = keys, EPISODE_JOB_NAME
     if episodes_per_run > 1:
-        from episode_pipeline.defs.batches import BATCH_JOB_NAME
-        from episode_pipeline.defs.partitions import BATCHES_PARTITION_NAME
-
         known_batches = instance.get_existing_dynamic_partitions(BATCHES_PARTITION_NAME, batch_keys)
         new_batches = [key for key in batch_keys if key not in known_batches]
         if new_batches:
@@ -735,8 +734,6 @@ def wave_assets(assets: Sequence[str] | None, rows: list[db.LedgerRow]) -> list[
 
 def create_batches(conn: Any, rows: list[db.LedgerRow]) -> None:
     """The wave's batches (`episode_batches`), in the transaction that claims the wave."""
-    from episode_pipeline.db.batches import create_batch
-
     by_batch: dict[str, list[Any]] = defaultdict(list)
     for row in rows:
         assert row.batch_key is not None
