@@ -191,7 +191,7 @@ def prepare(ctx: BenchContext) -> tuple[Any, list[Any], dict[str, str]]:
     from episode_pipeline.samples.writer import SampleSpec, write_sample
 
     stack = ctx.stack()
-    settings = Settings.from_env(stack.env, local=True)
+    settings = Settings.from_env(stack.env)
     archive = ctx.workdir / NAME / "short.tar.zst"
     archive.parent.mkdir(parents=True, exist_ok=True)
     spec = SampleSpec(cameras=ctx.config.batch_cameras, seconds=ctx.config.batch_seconds)

@@ -341,7 +341,7 @@ def run(ctx: BenchContext) -> list[Result]:
         with ctx.phase("set-up: sample, stack, daemon"), ThreadPoolExecutor(1) as pool:
             writing = pool.submit(write_sample, archive, spec)
             info = on_stack.enter_context(private_stack(ctx))
-            settings = Settings.from_env(info.env, local=True)
+            settings = Settings.from_env(info.env)
             log = folder / "daemon.log"
             process = with_daemon.enter_context(daemon(info, log))
             instance = with_daemon.enter_context(

@@ -50,20 +50,18 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 from benchmarks import fleet_state, sensor, startup
 from benchmarks.common import BenchContext, Result, median
+from benchmarks.fleet_common import UI_PAGE_SECONDS, Sample, fleet_stack, sizes
 from benchmarks.fleet_probe import Probe
 from episode_pipeline.episodes.keys import EpisodeRef
 
 NAME = "fleet"
 PER_UPLOAD_FACTOR = 1.5
-UI_PAGE_SECONDS = 3.0
 LOST_UPLOAD_SECONDS = 3600
 DONE_RELEASE_SECONDS = 120
 CLI_TIMEOUT_SECONDS = 600
@@ -73,19 +71,6 @@ UI_ONLY = 2  # `fleet_ui=2`: the UI's figures alone at each size (results/fleet-
 
 
 # -- the stack and the state --------------------------------------------------------------------
-
-
-@contextmanager
-def fleet_stack(ctx: BenchContext) -> Iterator[Any]:
-    """A stack of this stage's own (its Dagster instance fills up with the fleet)."""
-    from episode_pipeline.local.stack import start_stack, stop_stack
-
-    home = ctx.workdir / "fleet-stack-home"
-    info = start_stack(home)
-    try:
-        yield info
-    finally:
-        stop_stack(home, save_objects=False)
 
 
 def cli_env(info: Any) -> dict[str, str]:
@@ -114,18 +99,6 @@ def new_processed_episode(
 
 
 # -- measuring ----------------------------------------------------------------------------------
-
-
-@dataclasses.dataclass
-class Sample:
-    """One size's measurements: metric → each repeat's value, and what a probe saw."""
-
-    size: int
-    values: dict[str, list[float]] = dataclasses.field(default_factory=dict)
-    details: dict[str, Any] = dataclasses.field(default_factory=dict)
-
-    def add(self, metric: str, value: float) -> None:
-        self.values.setdefault(metric, []).append(value)
 
 
 class QueueResource:
@@ -688,12 +661,6 @@ def dump_partial(samples: list[Sample], fleet: Any) -> None:
         Path(target).write_text(json.dumps(document, default=str, indent=1))
 
 
-def sizes(config: Any) -> list[int]:
-    """The fleet's sizes; `0` alone (`--set fleet_sizes=0`) builds no fleet."""
-    listed = [int(s) for s in str(config.fleet_sizes).replace("_", "").split(",") if s.strip()]
-    return [size for size in listed if size > 0]
-
-
 def run(ctx: BenchContext) -> list[Result]:
     from dagster import DagsterInstance
 
@@ -701,7 +668,7 @@ def run(ctx: BenchContext) -> list[Result]:
 
     samples: list[Sample] = []
     with fleet_stack(ctx) as info, sensor.stderr_to(ctx.workdir / "fleet-ticks.log"):
-        settings = Settings.from_env(info.env, local=True)
+        settings = Settings.from_env(info.env)
         with (
             ctx.phase("set-up: sample, real run, template"),
             DagsterInstance.from_config(info.env["DAGSTER_HOME"]) as instance,
@@ -790,8 +757,8 @@ def report_from_partial(partial: Path, per_episode: Path, out: Path, note: str) 
     import json
     from dataclasses import replace
 
-    from benchmarks import run as runner
     from benchmarks.common import Config, machine_facts
+    from benchmarks.report import SCHEMA_VERSION, markdown
 
     given = json.loads(note)
     config = vars(replace(Config(), **given.get("config", {})))
@@ -803,7 +770,7 @@ def report_from_partial(partial: Path, per_episode: Path, out: Path, note: str) 
     )
     results = [*figures(samples), *storage_figures(fleet)]
     report = {
-        "schema_version": runner.SCHEMA_VERSION,
+        "schema_version": SCHEMA_VERSION,
         "generated_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         "total_seconds": float(given.get("total_seconds", 0)),
         "config": config,
@@ -820,7 +787,7 @@ def report_from_partial(partial: Path, per_episode: Path, out: Path, note: str) 
     }
     out.mkdir(parents=True, exist_ok=True)
     (out / "latest.json").write_text(json.dumps(report, indent=2, default=str) + "\n")
-    text = runner.markdown(report).replace(
+    text = markdown(report).replace(
         "by `python -m benchmarks.run`", "by `python -m benchmarks.fleet report` (a stopped run)"
     )
     (out / "latest.md").write_text(f"{text}\n**Note:** {given.get('text', '')}\n")

@@ -227,7 +227,7 @@ def standin_worker(stop_file: Path, run_seconds: float = STANDIN_RUN_SECONDS) ->
     )
     from episode_pipeline.orchestration.runs import add_partitions
 
-    settings = Settings.from_env(dict(os.environ), local=True)
+    settings = Settings.from_env(dict(os.environ))
     versions = current_code_versions(settings)
     seen: set[str] = set()
 

@@ -299,8 +299,8 @@ def _main(argv: list[str]) -> int:
     from dataclasses import replace
     from types import SimpleNamespace
 
-    from benchmarks import fleet
     from benchmarks.common import BenchContext, Config
+    from benchmarks.fleet_common import Sample, fleet_stack
 
     if len(argv) != 2:
         print(_main.__doc__)
@@ -309,8 +309,8 @@ def _main(argv: list[str]) -> int:
     workdir.mkdir(parents=True, exist_ok=True)
     config = replace(Config(), fleet_daemon_uploads=int(argv[0]))
     ctx = BenchContext(config=config, workdir=workdir, stack=lambda: None, database=lambda: None)
-    with fleet.fleet_stack(ctx) as info:
-        sample = fleet.Sample(0)
+    with fleet_stack(ctx) as info:
+        sample = Sample(0)
         load = [os.getloadavg()[0]]
         measure(ctx, SimpleNamespace(info=info), sample)
         load.append(os.getloadavg()[0])

@@ -327,7 +327,7 @@ def measure_pages(
 def versus_dagster(samples: list[Any]) -> list[Any]:
     """Each page with our event-log storage against Dagster's own, at the same N."""
     from benchmarks.common import Result, median
-    from benchmarks.fleet import UI_PAGE_SECONDS
+    from benchmarks.fleet_common import UI_PAGE_SECONDS
 
     results = []
     for sample in samples:
@@ -446,7 +446,7 @@ def profile(fleet: Any, document: dict[str, Any], episode: str, size: int) -> st
 
 def measure(ctx: Any, fleet: Any, sample: Any) -> None:
     from benchmarks import fleet_state
-    from benchmarks.fleet import sizes as fleet_sizes
+    from benchmarks.fleet_common import sizes as fleet_sizes
 
     server = getattr(fleet, "webserver", None)
     if server is None:

@@ -17,7 +17,8 @@ a *replace* first has the episode's rows in place (DELETE then deletes them). Bo
 are measured: 6 floats (an SO-101 arm) and 50 (a humanoid), where jsonb parsing dominates.
 
 Memory: a child process streams a long episode's parquet (`stream_rows`, 1,000,000 by default)
-through ``iter_frames`` into the IO manager as ``RowBatches``; its peak RSS is compared with the
+into the IO manager as the `frames` asset does (``file_batches`` of defs/assets/frames.py in
+``RowBatches``); its peak RSS is compared with the
 same rows held whole (one DataFrame, as a non-streaming asset would; run once,
 ``WHOLE_REPEATS``) and with a short episode (flat means the long one needs no more than the
 short one). The rows go into an unlogged copy
@@ -28,6 +29,7 @@ them, and jsonb parsing (measured above) would make these loads cost minutes.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import sys
 import time
@@ -50,9 +52,10 @@ from benchmarks.common import (
     write_data_parquet,
 )
 from episode_pipeline.db.partition_tables import RowBatches, copy_chunks
+from episode_pipeline.defs.assets.frames import FramesRead, file_batches
 from episode_pipeline.defs.io_managers.postgres_tables import PostgresPolarsIOManager
 from episode_pipeline.defs.resources.database import PostgresResource
-from episode_pipeline.lerobot.frames import FRAME_COLUMNS, FRAMES_SCHEMA, frames_table, iter_frames
+from episode_pipeline.lerobot.frames import FRAME_COLUMNS, FRAMES_SCHEMA, frames_table
 
 NAME = "frames_load"
 INSERT_BATCH_ROWS = 1_000
@@ -246,8 +249,10 @@ def child_memory(parquet: Path, table: str, mode: str) -> dict[str, Any]:
     manager = PostgresPolarsIOManager(postgres=postgres)
     started = time.perf_counter()
     if mode == "stream":
+        read = FramesRead(features=None)  # no info.json: each file's own columns, as the asset
+        log = logging.getLogger(NAME)
         rows: pl.DataFrame | RowBatches = RowBatches(
-            [iter_frames(parquet, path=str(parquet))], FRAMES_SCHEMA
+            [file_batches(parquet, str(parquet), read, log)], FRAMES_SCHEMA, read.metadata
         )
     else:
         rows = frames_table(parquet, path=str(parquet))
@@ -309,8 +314,8 @@ def measure_memory(ctx: BenchContext) -> list[Result]:
         "short_rows": config.rows,
         "state_dim": config.state_dim,
         "long_stream_seconds": [round(r["seconds"], 2) for r in runs["stream"]],
-        "ours": "iter_frames batches → RowBatches → COPY into an unlogged text copy of frames, "
-        "in a child process (VmHWM)",
+        "ours": "the frames asset's file_batches → RowBatches → COPY into an unlogged text copy "
+        "of frames, in a child process (VmHWM)",
     }
 
     def result(baseline: str, name: str) -> Result:

@@ -96,7 +96,7 @@ def prepare(ctx: BenchContext) -> tuple[EpisodeRef, dict[str, str]]:
     archive.parent.mkdir(parents=True, exist_ok=True)
     write_sample(archive, SampleSpec(cameras=1, seconds=ctx.config.startup_seconds))
     ref = EpisodeRef("bench-startup", f"ep-{uuid.uuid4().hex[:8]}")
-    upload_episode(archive, ref, Settings.from_env(stack.env, local=True))
+    upload_episode(archive, ref, Settings.from_env(stack.env))
     # What a user has: the stack's home, nothing exported (the CLI finds the rest there).
     env = {**os.environ, "EPISODE_PIPELINE_HOME": stack.home}
     return ref, env

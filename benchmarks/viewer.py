@@ -46,7 +46,7 @@ def processed_episode(ctx: BenchContext, name: str, seconds: float) -> EpisodeRe
     spec = SampleSpec("v3.0", cameras=CAMERAS, seconds=seconds, width=WIDTH, height=HEIGHT)
     write_sample(archive, spec)
     ref = EpisodeRef("bench-viewer", f"{name}-{uuid.uuid4().hex[:8]}")
-    upload_episode(archive, ref, Settings.from_env(stack.env, local=True))
+    upload_episode(archive, ref, Settings.from_env(stack.env))
     cli = str(Path(sys.executable).parent / "episode-pipeline")
     env = {**os.environ, "EPISODE_PIPELINE_HOME": stack.home}
     done = subprocess.run(
@@ -84,7 +84,7 @@ def run(ctx: BenchContext) -> list[Result]:
     with ctx.phase("set-up: samples, process"):
         long = processed_episode(ctx, "long", seconds)
         short = processed_episode(ctx, "short", BASELINE_SECONDS)
-    settings = Settings.from_env(ctx.stack().env, local=True)
+    settings = Settings.from_env(ctx.stack().env)
     server = ViewerServer(Bucket(settings.bucket, settings.aws))
     server.start()
     chromium = shutil.which("chromium") or "/usr/bin/chromium"

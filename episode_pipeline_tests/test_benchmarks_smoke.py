@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks import report as bench_report
 from benchmarks import run as bench_run
 from benchmarks.batch import Steps
 from benchmarks.common import Result
@@ -55,7 +56,7 @@ def test_result_ratio_factor_spread_and_target() -> None:
     assert faster.expect_factor(3.5, "at least 3.5x").met is False
     # a rate of nothing (a campaign that never reached its steady state) is written, not a crash
     stalled = Result("s", "m", ours=0.0, baseline=11.6, unit="episodes/s", better="higher")
-    assert "| - |" in "\n".join(bench_run.results_table([stalled.as_dict()]))
+    assert "| - |" in "\n".join(bench_report.results_table([stalled.as_dict()]))
 
 
 def test_the_sensor_schedule_waits_the_interval_between_ticks_but_not_after_the_last() -> None:

@@ -176,11 +176,8 @@ def test_backpressure_uses_up_no_attempt_so_a_throttling_storm_rejects_nothing()
     assert last.state == ledger.REJECTED
 
 
-def test_claimable_rows_and_the_end_of_a_campaign() -> None:
-    assert ledger.is_claimable(ledger.PENDING, None, NOW)
-    assert not ledger.is_claimable(ledger.FAILED, NOW + timedelta(seconds=1), NOW)
-    assert ledger.is_claimable(ledger.FAILED, NOW, NOW)
-    assert not ledger.is_claimable(ledger.REQUESTED, None, NOW)
+def test_the_end_of_a_campaign() -> None:
+    # Which rows a claim takes is its SQL's (db.CLAIMABLE_WHERE): test_campaign_ledger.py.
     assert not ledger.is_finished({ledger.SUCCEEDED: 3, ledger.FAILED: 1})
     assert ledger.is_finished({ledger.SUCCEEDED: 3, ledger.REJECTED: 1})
 
@@ -201,8 +198,7 @@ def test_a_release_whose_backfill_ended_is_an_attempt_with_backoff_then_rejected
     assert (first.state, first.attempts, first.error_class) == (ledger.PENDING, 1, ledger.NO_RUN)
     assert timedelta(seconds=60) <= first.retry_after - NOW <= timedelta(seconds=70)
     assert first.last_error == f"no run came: {cause}"
-    assert not ledger.is_claimable(first.state, first.retry_after, NOW)  # waits its backoff
-    assert ledger.is_claimable(first.state, first.retry_after, first.retry_after)
+    # The claim skips it until then: test_campaign_ledger's release test, on the claim's SQL.
     last = ledger.after_release(2, cause, NOW, POLICY, rng)
     assert (last.state, last.attempts, last.retry_after) == (ledger.REJECTED, 3, None)
     assert cause in last.last_error and "3 attempts" in last.last_error

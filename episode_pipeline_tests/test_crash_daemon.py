@@ -145,7 +145,7 @@ def test_after_a_sigkill_every_upload_is_processed_exactly_once(
 
 # Who notices a dead run worker, by what else died with it (the messages they leave on the run).
 CODE_SERVER_NOTICES = "Run execution process for"  # Dagster's code server, itself alive
-RUN_MONITORING_NOTICES = "process {pid} is gone"  # a restarted daemon (local.run_launcher)
+RUN_MONITORING_NOTICES = "process {pid} is gone"  # a restarted daemon (instance/run_launcher.py)
 
 
 @pytest.mark.parametrize(

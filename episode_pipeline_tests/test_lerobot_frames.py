@@ -17,7 +17,7 @@ from episode_pipeline.lerobot.frames import (
     FRAME_COLUMNS,
     FrameDataError,
     frames_table,
-    iter_frames,
+    open_frame_file,
     parquet_row_count,
     read_frame_file,
 )
@@ -134,7 +134,8 @@ def test_several_episodes_in_one_file_and_row_groups():
     assert df["frame_order"].to_list() == list(range(10))
     assert df["lerobot_episode_index"].to_list() == [3] * 5 + [4] * 5
     assert df["frame_index"].to_list() == [0, 1, 2, 3, 4] * 2
-    batches = list(iter_frames(data, path="x.parquet", frame_order_start=7, batch_rows=4))
+    stream = open_frame_file(data, path="x.parquet")
+    batches = list(stream.batches(frame_order_start=7, batch_rows=4))
     assert all(b.height <= 4 for b in batches)
     assert pl.concat(batches)["frame_order"].to_list() == list(range(7, 17))
 
@@ -296,6 +297,6 @@ def test_a_file_cut_inside_its_pages_is_an_error_not_a_short_stream():
 
     got = []
     with pytest.raises(FrameDataError, match=r"x\.parquet: cannot read rows"):
-        got.extend(iter_frames(cut, path="data/x.parquet", batch_rows=4096))
+        got.extend(open_frame_file(cut, path="data/x.parquet").batches(batch_rows=4096))
     assert sum(batch.height for batch in got) < n
     assert frames_table(data, path="x.parquet").height == n  # the reader is still usable

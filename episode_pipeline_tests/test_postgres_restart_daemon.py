@@ -84,7 +84,7 @@ def own_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[StackI
         "TMPDIR": str(tmp_path_factory.mktemp("pg-restart-tmp")),
         "RECONCILE_INTERVAL_SECONDS": "30",  # waiting_uploads ticks within the window too
     }
-    settings = Settings.from_env(info.env, local=True)
+    settings = Settings.from_env(info.env)
     stage = CrashStage(
         settings=settings,
         queue=UploadQueue(info.sqs_queue_url, settings.aws),

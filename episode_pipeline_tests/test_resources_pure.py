@@ -59,7 +59,6 @@ def test_storage_from_settings(monkeypatch: pytest.MonkeyPatch) -> None:
             secret_access_key="testing-secret",
         ),
         database=DB,
-        local=True,
     )
     resource = S3BucketResource.from_settings(settings)
     assert (resource.bucket, resource.region, resource.endpoint_url) == (

@@ -8,7 +8,6 @@ from episode_pipeline.defs.partitions import EPISODES_PARTITION_NAME
 from episode_pipeline.instance.run_tags import UPLOAD_TAG
 from episode_pipeline.orchestration.runs import (
     known_partitions,
-    latest_run_of_upload,
     latest_runs_of_uploads,
     new_partitions_request,
 )
@@ -39,7 +38,7 @@ def test_each_upload_gets_its_newest_run_and_uploads_without_runs_are_absent(
     }
     # The same answer as asking one upload at a time.
     for upload in ("acme/ep-1@v1", "acme/ep-2@v1", "acme/ep-3@v1"):
-        one = latest_run_of_upload(instance, upload)
+        one = latest_runs_of_uploads(instance, [upload]).get(upload)
         batched = latest.get(upload)
         assert (one and one.run_id) == (batched and batched.run_id)
     assert latest_runs_of_uploads(instance, []) == {}

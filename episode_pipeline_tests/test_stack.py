@@ -78,7 +78,6 @@ def test_load_settings_reaches_the_stack_with_nothing_exported(
         if name not in ("DAGSTER_HOME",):
             monkeypatch.delenv(name, raising=False)
     settings = load_settings()
-    assert settings.local
     assert settings.bucket == stack.bucket
     assert settings.sqs_queue_url == stack.sqs_queue_url
     with connect(settings.database) as conn:
@@ -296,7 +295,7 @@ def test_zst_upload_is_notified_and_other_keys_are_not(own_home: Path) -> None:
 
 def test_objects_and_rows_survive_a_restart(own_home: Path) -> None:
     info = start_stack(own_home)
-    settings = Settings.from_env(info.env, local=True)
+    settings = Settings.from_env(info.env)
     s3 = aws_setup.client("s3", info.s3_endpoint or "")
     key = "orgs/o2/episodes/e2/processed/hls/cam/playlist.m3u8"
     s3.put_object(Bucket=info.bucket, Key=key, Body=b"#EXTM3U\n", ContentType="audio/mpegurl")
@@ -312,7 +311,7 @@ def test_objects_and_rows_survive_a_restart(own_home: Path) -> None:
     got = s3.get_object(Bucket=restarted.bucket, Key=key)
     assert (got["Body"].read(), got["ContentType"]) == (b"#EXTM3U\n", "audio/mpegurl")
     assert s3.head_object(Bucket=restarted.bucket, Key="orgs/o1/episodes/e1/robot.tar.zst")
-    settings = Settings.from_env(restarted.env, local=True)
+    settings = Settings.from_env(restarted.env)
     with connect(settings.database) as conn:
         assert conn.execute("SELECT org_id FROM episodes WHERE id = 'e2'").fetchone() == ("o2",)
     # Restoring objects must not look like new uploads: only the setup's s3:TestEvent arrives.
@@ -437,7 +436,7 @@ def test_a_dead_postgres_comes_back_on_its_recorded_port(own_home: Path) -> None
     info = start_stack(own_home)
     dagster_yaml = Path(info.dagster_home or "") / "dagster.yaml"
     written = dagster_yaml.read_text()
-    database = Settings.from_env(info.env, local=True).database
+    database = Settings.from_env(info.env).database
     client = connect(database)  # a client of the server that dies
     client.execute("SELECT 1")
     _kill_postmaster(info)

@@ -73,7 +73,8 @@ def test_the_threshold_and_cap_come_from_the_environment():
         "TRANSCODE_MAX_VCPU": "16",
     }
     transcode = Settings.from_env(env).transcode
-    assert (transcode.mode, transcode.task_above_bytes) == (SUBPROCESS, 1000)
+    assert transcode.task_above_bytes == 1000
+    assert place(None, None, transcode).mode == SUBPROCESS  # a task is set, yet not by default
     assert place(1001, None, transcode).mode == ECS
     unlimited = TranscodeSettings(max_vcpu=transcode.max_vcpu)
     assert place(2000 * MiB, None, unlimited).run_size.vcpus == 16

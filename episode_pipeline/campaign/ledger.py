@@ -26,7 +26,6 @@ FAILED = "failed"
 REJECTED = "rejected"
 EPISODE_STATES = (PENDING, REQUESTED, SUCCEEDED, FAILED, REJECTED)
 SETTLED = (SUCCEEDED, REJECTED)  # never claimed again by this campaign
-CLAIMABLE = (PENDING, FAILED)  # each once its retry_after (a backoff), if any, has passed
 
 # The campaign's own states.
 RUNNING = "running"
@@ -34,7 +33,6 @@ PAUSED = "paused"
 STOPPED = "stopped"  # by the canary or the governor: the operator resumes it deliberately
 CANCELED = "canceled"
 DONE = "done"
-CAMPAIGN_STATES = (RUNNING, PAUSED, STOPPED, CANCELED, DONE)
 
 # What an operator may do from each state (`campaign pause|resume|cancel`).
 _ACTIONS = {
@@ -137,12 +135,6 @@ def after_release(
         return Transition(REJECTED, attempts, None, f"{error} ({attempts} attempts)", NO_RUN)
     retry_at = now + timedelta(seconds=backoff_seconds(attempts, policy, rng))
     return Transition(PENDING, attempts, retry_at, error, NO_RUN)
-
-
-def is_claimable(state: str, retry_after: datetime | None, now: datetime) -> bool:
-    """The claim's WHERE clause, as a rule (db/campaigns.claim_wave runs it in SQL): a pending
-    or failed row once its `retry_after` (a failure's or a release's backoff) has passed."""
-    return state in CLAIMABLE and (retry_after is None or retry_after <= now)
 
 
 def is_finished(counts: dict[str, int]) -> bool:

@@ -264,11 +264,6 @@ class TranscodeSettings(EnvSettings):
             )
 
     @property
-    def mode(self) -> TranscodeMode:
-        """Where a run without the `episode_pipeline/transcoder` tag transcodes: in its task."""
-        return SUBPROCESS
-
-    @property
     def preset(self) -> str:
         return self.video.preset
 
@@ -665,7 +660,6 @@ class Settings(EnvSettings):
         "SQS_DLQ_URL", "The upload queue's dead-letter queue.", None, infra=True, stack=True
     )
     transcode: TranscodeSettings = field(default_factory=TranscodeSettings)
-    local: bool = False  # True when the values come from the embedded stack
     s3_deadlines: S3Deadlines = field(default_factory=S3Deadlines)
     queue: QueueSettings = field(default_factory=QueueSettings)
     reconcile: ReconcileSettings = field(default_factory=ReconcileSettings)

@@ -15,6 +15,7 @@ from typing import Any
 
 from dagster import AssetKey
 
+from episode_pipeline.defs.io_managers.s3_outputs import S3_IO_MANAGER_KEY
 from episode_pipeline.defs.jobs import EPISODE_ASSETS
 
 
@@ -41,8 +42,6 @@ def asset_children(asset_graph: Any) -> dict[str, set[str]]:
 def stored_in_s3(asset_graph: Any, assets: Iterable[str]) -> list[AssetKey]:
     """Those of `assets` whose output the S3 IO manager stores (under `processed/_dagster/`):
     what a run that does not materialize them loads from the bucket."""
-    from episode_pipeline.defs.io_managers.s3_outputs import S3_IO_MANAGER_KEY
-
     found = []
     for name in assets:
         key = AssetKey(name)

@@ -263,19 +263,6 @@ def open_frame_file(
     return FrameStream(parquet, frame_columns(parquet.schema, path, features), path)
 
 
-def iter_frames(
-    source: ParquetSource,
-    *,
-    path: str,
-    features: FrameFeatures | None = None,
-    frame_order_start: int = 0,
-    batch_rows: int = BATCH_ROWS,
-) -> Iterator[pl.DataFrame]:
-    """Frame rows in bounded batches (memory stays flat for long episodes)."""
-    stream = open_frame_file(source, path=path, features=features)
-    yield from stream.batches(frame_order_start, batch_rows)
-
-
 def read_frame_file(
     source: ParquetSource,
     *,

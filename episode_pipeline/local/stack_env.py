@@ -52,7 +52,7 @@ def load_settings() -> Settings:
             f"DB_HOST is not set and no local stack state was found in {pipeline_home()}: "
             "run `episode-pipeline stack up` (or set the production variables)"
         )
-    return Settings.from_env({**stack_env, **os.environ}, local=True)
+    return Settings.from_env({**stack_env, **os.environ})
 
 
 def apply_local_stack_env() -> bool:

@@ -50,6 +50,7 @@ from episode_pipeline.dagster_compat import (
     BulkActionStatus,
 )
 from episode_pipeline.db import campaigns as db
+from episode_pipeline.db.batches import create_batch
 from episode_pipeline.defs.partitions import BATCHES_PARTITION_NAME
 from episode_pipeline.defs.resources.database import PostgresResource
 from episode_pipeline.instance.campaign_queue import publish_limits
@@ -80,7 +81,6 @@ PRUNE_PER_TICK = 2_000
 # (Dagster's 30 s) and a dequeue (dagster.yaml's 5 s). The runs queued cover it (waves.py).
 BACKFILL_LEAD_SECONDS = 35.0
 DEFAULT_TICK_SECONDS = 30.0
-FINISHED = (DagsterRunStatus.SUCCESS, DagsterRunStatus.FAILURE, DagsterRunStatus.CANCELED)
 NOT_LAUNCHED = [DagsterRunStatus.QUEUED, DagsterRunStatus.NOT_STARTED]
 CANARY_WAVE = 0
 log = logging.getLogger(__name__)
@@ -704,8 +704,6 @@ def wave_assets(assets: Sequence[str] | None, rows: list[db.LedgerRow]) -> list[
 
 def create_batches(conn: Any, rows: list[db.LedgerRow]) -> None:
     """The wave's batches (`episode_batches`), in the transaction that claims the wave."""
-    from episode_pipeline.db.batches import create_batch
-
     by_batch: dict[str, list[Any]] = defaultdict(list)
     for row in rows:
         assert row.batch_key is not None

@@ -235,6 +235,20 @@ def _connect(instance: DagsterInstance) -> Any:
     return storage.connect()  # type: ignore[attr-defined]
 
 
+def _newest_observations(conn: Any, partitions: list[str]) -> dict[str, Any]:
+    """Partition → the epoch seconds of its newest reported upload's observation, where one is."""
+    return dict(
+        conn.execute(
+            _NEWEST_OBSERVATIONS,
+            {
+                "asset_key": RAW_ARCHIVE_ASSET_KEY,
+                "observation": DagsterEventType.ASSET_OBSERVATION.value,
+                "partitions": partitions,
+            },
+        ).fetchall()
+    )
+
+
 def candidate_episodes(
     conn: Any, settings: RetentionSettings, now: float, limit: int
 ) -> list[EpisodeRuns]:
@@ -252,16 +266,7 @@ def candidate_episodes(
     ).fetchall()
     if not rows:
         return []
-    observed = dict(
-        conn.execute(
-            _NEWEST_OBSERVATIONS,
-            {
-                "asset_key": RAW_ARCHIVE_ASSET_KEY,
-                "observation": DagsterEventType.ASSET_OBSERVATION.value,
-                "partitions": [row[0] for row in rows],
-            },
-        ).fetchall()
-    )
+    observed = _newest_observations(conn, [row[0] for row in rows])
     return [
         EpisodeRuns(
             partition=partition,
@@ -410,16 +415,7 @@ def campaign_episodes(conn: Any, campaign_id: str, partitions: Sequence[str]) ->
             },
         ).fetchall()
     }
-    observed = dict(
-        conn.execute(
-            _NEWEST_OBSERVATIONS,
-            {
-                "asset_key": RAW_ARCHIVE_ASSET_KEY,
-                "observation": DagsterEventType.ASSET_OBSERVATION.value,
-                "partitions": list(partitions),
-            },
-        ).fetchall()
-    )
+    observed = _newest_observations(conn, list(partitions))
     episodes = []
     for partition in partitions:
         in_flight, status, ended, created = runs.get(partition, (False, None, None, None))

@@ -38,12 +38,6 @@ def claim_upload(instance: DagsterInstance, run: DagsterRun, upload: str) -> str
     return started_for if started_for != upload else None
 
 
-def latest_run_of_upload(instance: DagsterInstance, upload: str) -> DagsterRun | None:
-    """The newest run started for this upload (by any sensor), or None."""
-    runs = instance.get_runs(RunsFilter(tags={UPLOAD_TAG: upload}), limit=1)
-    return runs[0] if runs else None
-
-
 def latest_runs_of_uploads(
     instance: DagsterInstance, uploads: Iterable[str]
 ) -> dict[str, DagsterRun]:

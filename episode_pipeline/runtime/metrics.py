@@ -4,8 +4,8 @@ Every metric is a CloudWatch embedded-metric-format (EMF) document, one JSON obj
 line of the process that knows the value (a run, the code server evaluating a sensor). On ECS the
 awslogs driver ships stdout to CloudWatch Logs, which extracts the metrics: no PutMetricData call,
 no agent, no request in the hot path. Locally the same lines go to the terminal or the run's
-captured stdout. The contract the alarms are built on is `notes/METRICS.md` (names here and in
-infra/ must agree; docs/operations.md#metrics lists them).
+captured stdout. The alarms (infra/) are built on these names, so the two must agree;
+docs/operations.md#metrics lists them.
 
 Why not awslabs' `aws-embedded-metrics`: it resolves its environment asynchronously, probing the
 EC2 metadata endpoint unless `AWS_EMF_ENVIRONMENT` is set, and its default sink on ECS is a TCP
@@ -51,7 +51,7 @@ class Unit(StrEnum):
     BYTES = "Bytes"
 
 
-# -- the names (notes/METRICS.md) ---------------------------------------------------------------
+# -- the names (docs/operations.md#metrics) ------------------------------------------------------
 
 # Per episode, by the process that writes its final status.
 EPISODES_PROCESSED = "EpisodesProcessed"

@@ -13,7 +13,7 @@ import hashlib
 import math
 import mimetypes
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime
@@ -71,6 +71,17 @@ class ObjectInfo:
     etag: str
     version_id: str | None
     last_modified: datetime | None
+
+    @classmethod
+    def listed(cls, item: Mapping[str, Any]) -> ObjectInfo:
+        """An entry of a `list_objects_v2` page's `Contents` (a listing names no version)."""
+        return cls(
+            key=item["Key"],
+            size=int(item["Size"]),
+            etag=str(item.get("ETag", "")).strip('"'),
+            version_id=None,
+            last_modified=item.get("LastModified"),
+        )
 
 
 @dataclass(frozen=True)
@@ -202,13 +213,7 @@ class Bucket:
         paginator = self.client.get_paginator("list_objects_v2")
         for page in paginator.paginate(Bucket=self.name, Prefix=prefix):
             for item in page.get("Contents", []):
-                yield ObjectInfo(
-                    key=item["Key"],
-                    size=int(item["Size"]),
-                    etag=str(item.get("ETag", "")).strip('"'),
-                    version_id=None,
-                    last_modified=item.get("LastModified"),
-                )
+                yield ObjectInfo.listed(item)
 
     # -- writes ---------------------------------------------------------------------------------
 

@@ -21,13 +21,7 @@ def newest_raw_archive(bucket: Bucket, ref: EpisodeRef) -> tuple[ObjectInfo | No
             for item in page.get("Contents", []):
                 if not is_raw_archive_key(item["Key"]):
                     continue
-                found = ObjectInfo(
-                    key=item["Key"],
-                    size=int(item["Size"]),
-                    etag=str(item.get("ETag", "")).strip('"'),
-                    version_id=None,
-                    last_modified=item.get("LastModified"),
-                )
+                found = ObjectInfo.listed(item)
                 if newest is None or (found.last_modified, found.key) > (
                     newest.last_modified,
                     newest.key,

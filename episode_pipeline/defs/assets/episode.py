@@ -24,6 +24,7 @@ from episode_pipeline.db.episodes import frame_rows, mark_processed
 from episode_pipeline.db.outputs import has_outputs_table, record_output
 from episode_pipeline.defs.asset_keys import FRAMES_KEY, HLS_RENDITIONS_KEY
 from episode_pipeline.defs.assets.timeline import write_timeline
+from episode_pipeline.defs.checks.sync import CHECK_NAME
 from episode_pipeline.defs.code_versions import code_versions
 from episode_pipeline.defs.metadata import bucket_links, materialized, table_schema
 from episode_pipeline.defs.partitions import SERVING, episode_asset
@@ -130,8 +131,6 @@ def seconds_by_camera(hls_metadata: dict[str, Any]) -> dict[str, float]:
 
 def sync_findings_of_run(context: AssetExecutionContext) -> int | None:
     """The sync check's findings if it already ran in this run (None: not yet, or not here)."""
-    from episode_pipeline.defs.checks.sync import CHECK_NAME
-
     key = AssetCheckKey(HLS_RENDITIONS_KEY, CHECK_NAME)
     latest = context.instance.event_log_storage.get_latest_asset_check_execution_by_key(
         [key], partition_filter=PartitionKeyFilter(key=context.partition_key)

@@ -57,7 +57,7 @@ class PostgresResource(ConfigurableResource):
 
     @classmethod
     def from_settings(cls, db: DatabaseSettings) -> PostgresResource:
-        """Build from `load_settings().database`.
+        """Build from the settings' database group (`Settings.database`).
 
         A password that came from `DB_PASSWORD` is passed as an `EnvVar`, so Dagster never
         displays or stores the secret itself.

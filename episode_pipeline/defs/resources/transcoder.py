@@ -183,7 +183,6 @@ class HlsTranscoder(AwsResource):
         set (production), for the runs whose tag asks for it."""
         transcode = settings.transcode
         return cls(
-            mode=transcode.mode,
             **resource_values(transcode),
             **resource_values(transcode.video),
             **aws_fields(settings.aws),

@@ -13,6 +13,7 @@ from dagster import (
 
 from episode_pipeline.config.settings import CampaignSettings, RetentionSettings
 from episode_pipeline.db import campaigns as db
+from episode_pipeline.db.outputs import has_outputs_table
 from episode_pipeline.defs.resources.database import PostgresResource
 from episode_pipeline.orchestration.campaigns import drive, registered
 from episode_pipeline.runtime import metrics
@@ -39,8 +40,6 @@ def campaign_driver(
     def campaign_driver_sensor(
         context: SensorEvaluationContext, postgres: PostgresResource
     ) -> SkipReason:
-        from episode_pipeline.db.outputs import has_outputs_table
-
         with postgres.connect() as conn:
             if not has_outputs_table(conn):
                 return SkipReason("no campaigns table (migration 004): nothing to drive")
