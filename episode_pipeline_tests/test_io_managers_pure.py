@@ -11,7 +11,7 @@ import polars as pl
 import pytest
 from dagster import AssetKey
 
-from episode_pipeline.db.partition_tables import copy_chunks, text_ready
+from episode_pipeline.db.partition_tables import copy_chunks, text_ready, with_partition_column
 from episode_pipeline.defs.io_managers.postgres_tables import PostgresPolarsIOManager
 from episode_pipeline.defs.io_managers.s3_outputs import encode, object_key, to_jsonable
 from episode_pipeline.defs.resources.database import PostgresResource
@@ -137,14 +137,14 @@ def test_partition_value_is_the_episode_id() -> None:
 
 def test_partition_column_added_when_missing() -> None:
     frame = pl.DataFrame({"frame_order": [0, 1]})
-    out = _manager()._with_partition_column(frame, "episode_id", "ep-7", "frames")
+    out = with_partition_column(frame, "episode_id", "ep-7", "public.frames")
     assert out.get_column("episode_id").to_list() == ["ep-7", "ep-7"]
 
 
 def test_rows_of_another_partition_are_refused() -> None:
     frame = pl.DataFrame({"episode_id": ["ep-7", "ep-8", None]})
     with pytest.raises(ValueError, match=r"2 row\(s\) for public.frames have episode_id"):
-        _manager()._with_partition_column(frame, "episode_id", "ep-7", "frames")
+        with_partition_column(frame, "episode_id", "ep-7", "public.frames")
 
 
 def test_schema_config_uses_its_alias() -> None:
