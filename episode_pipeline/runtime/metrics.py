@@ -51,85 +51,127 @@ class Unit(StrEnum):
     BYTES = "Bytes"
 
 
-# -- the names (docs/operations.md#metrics) ------------------------------------------------------
+# -- the metrics, each declared once (docs/operations.md#metrics) ------------------------------
 
-# Per episode, by the process that writes its final status.
-EPISODES_PROCESSED = "EpisodesProcessed"
-EPISODES_FAILED = "EpisodesFailed"
-EPISODE_LATENCY_SECONDS = "EpisodeLatencySeconds"
-RUN_WALL_SECONDS = "RunWallSeconds"
-BYTES_IN = "BytesIn"
-BYTES_OUT = "BytesOut"
-SYNC_FINDINGS = "SyncFindings"
-DRIFT_FINDINGS = "DriftFindings"
-# Per sensor evaluation, dimensions [Deployment, Sensor].
-SENSOR_TICKS = "SensorTicks"
-SENSOR_TICK_FAILURES = "SensorTickFailures"
-TICK_SECONDS = "TickSeconds"
-UPLOADS_RECEIVED = "UploadsReceived"
-RUNS_REQUESTED = "RunsRequested"
-MESSAGES_DELETED = "MessagesDeleted"
-MESSAGES_LEFT = "MessagesLeft"
-LOST_UPLOADS_FOUND = "LostUploadsFound"
-EPISODES_PRUNED = "EpisodesPruned"
-LIVE_PARTITIONS = "LivePartitions"
-CAMPAIGNS_STALLED = "CampaignsStalled"
+EPISODE_SCOPE = "episode"  # per episode, by the process that writes its final status: [Deployment]
+SENSOR_SCOPE = "sensor"  # per sensor evaluation: [Deployment, Sensor]
 
-UNITS: Mapping[str, Unit] = {
-    EPISODES_PROCESSED: Unit.COUNT,
-    EPISODES_FAILED: Unit.COUNT,
-    EPISODE_LATENCY_SECONDS: Unit.SECONDS,
-    RUN_WALL_SECONDS: Unit.SECONDS,
-    BYTES_IN: Unit.BYTES,
-    BYTES_OUT: Unit.BYTES,
-    SYNC_FINDINGS: Unit.COUNT,
-    DRIFT_FINDINGS: Unit.COUNT,
-    SENSOR_TICKS: Unit.COUNT,
-    SENSOR_TICK_FAILURES: Unit.COUNT,
-    TICK_SECONDS: Unit.SECONDS,
-    UPLOADS_RECEIVED: Unit.COUNT,
-    RUNS_REQUESTED: Unit.COUNT,
-    MESSAGES_DELETED: Unit.COUNT,
-    MESSAGES_LEFT: Unit.COUNT,
-    LOST_UPLOADS_FOUND: Unit.COUNT,
-    EPISODES_PRUNED: Unit.COUNT,
-    LIVE_PARTITIONS: Unit.COUNT,
-    CAMPAIGNS_STALLED: Unit.COUNT,
-}
-# What each metric is: the table in docs/operations.md#metrics (`metrics_table`).
-MEANINGS: Mapping[str, str] = {
-    EPISODES_PROCESSED: "1 when an episode becomes `processed` (the `episode` step)",
-    EPISODES_FAILED: "1 when an episode becomes `failed`; also by `Cause` (`CAUSES`)",
-    EPISODE_LATENCY_SECONDS: "upload (the archive's LastModified) → `processed`",
-    RUN_WALL_SECONDS: "the run's wall time, start → final status (processed and failed)",
-    BYTES_IN: "the archive's bytes read",
-    BYTES_OUT: "processed bytes written: the extracted files and the HLS tree",
-    SYNC_FINDINGS: "findings of `video_frames_in_sync` (its run, each time it runs)",
-    DRIFT_FINDINGS: "cameras failing `hls_duration_matches_sources` (its run)",
-    SENSOR_TICKS: "1 per evaluation of a sensor",
-    SENSOR_TICK_FAILURES: "1 when the evaluation raised (written, then re-raised)",
-    TICK_SECONDS: "the evaluation's duration",
-    UPLOADS_RECEIVED: "`episode_uploads`: messages received from the upload queue",
-    RUNS_REQUESTED: "`episode_uploads`, `waiting_uploads`: runs the tick requested",
-    MESSAGES_DELETED: "`episode_upload_done`: messages deleted after their run succeeded",
-    MESSAGES_LEFT: "`episode_uploads`: deliveries on their way to the dead-letter queue (left "
-    "unfinished, or back after a failed, missing or unrenewed run); also by `Reason`",
-    LOST_UPLOADS_FOUND: "`waiting_uploads`: uploads no event announced (notifications broken)",
-    EPISODES_PRUNED: "`dagster_retention`: episodes pruned from Dagster's storage",
-    LIVE_PARTITIONS: "`dagster_retention`: episode partitions Dagster still holds after the tick",
-    CAMPAIGNS_STALLED: "`campaign_driver`: campaigns that cannot go on by themselves (the cause: "
-    "`campaign status`)",
-}
-EPISODE_METRICS = (
-    EPISODES_PROCESSED,
-    EPISODES_FAILED,
-    EPISODE_LATENCY_SECONDS,
-    RUN_WALL_SECONDS,
-    BYTES_IN,
-    BYTES_OUT,
-    SYNC_FINDINGS,
-    DRIFT_FINDINGS,
-)
+
+@dataclass(frozen=True)
+class Metric:
+    """One metric: its name, unit and meaning, where it is written (`scope`), the extra dimension
+    it is also written by (`by`: `Cause` of a failure, `Reason` of a left message), and the
+    sensors whose every line carries it, 0 when nothing happened (`always_on`: an alarm on a
+    missing value would read "no data", not "nothing")."""
+
+    name: str
+    unit: Unit
+    meaning: str
+    scope: str
+    by: str | None = None
+    always_on: tuple[str, ...] = ()
+
+    @property
+    def dimensions(self) -> list[tuple[str, ...]]:
+        base = (DEPLOYMENT,) if self.scope == EPISODE_SCOPE else (DEPLOYMENT, SENSOR)
+        return [base, (*base, self.by)] if self.by else [base]
+
+
+METRICS: dict[str, Metric] = {}
+
+
+def _declare(
+    name: str, unit: Unit, meaning: str, scope: str, by: str | None = None,
+    always_on: tuple[str, ...] = (),
+) -> str:  # fmt: skip
+    METRICS[name] = Metric(name, unit, meaning, scope, by, always_on)
+    return name
+
+
+EPISODES_PROCESSED = _declare(
+    "EpisodesProcessed", Unit.COUNT,
+    "1 when an episode becomes `processed` (the `episode` step)", EPISODE_SCOPE,
+)  # fmt: skip
+EPISODES_FAILED = _declare(
+    "EpisodesFailed", Unit.COUNT,
+    "1 when an episode becomes `failed`; also by `Cause` (`CAUSES`)", EPISODE_SCOPE, by=CAUSE,
+)  # fmt: skip
+EPISODE_LATENCY_SECONDS = _declare(
+    "EpisodeLatencySeconds", Unit.SECONDS,
+    "upload (the archive's LastModified) → `processed`", EPISODE_SCOPE,
+)  # fmt: skip
+RUN_WALL_SECONDS = _declare(
+    "RunWallSeconds", Unit.SECONDS,
+    "the run's wall time, start → final status (processed and failed)", EPISODE_SCOPE,
+)  # fmt: skip
+BYTES_IN = _declare("BytesIn", Unit.BYTES, "the archive's bytes read", EPISODE_SCOPE)
+BYTES_OUT = _declare(
+    "BytesOut", Unit.BYTES,
+    "processed bytes written: the extracted files and the HLS tree", EPISODE_SCOPE,
+)  # fmt: skip
+SYNC_FINDINGS = _declare(
+    "SyncFindings", Unit.COUNT,
+    "findings of `video_frames_in_sync` (its run, each time it runs)", EPISODE_SCOPE,
+)  # fmt: skip
+DRIFT_FINDINGS = _declare(
+    "DriftFindings", Unit.COUNT,
+    "cameras failing `hls_duration_matches_sources` (its run)", EPISODE_SCOPE,
+)  # fmt: skip
+SENSOR_TICKS = _declare("SensorTicks", Unit.COUNT, "1 per evaluation of a sensor", SENSOR_SCOPE)
+SENSOR_TICK_FAILURES = _declare(
+    "SensorTickFailures", Unit.COUNT,
+    "1 when the evaluation raised (written, then re-raised)", SENSOR_SCOPE,
+)  # fmt: skip
+TICK_SECONDS = _declare("TickSeconds", Unit.SECONDS, "the evaluation's duration", SENSOR_SCOPE)
+UPLOADS_RECEIVED = _declare(
+    "UploadsReceived", Unit.COUNT,
+    "`episode_uploads`: messages received from the upload queue", SENSOR_SCOPE,
+    always_on=("episode_uploads",),
+)  # fmt: skip
+RUNS_REQUESTED = _declare(
+    "RunsRequested", Unit.COUNT,
+    "`episode_uploads`, `waiting_uploads`: runs the tick requested", SENSOR_SCOPE,
+    always_on=("episode_uploads", "waiting_uploads"),
+)  # fmt: skip
+MESSAGES_DELETED = _declare(
+    "MessagesDeleted", Unit.COUNT,
+    "`episode_upload_done`: messages deleted after their run succeeded", SENSOR_SCOPE,
+    always_on=("episode_upload_done",),
+)  # fmt: skip
+MESSAGES_LEFT = _declare(
+    "MessagesLeft", Unit.COUNT,
+    "`episode_uploads`: deliveries on their way to the dead-letter queue (left unfinished, or "
+    "back after a failed, missing or unrenewed run); also by `Reason`", SENSOR_SCOPE,
+    by=REASON, always_on=("episode_uploads",),
+)  # fmt: skip
+LOST_UPLOADS_FOUND = _declare(
+    "LostUploadsFound", Unit.COUNT,
+    "`waiting_uploads`: uploads no event announced (notifications broken)", SENSOR_SCOPE,
+    always_on=("waiting_uploads",),
+)  # fmt: skip
+EPISODES_PRUNED = _declare(
+    "EpisodesPruned", Unit.COUNT,
+    "`dagster_retention`: episodes pruned from Dagster's storage", SENSOR_SCOPE,
+    always_on=("dagster_retention",),
+)  # fmt: skip
+LIVE_PARTITIONS = _declare(
+    "LivePartitions", Unit.COUNT,
+    "`dagster_retention`: episode partitions Dagster still holds after the tick", SENSOR_SCOPE,
+)  # fmt: skip
+CAMPAIGNS_STALLED = _declare(
+    "CampaignsStalled", Unit.COUNT,
+    "`campaign_driver`: campaigns that cannot go on by themselves (the cause: "
+    "`campaign status`)", SENSOR_SCOPE,
+)  # fmt: skip
+
+UNITS: Mapping[str, Unit] = {name: metric.unit for name, metric in METRICS.items()}
+EPISODE_METRICS = tuple(name for name, metric in METRICS.items() if metric.scope == EPISODE_SCOPE)
+
+
+def tick_counters(sensor: str) -> tuple[str, ...]:
+    """The counters every line of this sensor carries (0 when nothing happened)."""
+    return tuple(name for name, metric in METRICS.items() if sensor in metric.always_on)
+
 
 # -- the cause class of a failure (pure) ---------------------------------------------------------
 
@@ -361,7 +403,8 @@ class Emitter:
     def episode_failed(
         self, episode: str, run_id: str | None, cause: str, run_wall_seconds: float | None
     ) -> dict[str, Any]:
-        directives = [Directive(((DEPLOYMENT,), (DEPLOYMENT, CAUSE)), {EPISODES_FAILED: 1})]
+        failed = METRICS[EPISODES_FAILED]
+        directives = [Directive(tuple(failed.dimensions), {EPISODES_FAILED: 1})]
         if run_wall_seconds is not None:
             directives.append(
                 Directive(((DEPLOYMENT,),), {RUN_WALL_SECONDS: round(run_wall_seconds, 3)})
@@ -398,7 +441,7 @@ class Emitter:
         for name, reasons in (by_reason or {}).items():
             for reason, value in sorted(reasons.items()):
                 self.emit(
-                    [Directive(((DEPLOYMENT, SENSOR, REASON),), {name: value})],
+                    [Directive((METRICS[name].dimensions[-1],), {name: value})],
                     {SENSOR: sensor, REASON: reason},
                 )
         return document
@@ -460,14 +503,7 @@ def gauge(name: str, value: float) -> None:
 def metrics_table() -> str:
     """The Markdown table of every metric (docs/operations.md#metrics)."""
     rows = ["| Metric | Unit | Dimensions | What |", "| --- | --- | --- | --- |"]
-    for name, unit in UNITS.items():
-        if name == EPISODES_FAILED:
-            dimensions = "[Deployment], [Deployment, Cause]"
-        elif name == MESSAGES_LEFT:
-            dimensions = "[Deployment, Sensor], [Deployment, Sensor, Reason]"
-        elif name in EPISODE_METRICS:
-            dimensions = "[Deployment]"
-        else:
-            dimensions = "[Deployment, Sensor]"
-        rows.append(f"| `{name}` | {unit.value} | {dimensions} | {MEANINGS[name]} |")
+    for metric in METRICS.values():
+        dimensions = ", ".join(f"[{', '.join(names)}]" for names in metric.dimensions)
+        rows.append(f"| `{metric.name}` | {metric.unit.value} | {dimensions} | {metric.meaning} |")
     return "\n".join(rows) + "\n"

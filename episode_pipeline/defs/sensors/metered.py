@@ -11,21 +11,13 @@ from __future__ import annotations
 
 import functools
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
 from dagster import RunRequest, SensorDefinition, SensorResult
 
 from episode_pipeline.runtime import metrics
 
-# The counters each sensor's line always carries (0 when nothing happened): an alarm on a
-# missing value would otherwise read "no data", not "nothing".
-TICK_COUNTERS: Mapping[str, tuple[str, ...]] = {
-    "episode_uploads": (metrics.UPLOADS_RECEIVED, metrics.RUNS_REQUESTED, metrics.MESSAGES_LEFT),
-    "episode_upload_done": (metrics.MESSAGES_DELETED,),
-    "waiting_uploads": (metrics.LOST_UPLOADS_FOUND, metrics.RUNS_REQUESTED),
-    "dagster_retention": (metrics.EPISODES_PRUNED,),
-}
 _METERED = "_episode_pipeline_metered"
 
 
@@ -49,7 +41,7 @@ def metered(
         return sensor
     evaluate = sensor._evaluation_fn
     name = sensor.name
-    counters = TICK_COUNTERS.get(name, ())
+    counters = metrics.tick_counters(name)
 
     @functools.wraps(evaluate)
     def evaluate_and_count(context: Any) -> Any:
