@@ -49,7 +49,7 @@ jobs = [job.name for job in defs.resolve_all_job_defs()]
 # What a run does with the stripped libraries: a data parquet's rows as COPY text, zstd, PyAV.
 import io, polars as pl, zstandard, av, psycopg, psycopg2
 from episode_pipeline.lerobot.frames import frames_table
-from episode_pipeline.defs.io_managers.postgres_tables import copy_chunks
+from episode_pipeline.db.partition_tables import copy_chunks
 data = io.BytesIO()
 pl.DataFrame({
     "timestamp": [0.0, 1 / 30], "observation.state": [[0.1, -2.5], [float("nan"), 3.0]],
