@@ -22,6 +22,8 @@ from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
 
+from episode_pipeline.config.settings import CampaignSettings
+
 THROTTLED = "throttled"  # S3 SlowDown / 503, ECS ThrottlingException, API rate exceeded
 NO_CAPACITY = "no_capacity"  # ECS could not place the task
 OTHER = "other"  # an ordinary failure: counted in the failure rate
@@ -68,18 +70,22 @@ def retry_after_seconds(message: str | None) -> float | None:
     return float(match.group(1)) if match else None
 
 
+# The defaults are the settings' (`CAMPAIGN_CONCURRENCY_*`, ...): declared once, in config/.
+_DEFAULT = CampaignSettings()
+
+
 @dataclass(frozen=True)
 class GovernorSettings:
-    start_limit: int = 4
-    min_limit: int = 1
-    max_limit: int = 16
-    increase_after: int = 20  # successes in a row
-    pause_seconds: float = 60.0  # when backpressure gives no Retry-After
+    start_limit: int = _DEFAULT.concurrency_start
+    min_limit: int = _DEFAULT.concurrency_min
+    max_limit: int = _DEFAULT.concurrency_max
+    increase_after: int = _DEFAULT.increase_after  # successes in a row
+    pause_seconds: float = _DEFAULT.pause_seconds  # when backpressure gives no Retry-After
     # The longest pause a Retry-After may ask for: a bad header (or proxy) cannot park the
     # campaign for a day.
-    max_pause_seconds: float = 900.0
-    window: int = 20  # outcomes the failure rate is measured over
-    max_failure_rate: float = 0.5
+    max_pause_seconds: float = _DEFAULT.max_pause_seconds
+    window: int = _DEFAULT.failure_window  # outcomes the failure rate is measured over
+    max_failure_rate: float = _DEFAULT.max_failure_rate
 
     def __post_init__(self) -> None:
         if not 1 <= self.min_limit <= self.start_limit <= self.max_limit:
