@@ -407,7 +407,51 @@ def _drive_campaign(
     lead_seconds: float,
     retention: RetentionSettings,
 ) -> TickReport:
+    """One campaign's tick, the steps the module's docstring lists, in order."""
     report = TickReport(campaign_id)
+    tick = _reconcile(instance, postgres, campaign_id, now, rng, report)  # (1)
+    if tick.campaign.state == ledger.CANCELED:
+        _stop_canceled(instance, postgres, campaign_id, tick.requested, report)
+    _repair_waves(instance, postgres, tick, now, rng, report)  # (2)
+    # (3) The run-failure sensor marks a failed run's episode `failed`; the prune deletes a
+    # settled episode's runs, often in this tick, before that sensor read them (the soak left
+    # a rejected episode `processing`). The same policy first, for an episode still unmarked.
+    for run in tick.failed_runs:
+        fail_episode_of_run(instance, run, postgres, still_processing=True)
+    report.pruned = prune_settled(instance, postgres, campaign_id, retention)
+    claimed = _judge_and_claim(postgres, campaign_id, tick, now, lead_seconds, report)  # (4), (5)
+    if claimed is None:
+        return report
+    campaign, wave, rows = claimed
+    report.claimed, report.wave = len(rows), wave
+    reach(AFTER_CLAIM, about=f"{campaign_id}.w{wave}")
+    launch_wave(instance, postgres, campaign, wave, rows)
+    return report
+
+
+@dataclass
+class _Reconciled:
+    """What step (1) read and settled, for the steps after it."""
+
+    campaign: db.Campaign
+    config: CampaignConfig
+    governor: GovernorState
+    requested: list[db.LedgerRow]
+    runs: dict[tuple[str, int], list[RunRecord]]
+    repair: dict[int, list[db.LedgerRow]]
+    failed_runs: list[DagsterRun]  # the episodes' own runs that ended without success
+
+
+def _reconcile(
+    instance: DagsterInstance,
+    postgres: PostgresResource,
+    campaign_id: str,
+    now: datetime,
+    rng: random.Random,
+    report: TickReport,
+) -> _Reconciled:
+    """(1) The finished runs of the campaign's waves into the ledger, the governor fed; the rows
+    whose run never came, for (2). One transaction, under the campaign's lock."""
     repair: dict[int, list[db.LedgerRow]] = defaultdict(list)
     with postgres.transaction() as conn:
         campaign = db.lock_campaign(conn, campaign_id)
@@ -421,7 +465,7 @@ def _drive_campaign(
         backfills_ended = ended_wave_backfills(instance, campaign_id, {wave for _, wave in runs})
         recorded = db.recorded_since_claim(conn, campaign_id, campaign.target_code_version)
         observations = []
-        failed_runs: list[DagsterRun] = []  # the episodes' own runs that ended without success
+        failed_runs: list[DagsterRun] = []
         for row in requested:
             assert row.wave is not None
             episode_runs = runs.get((row.ref.partition_key, row.wave), [])
@@ -481,22 +525,42 @@ def _drive_campaign(
             report.decisions.append(decision.message)
         db.update_campaign(conn, campaign_id, governor=governor.to_json())
 
-    if campaign.state == ledger.CANCELED:
-        # `campaign cancel` cancels the backfills recorded when it ran; a wave recorded by a tick
-        # racing it (claimed before the cancel, recorded after) is canceled here, so its runs
-        # never wait at limit 0 forever: they end CANCELED and are reconciled.
-        for wave in sorted({row.wave for row in requested if row.wave is not None}):
-            if cancel_wave_backfill(instance, campaign_id, wave):
-                message = f"canceled wave {wave}'s backfill, recorded after the campaign's cancel"
-                with postgres.transaction() as conn:
-                    db.log_decision(conn, campaign_id, "ledger", message)
-                report.decisions.append(message)
-        stopped = stop_canceled_runs(instance, campaign_id)
-        if stopped:
+    return _Reconciled(campaign, config, governor, requested, runs, repair, failed_runs)
+
+
+def _stop_canceled(
+    instance: DagsterInstance,
+    postgres: PostgresResource,
+    campaign_id: str,
+    requested: list[db.LedgerRow],
+    report: TickReport,
+) -> None:
+    # `campaign cancel` cancels the backfills recorded when it ran; a wave recorded by a tick
+    # racing it (claimed before the cancel, recorded after) is canceled here, so its runs
+    # never wait at limit 0 forever: they end CANCELED and are reconciled.
+    for wave in sorted({row.wave for row in requested if row.wave is not None}):
+        if cancel_wave_backfill(instance, campaign_id, wave):
+            message = f"canceled wave {wave}'s backfill, recorded after the campaign's cancel"
             with postgres.transaction() as conn:
-                for message in stopped:
-                    db.log_decision(conn, campaign_id, "ledger", message)
-            report.decisions.extend(stopped)
+                db.log_decision(conn, campaign_id, "ledger", message)
+            report.decisions.append(message)
+    stopped = stop_canceled_runs(instance, campaign_id)
+    if stopped:
+        with postgres.transaction() as conn:
+            for message in stopped:
+                db.log_decision(conn, campaign_id, "ledger", message)
+        report.decisions.extend(stopped)
+
+
+def _repair_waves(
+    instance: DagsterInstance,
+    postgres: PostgresResource,
+    tick: _Reconciled,
+    now: datetime,
+    rng: random.Random,
+    report: TickReport,
+) -> None:
+    campaign, config, runs, campaign_id = tick.campaign, tick.config, tick.runs, tick.campaign.id
     # (2) A wave whose rows have no run: its backfill missing (a crash after the claim) is
     # recorded now; once its backfill has ended without their run they are released (an
     # attempt each). A stale claim's backfill still requested is canceled first, and its rows
@@ -506,7 +570,7 @@ def _drive_campaign(
         for (_, wave), records in runs.items()
         if any(record.dagster_run.status in IN_FLIGHT_STATUSES for record in records)
     }
-    for wave, rows in sorted(repair.items()):
+    for wave, rows in sorted(tick.repair.items()):
         backfill = instance.get_backfill(wave_backfill_id(campaign_id, wave))
         if backfill is None and campaign.state == ledger.RUNNING:
             launch_wave(instance, postgres, campaign, wave, rows)
@@ -563,13 +627,18 @@ def _drive_campaign(
                 + (f"; {rejected} rejected, out of attempts" if rejected else ""),
             )
 
-    # The run-failure sensor marks a failed run's episode `failed`; the prune below deletes a
-    # settled episode's runs, often in this tick, before that sensor read them (the soak left
-    # a rejected episode `processing`). The same policy first, for an episode still unmarked.
-    for run in failed_runs:
-        fail_episode_of_run(instance, run, postgres, still_processing=True)
-    report.pruned = prune_settled(instance, postgres, campaign_id, retention)
 
+def _judge_and_claim(
+    postgres: PostgresResource,
+    campaign_id: str,
+    tick: _Reconciled,
+    now: datetime,
+    lead_seconds: float,
+    report: TickReport,
+) -> tuple[db.Campaign, int, list[db.LedgerRow]] | None:
+    """(4) Judge the canary, (5) claim the next wave: the campaign, the wave and its rows, or
+    None when no wave is claimed (done, canceled, stopped, paused, waiting, no room)."""
+    config, governor = tick.config, tick.governor
     with postgres.transaction() as conn:
         campaign = db.lock_campaign(conn, campaign_id)
         assert campaign is not None
@@ -578,22 +647,22 @@ def _drive_campaign(
         if campaign.state == ledger.RUNNING and not governor.is_paused(now):
             report.launch_limit = governor.limit
         if campaign.state == ledger.CANCELED:
-            return report
+            return None
         if ledger.is_finished(counts):
             if campaign.state == ledger.RUNNING:
                 db.update_campaign(conn, campaign_id, state=ledger.DONE)
                 db.log_decision(conn, campaign_id, "state", f"done: {counts}")
                 report.state = ledger.DONE
-            return report
+            return None
         if campaign.state != ledger.RUNNING:
-            return report
+            return None
         verdict, canary_size = judge_canary(conn, campaign, config, sum(counts.values()))
         if verdict == "stopped":
             report.state, report.launch_limit = ledger.STOPPED, 0
             report.decisions.append("canary stopped the campaign")
-            return report
+            return None
         if governor.is_paused(now):
-            return report
+            return None
         in_flight = db.requested_rows(conn, campaign_id)
         runs_in_flight = len({row.batch_key for row in in_flight})
         claimable = db.claimable_count(conn, campaign_id, now, config.waves.wave_size)
@@ -614,7 +683,7 @@ def _drive_campaign(
         if verdict == "waiting":
             size = 0
         if size <= 0:
-            return report
+            return None
         wave = campaign.next_wave
         claimed = db.claim_wave(conn, campaign_id, wave, size, config.waves.episodes_per_run, now)
         if config.waves.episodes_per_run > 1:
@@ -631,10 +700,7 @@ def _drive_campaign(
                 "backfill": wave_backfill_id(campaign_id, wave),
             },
         )
-    report.claimed, report.wave = len(claimed), wave
-    reach(AFTER_CLAIM, about=f"{campaign_id}.w{wave}")
-    launch_wave(instance, postgres, campaign, wave, claimed)
-    return report
+    return campaign, wave, claimed
 
 
 def launch_wave(
