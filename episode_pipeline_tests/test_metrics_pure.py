@@ -248,3 +248,13 @@ def test_the_output_can_be_turned_off_and_is_checked() -> None:
     assert metrics.Emitter.from_env({"METRICS_OUTPUT": "stdout"}).write is metrics.write_stdout
     with pytest.raises(RuntimeError, match="METRICS_OUTPUT='stderr' is not one of stdout, off"):
         metrics.Emitter.from_env({"METRICS_OUTPUT": "stderr"})
+
+
+def test_a_reason_is_counted_only_for_a_metric_declared_by_reason() -> None:
+    """The reason's line is published under the metric's `Reason` dimension set: a metric
+    declared without one would publish its reason nowhere, so it is refused at the call."""
+    assert metrics.METRICS[metrics.MESSAGES_LEFT].dimensions[-1] == (
+        metrics.DEPLOYMENT, metrics.SENSOR, metrics.REASON,
+    )  # fmt: skip
+    with pytest.raises(ValueError, match="UploadsReceived is not declared by Reason"):
+        metrics.count_reason(metrics.UPLOADS_RECEIVED, "malformed")

@@ -51,7 +51,7 @@ from episode_pipeline.dagster_compat import (
 )
 from episode_pipeline.db import campaigns as db
 from episode_pipeline.db.batches import create_batch
-from episode_pipeline.defs.partitions import BATCHES_PARTITION_NAME
+from episode_pipeline.defs.partitions import BATCHES_PARTITION_NAME, EPISODES_PARTITION_NAME
 from episode_pipeline.defs.resources.database import PostgresResource
 from episode_pipeline.instance.campaign_queue import publish_limits
 from episode_pipeline.instance.run_tags import (
@@ -720,14 +720,18 @@ def launch_wave(
     name, campaign_id = campaign.name, campaign.id
     episodes_per_run = CampaignConfig.from_json(campaign.settings).waves.episodes_per_run
     keys = [row.ref.partition_key for row in rows]
-    missing = set(missing_partitions(instance, keys))
+    missing = missing_partitions(instance, keys)
     if missing:
+        # Marked before they are added: a crash between leaves them the campaign's to prune.
+        missing_keys = set(missing)
         with postgres.transaction() as conn:
             db.mark_partitions_added(
-                conn, campaign_id, [row.ref for row in rows if row.ref.partition_key in missing]
+                conn,
+                campaign_id,
+                [row.ref for row in rows if row.ref.partition_key in missing_keys],
             )
-        if episodes_per_run == 1:  # the backfill's partitions must exist
-            add_partitions(instance, keys)
+        if episodes_per_run == 1:  # the backfill's partitions must exist: those found above
+            instance.add_dynamic_partitions(EPISODES_PARTITION_NAME, missing)
     # K = 1: the episode job over the episodes; K > 1: the batch job over the wave's batches.
     batch_keys = list(dict.fromkeys(row.batch_key for row in rows if row.batch_key))
     partition_keys, job_name = keys, EPISODE_JOB_NAME

@@ -483,7 +483,10 @@ def count(name: str, value: float = 1) -> None:
 
 
 def count_reason(name: str, reason: str, value: float = 1) -> None:
-    """`count` this tick's `name`, and also under the dimension `Reason` = `reason`."""
+    """`count` this tick's `name`, and also under the dimension `Reason` = `reason` (a metric
+    declared `by=REASON`: its last dimension set is the one with `Reason`)."""
+    if METRICS[name].by != REASON:
+        raise ValueError(f"metric {name} is not declared by {REASON}: count it with `count`")
     count(name, value)
     counts = _TICK.get()
     if counts is not None:
