@@ -439,3 +439,16 @@ class BenchContext:
             yield
         finally:
             self.phases[name] = round(self.phases.get(name, 0.0) + time.perf_counter() - started, 2)
+
+
+@contextmanager
+def private_stack(ctx: BenchContext, name: str) -> Iterator[Any]:
+    """A stack of a stage's own under its work folder (`name`), stopped afterwards."""
+    from episode_pipeline.local.stack import start_stack, stop_stack
+
+    home = ctx.workdir / name
+    info = start_stack(home)
+    try:
+        yield info
+    finally:
+        stop_stack(home, save_objects=False)

@@ -39,7 +39,14 @@ from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import BenchContext, Result, median, run_child, seconds_result
+from benchmarks.common import (
+    BenchContext,
+    Result,
+    median,
+    private_stack,
+    run_child,
+    seconds_result,
+)
 from episode_pipeline.episodes.keys import EpisodeRef
 
 NAME = "end_to_end"
@@ -63,19 +70,6 @@ PROCESS_KINDS = (
     ("postgres", "postgres"),
     ("benchmarks", "benchmark"),
 )
-
-
-@contextmanager
-def private_stack(ctx: BenchContext) -> Iterator[Any]:
-    """A stack of this stage's own, stopped afterwards."""
-    from episode_pipeline.local.stack import start_stack, stop_stack
-
-    home = ctx.workdir / "e2e-stack-home"
-    info = start_stack(home)
-    try:
-        yield info
-    finally:
-        stop_stack(home, save_objects=False)
 
 
 @contextmanager
@@ -340,7 +334,7 @@ def run(ctx: BenchContext) -> list[Result]:
         # The sample's encodes (FFmpeg) overlap the stack's and the daemon's start (waiting).
         with ctx.phase("set-up: sample, stack, daemon"), ThreadPoolExecutor(1) as pool:
             writing = pool.submit(write_sample, archive, spec)
-            info = on_stack.enter_context(private_stack(ctx))
+            info = on_stack.enter_context(private_stack(ctx, "e2e-stack-home"))
             settings = Settings.from_env(info.env)
             log = folder / "daemon.log"
             process = with_daemon.enter_context(daemon(info, log))

@@ -6,26 +6,16 @@ Here, not in `fleet`, which imports the parts: a part importing `fleet` back mad
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
-from benchmarks.common import BenchContext
+from benchmarks.common import BenchContext, private_stack
 
 UI_PAGE_SECONDS = 3.0  # the target of every UI page (issue 18)
 
 
-@contextmanager
-def fleet_stack(ctx: BenchContext) -> Iterator[Any]:
+def fleet_stack(ctx: BenchContext) -> Any:
     """A stack of this stage's own (its Dagster instance fills up with the fleet)."""
-    from episode_pipeline.local.stack import start_stack, stop_stack
-
-    home = ctx.workdir / "fleet-stack-home"
-    info = start_stack(home)
-    try:
-        yield info
-    finally:
-        stop_stack(home, save_objects=False)
+    return private_stack(ctx, "fleet-stack-home")
 
 
 @dataclasses.dataclass
