@@ -20,6 +20,7 @@ from episode_pipeline.health import (
     judge,
     percentile,
 )
+from episode_pipeline.local.dev import dev_environment
 from episode_pipeline.runtime import metrics
 from episode_pipeline_tests.support.dagster_internals import TickStatus
 
@@ -248,6 +249,25 @@ def test_the_output_can_be_turned_off_and_is_checked() -> None:
     assert metrics.Emitter.from_env({"METRICS_OUTPUT": "stdout"}).write is metrics.write_stdout
     with pytest.raises(RuntimeError, match="METRICS_OUTPUT='stderr' is not one of stdout, off"):
         metrics.Emitter.from_env({"METRICS_OUTPUT": "stderr"})
+
+
+def test_a_laptop_writes_the_metric_lines_to_a_file_not_the_terminal(tmp_path: Path) -> None:
+    """`dev` and `demo` give the daemon, the code server and the runs one file of the stack's
+    (`local/dev.py`); each process appends whole lines to it. An exported METRICS_OUTPUT wins."""
+    stack_env = {"DAGSTER_HOME": str(tmp_path / "dagster")}
+    with pytest.MonkeyPatch.context() as patch:
+        patch.delenv("METRICS_OUTPUT", raising=False)
+        path = dev_environment(stack_env)["METRICS_OUTPUT"]
+        patch.setenv("METRICS_OUTPUT", "stdout")
+        assert dev_environment(stack_env)["METRICS_OUTPUT"] == "stdout"
+    assert path == str(tmp_path / "metrics.jsonl")
+    emitter = metrics.Emitter.from_env({"METRICS_OUTPUT": path})
+    emitter.sensor_tick("episode_uploads", 0.1, False, {})
+    emitter.sensor_tick("waiting_uploads", 0.2, True, {})
+    lines = Path(path).read_text().splitlines()
+    assert [json.loads(line)["Sensor"] for line in lines] == ["episode_uploads", "waiting_uploads"]
+    with pytest.raises(RuntimeError, match="nor an absolute file path"):
+        metrics.Emitter.from_env({"METRICS_OUTPUT": "metrics.jsonl"})
 
 
 def test_a_reason_is_counted_only_for_a_metric_declared_by_reason() -> None:

@@ -547,15 +547,22 @@ class MetricsSettings(EnvSettings):
     output: str = setting(
         "METRICS_OUTPUT",
         "`stdout`: the metric lines go to standard output (the awslogs driver ships them); "
-        "`off`: nowhere (`process` and `check` default to it: a terminal is no log stream).",
+        "`off`: nowhere (`process` and `check` default to it: a terminal is no log stream); "
+        "an absolute path: appended to that file (`dev` and `demo`: `<stack>/metrics.jsonl`).",
         "stdout",
     )
 
     def __post_init__(self) -> None:
-        if self.output not in METRICS_OUTPUTS:
+        if self.output not in METRICS_OUTPUTS and not self.metrics_file:
             raise RuntimeError(
-                f"METRICS_OUTPUT={self.output!r} is not one of {', '.join(METRICS_OUTPUTS)}"
+                f"METRICS_OUTPUT={self.output!r} is not one of {', '.join(METRICS_OUTPUTS)}, "
+                "nor an absolute file path"
             )
+
+    @property
+    def metrics_file(self) -> str | None:
+        """The file the lines are appended to, when the output names one."""
+        return self.output if os.path.isabs(self.output) else None
 
 
 METRICS_OUTPUTS = ("stdout", "off")

@@ -23,13 +23,14 @@ import time
 from pathlib import Path
 from types import FrameType
 
-from episode_pipeline.config.settings import AwsSettings
+from episode_pipeline.config.settings import METRICS_OUTPUT_ENV, AwsSettings
 from episode_pipeline.local.stack import start_stack
 from episode_pipeline.storage.bucket import Bucket
 from episode_pipeline.viewer.server import ViewerServer, missing_libraries
 
 DEFAULT_PORT = 3000
 VIEWER_URL_ENV = "VIEWER_URL"  # Settings.viewer_url
+METRICS_FILE = "metrics.jsonl"
 SHUTDOWN_GRACE_SECONDS = 30
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
@@ -49,8 +50,17 @@ def dagster_command(port: int = DEFAULT_PORT) -> list[str]:
 
 
 def dev_environment(stack_env: dict[str, str]) -> dict[str, str]:
-    """Our environment plus the stack's; DB_HOST and friends point at the embedded services."""
-    return {**os.environ, **stack_env}
+    """Our environment plus the stack's; DB_HOST and friends point at the embedded services.
+
+    The metric lines (CloudWatch's, in production a log stream) go to a file of the stack's
+    (`metrics_file`), not among the daemon's lines in the terminal, unless METRICS_OUTPUT is
+    exported."""
+    return {METRICS_OUTPUT_ENV: str(metrics_file(stack_env)), **os.environ, **stack_env}
+
+
+def metrics_file(stack_env: dict[str, str]) -> Path:
+    """Where `dev` and `demo` append the metric lines: beside the stack's DAGSTER_HOME."""
+    return Path(stack_env["DAGSTER_HOME"]).with_name(METRICS_FILE)
 
 
 GROUP_EXIT_SECONDS = 5  # for what remains of the group once `dagster dev` has gone
@@ -134,6 +144,7 @@ def run_dev(port: int = DEFAULT_PORT) -> int:
     print(f"local stack ready in {info.home}; Dagster on http://127.0.0.1:{port}", file=sys.stderr)
     viewer = start_viewer(info.env, port + 1)
     env = dev_environment(info.env)
+    print(f"metrics (CloudWatch EMF lines) in {env[METRICS_OUTPUT_ENV]}", file=sys.stderr)
     if viewer is not None:
         env[VIEWER_URL_ENV] = viewer.base_url
         print(

@@ -3,9 +3,9 @@
 Every metric is a CloudWatch embedded-metric-format (EMF) document, one JSON object per stdout
 line of the process that knows the value (a run, the code server evaluating a sensor). On ECS the
 awslogs driver ships stdout to CloudWatch Logs, which extracts the metrics: no PutMetricData call,
-no agent, no request in the hot path. Locally the same lines go to the terminal or the run's
-captured stdout. The alarms (infra/) are built on these names, so the two must agree;
-docs/operations.md#metrics lists them.
+no agent, no request in the hot path. Locally (`dev`, `demo`) the same lines are appended to a
+file (`METRICS_OUTPUT`): a terminal is no log stream. The alarms (infra/) are built on these
+names, so the two must agree; docs/operations.md#metrics lists them.
 
 Why not awslabs' `aws-embedded-metrics`: it resolves its environment asynchronously, probing the
 EC2 metadata endpoint unless `AWS_EMF_ENVIRONMENT` is set, and its default sink on ECS is a TCP
@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import functools
 import json
 import os
 import re
@@ -347,6 +348,16 @@ def write_stdout(line: str) -> None:
             data = data[os.write(fd, data) :]
 
 
+def append_to_file(path: str, line: str) -> None:
+    """One line appended to `path`, whole: a single `write(2)` on an `O_APPEND` descriptor, so
+    the lines of the processes sharing the file (daemon, code server, runs) never interleave."""
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, line.encode())
+    finally:
+        os.close(fd)
+
+
 def _nowhere(line: str) -> None:
     del line
 
@@ -364,6 +375,10 @@ class Emitter:
         settings = MetricsSettings.from_env(os.environ if environ is None else environ)
         if settings.output == "off":
             return cls(settings.deployment, write=_nowhere)
+        if settings.metrics_file:
+            return cls(
+                settings.deployment, write=functools.partial(append_to_file, settings.metrics_file)
+            )
         return cls(settings.deployment)
 
     def emit(
