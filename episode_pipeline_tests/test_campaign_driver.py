@@ -261,6 +261,46 @@ def test_a_batch_waves_episode_partitions_are_added_by_its_batch_not_by_the_clai
         assert not instance.has_dynamic_partition(EPISODES_PARTITION_NAME, ref.partition_key)
 
 
+def test_a_crash_between_marking_a_waves_partitions_and_adding_them_is_repaired_and_pruned(
+    instance: DagsterInstance,
+    settings: Settings,
+    db_conn: psycopg.Connection,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`launch_wave` marks the wave's missing partitions as the campaign's, then adds them: a
+    tick that dies in between leaves them marked, not added, and no backfill. The next tick
+    adds them and records the backfill under the same id; once the episode succeeded the
+    prune deletes the partition, so nothing is left in Dagster or unaccounted in the ledger."""
+    postgres = PostgresResource.from_settings(settings.database)
+    ref, campaign_id, planned = one_episode_campaign(instance, settings, db_conn, "halfadd")
+    now = datetime.now(UTC)
+    with monkeypatch.context() as crash:
+        crash.setattr(
+            instance,
+            "add_dynamic_partitions",
+            lambda *args, **kwargs: (_ for _ in ()).throw(ConnectionError("the daemon died")),
+        )
+        (report,) = drive(instance, postgres, now, random.Random(1))
+    assert report.error is not None and "the daemon died" in report.error
+    (row,) = db.wave_rows(db_conn, campaign_id, 0)
+    assert row.partition_added  # the campaign's, to prune, though Dagster never got it
+    assert not instance.has_dynamic_partition(EPISODES_PARTITION_NAME, ref.partition_key)
+    assert instance.get_backfill(wave_backfill_id(campaign_id, 0)) is None
+
+    drive(instance, postgres, now + timedelta(seconds=30), random.Random(1))
+    backfill = instance.get_backfill(wave_backfill_id(campaign_id, 0))
+    assert backfill is not None and backfill.partition_names == [ref.partition_key]
+    assert instance.has_dynamic_partition(EPISODES_PARTITION_NAME, ref.partition_key)
+
+    run_id = finished_run(instance, ref, ok=True, campaign=(campaign_id, 0))
+    versions = planned["code_versions"]
+    record_output(db_conn, ref, versions, OLD, run_id=run_id, wall_seconds=1, archive_bytes=1)
+    instance.update_backfill(backfill.with_status(BulkActionStatus.COMPLETED_SUCCESS))
+    drive(instance, postgres, now + timedelta(seconds=60), random.Random(1))
+    assert not instance.has_dynamic_partition(EPISODES_PARTITION_NAME, ref.partition_key)
+    assert db.live_added_partitions(db_conn, campaign_id) == 0
+
+
 def test_a_run_pruned_before_the_tick_is_reconciled_from_the_durable_record(
     instance: DagsterInstance, settings: Settings, db_conn: psycopg.Connection
 ) -> None:
