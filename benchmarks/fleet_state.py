@@ -428,14 +428,14 @@ class FleetState:
         self.size = target
 
     def _prune(self, indexes: range, record_start: int) -> None:
-        """Retention's delete (`retention.delete_episodes`), in bigger batches; the records of
+        """Retention's delete (`dagster_tables.delete_episodes`), in bigger batches; the records of
         episodes older than `upload_record_days` expire as the retention sensor expires them."""
-        from episode_pipeline.orchestration import retention
+        from episode_pipeline.orchestration import dagster_tables
 
         keys = [partition_key(i) for i in indexes]
-        with retention._connect(self.instance) as conn:
+        with dagster_tables.connect(self.instance) as conn:
             for start in range(0, len(keys), PRUNE_BATCH):
-                retention.delete_episodes(conn, keys[start : start + PRUNE_BATCH])
+                dagster_tables.delete_episodes(conn, keys[start : start + PRUNE_BATCH])
         expired = [self.record_key(i) for i in indexes if i < record_start]
         with psycopg.connect(self.dsn, autocommit=True) as conn:
             for start in range(0, len(expired), PRUNE_BATCH):
@@ -444,14 +444,14 @@ class FleetState:
                 )
 
     def record_key(self, index: int) -> str:
+        from episode_pipeline.instance.app_state import upload_done_key
         from episode_pipeline.instance.run_tags import upload_id
-        from episode_pipeline.orchestration.retention import UPLOAD_DONE_PREFIX
 
-        return UPLOAD_DONE_PREFIX + upload_id(partition_key(index), self.archive_version)
+        return upload_done_key(upload_id(partition_key(index), self.archive_version))
 
     def _records(self, indexes: range, newest: int) -> None:
-        """`upload-done` records (retention.upload_record) of successes pruned since."""
-        from episode_pipeline.orchestration.retention import upload_record
+        """`upload-done` records (app_state.upload_record) of successes pruned since."""
+        from episode_pipeline.instance.app_state import upload_record
 
         now = time.time()
         spacing = 86_400 / self.per_day

@@ -41,8 +41,8 @@ from episode_pipeline.instance.run_tags import (
     TRANSCODER_TAG,
 )
 from episode_pipeline.local.stack_env import load_settings
+from episode_pipeline.orchestration import dagster_tables
 from episode_pipeline.orchestration.failures import report_abandoned
-from episode_pipeline.orchestration.retention import _connect, delete_episodes
 from episode_pipeline.samples.writer import SampleSpec, write_sample
 from episode_pipeline.storage.bucket import Bucket
 from episode_pipeline.transcode import placement
@@ -144,8 +144,8 @@ def test_a_batch_runs_each_episode_as_its_own_run_and_a_bad_one_fails_alone(
             assert check_evaluation(ref, "frames", "frames_match_parquet_rows").passed
 
     # Settled, the batch goes as an episode does: its run, then its partition.
-    with _connect(instance) as conn:
-        deleted = delete_episodes(conn, [key])
+    with dagster_tables.connect(instance) as conn:
+        deleted = dagster_tables.delete_episodes(conn, [key])
     assert (deleted["runs"], deleted["partitions"]) == (1, 1)
     assert instance.get_run_by_id(batch_run_id) is None
     assert not instance.has_dynamic_partition(BATCHES_PARTITION_NAME, key)

@@ -44,7 +44,7 @@ from episode_pipeline.defs.partitions import EPISODES_PARTITION_NAME
 from episode_pipeline.defs.resources.database import PostgresResource
 from episode_pipeline.defs.sensors.campaign import campaign_driver
 from episode_pipeline.episodes.keys import EpisodeRef
-from episode_pipeline.instance.campaign_queue import published_limits
+from episode_pipeline.instance.app_state import published_limits
 from episode_pipeline.instance.run_tags import EPISODE_JOB_NAME
 from episode_pipeline.local.stack import StackInfo
 from episode_pipeline.orchestration.campaigns import (

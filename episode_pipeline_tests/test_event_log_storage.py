@@ -50,7 +50,7 @@ from episode_pipeline.instance.event_log_storage import (
 )
 from episode_pipeline.local.dagster_home import POOL_SETTINGS
 from episode_pipeline.local.stack import StackInfo
-from episode_pipeline.orchestration.retention import delete_episodes
+from episode_pipeline.orchestration.dagster_tables import delete_episodes
 from episode_pipeline_tests.support.dagster_internals import (
     AssetCheckExecutionRecordStatus,
     AssetCheckExecutionResolvedStatus,

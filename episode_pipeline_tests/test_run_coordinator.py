@@ -18,7 +18,11 @@ from episode_pipeline.campaign.governor import classify_error
 from episode_pipeline.config.settings import ECS, SUBPROCESS
 from episode_pipeline.db.batches import create_batch
 from episode_pipeline.episodes.batches import batch_key
-from episode_pipeline.instance.campaign_queue import LIMITS_KEY, publish_limits, published_limits
+from episode_pipeline.instance.app_state import (
+    CAMPAIGN_LIMITS_KEY,
+    publish_limits,
+    published_limits,
+)
 from episode_pipeline.instance.run_coordinator import (
     PLACEMENT_TAGS,
     batch_queue_config,
@@ -459,7 +463,7 @@ def test_unreadable_limits_launch_no_campaign_run_and_say_why(
             status=DagsterRunStatus.QUEUED,
             remote_job_origin=JOB_ORIGIN,
         )
-        instance.run_storage.set_cursor_values({LIMITS_KEY: "{not json"})
+        instance.run_storage.set_cursor_values({CAMPAIGN_LIMITS_KEY: "{not json"})
         with (
             caplog.at_level(logging.WARNING),
             create_test_daemon_workspace_context(EmptyWorkspaceTarget(), instance) as workspace,

@@ -491,7 +491,7 @@ def start(
     """Write the campaign and its ledger (the caller commits) and register it with this Dagster
     instance, whose driver runs it; (its id, its episodes)."""
     from episode_pipeline.db import campaigns as db
-    from episode_pipeline.orchestration.campaigns import register_campaign
+    from episode_pipeline.instance.app_state import register_campaign
 
     if not planned["episodes"]:
         skipped = f" ({planned['skipped']} row(s) skipped: unkeyable)" if planned["skipped"] else ""

@@ -54,7 +54,8 @@ from episode_pipeline.config.settings import DatabaseSettings, Settings, Transco
 from episode_pipeline.db.batches import batch_episodes
 from episode_pipeline.db.connection import connect
 from episode_pipeline.episodes.keys import EpisodeRef, InvalidEpisodeKey
-from episode_pipeline.instance.campaign_queue import limit_entries, published_limits
+from episode_pipeline.instance.app_state import published_limits
+from episode_pipeline.instance.campaign_queue import limit_entries
 from episode_pipeline.instance.run_tags import (
     BATCH_JOB_NAME,
     BATCH_RUN_TAG,

@@ -53,7 +53,7 @@ from episode_pipeline.db import campaigns as db
 from episode_pipeline.db.batches import create_batch
 from episode_pipeline.defs.partitions import BATCHES_PARTITION_NAME, EPISODES_PARTITION_NAME
 from episode_pipeline.defs.resources.database import PostgresResource
-from episode_pipeline.instance.campaign_queue import publish_limits
+from episode_pipeline.instance.app_state import publish_limits, registered
 from episode_pipeline.instance.run_tags import (
     BATCH_JOB_NAME,
     CAMPAIGN_TAG,
@@ -95,25 +95,6 @@ RETRY_DECISION_SECONDS = 600.0
 # backfill may have completed). Once the wave's backfill has been over this long, a failure
 # with no retry decides: the consumer's decision and the retry's launch are one iteration.
 RETRY_AFTER_BACKFILL_SECONDS = 15.0
-
-
-# A campaign belongs to the Dagster deployment that started it: its id is kept in that instance's
-# key-value table, and a driver drives only its own (another deployment — staging, or a test's
-# private instance — on the same application database leaves it alone).
-REGISTRY_PREFIX = "episode_pipeline/campaign/"
-
-
-def register_campaign(instance: DagsterInstance, campaign_id: str) -> None:
-    instance.run_storage.set_cursor_values({REGISTRY_PREFIX + campaign_id: "1"})
-
-
-def registered(instance: DagsterInstance, campaign_ids: Iterable[str]) -> set[str]:
-    keys = {REGISTRY_PREFIX + campaign_id for campaign_id in campaign_ids}
-    if not keys:
-        return set()
-    return {
-        key.removeprefix(REGISTRY_PREFIX) for key in instance.run_storage.get_cursor_values(keys)
-    }
 
 
 def wave_backfill_id(campaign_id: str, wave: int) -> str:

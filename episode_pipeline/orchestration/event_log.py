@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import sqlalchemy as db
 from dagster import (
     AssetCheckKey,
     AssetKey,
@@ -19,8 +18,8 @@ from episode_pipeline.dagster_compat import (
     PARTITION_NAME_TAG,
     AssetCheckExecutionRecord,
     AssetCheckExecutionRecordStatus,
-    AssetCheckExecutionsTable,
 )
+from episode_pipeline.orchestration.dagster_tables import check_executions
 
 
 def latest_materialization_metadata(
@@ -68,33 +67,12 @@ def latest_check_executions(
     ]
     if not run_ids or not check_keys:
         return []
-    table = AssetCheckExecutionsTable
-    query = (
-        db.select(
-            table.c.id,
-            table.c.asset_key,
-            table.c.check_name,
-            table.c.run_id,
-            table.c.execution_status,
-            table.c.evaluation_event,
-            table.c.create_timestamp,
-            table.c.partition,
-        )
-        .where(
-            table.c.asset_key.in_({key.asset_key.to_string() for key in check_keys}),
-            table.c.check_name.in_({key.name for key in check_keys}),
-            table.c.run_id.in_(run_ids),
-            table.c.partition == partition_key,
-        )
-        .order_by(table.c.id.desc())
-    )
     wanted = {(key.asset_key.to_string(), key.name): key for key in check_keys}
     latest: dict[AssetCheckKey, AssetCheckExecutionRecord] = {}
-    with instance.event_log_storage.index_connection() as connection:  # type: ignore[attr-defined]
-        for row in connection.execute(query).mappings():
-            key = wanted.get((row["asset_key"], row["check_name"]))
-            if key is not None and key not in latest:
-                latest[key] = AssetCheckExecutionRecord.from_db_row(row, key)
+    for row in check_executions(instance, check_keys, run_ids, partition_key):  # newest first
+        key = wanted.get((row["asset_key"], row["check_name"]))
+        if key is not None and key not in latest:
+            latest[key] = AssetCheckExecutionRecord.from_db_row(row, key)
     return sorted(latest.items(), key=lambda item: item[0].name)
 
 

@@ -9,46 +9,39 @@ back when the episode is uploaded again or reprocessed (`episode-pipeline reproc
 campaign's batch run is pruned by the same rule on its batch partition (`episode_batches`).
 
 Exactly once survives it: before an upload's successful run is deleted, a one-row record of it
-(`upload_done_records`) is kept in Dagster's key-value table for `upload_record_days`, longer than
-any message of the upload can live (4 days on the queue, 14 in the dead-letter queue). The
-uploads sensor reads it when an upload has no run: a redelivery of a pruned upload is deleted,
-not run a second time.
+(an upload-done record, instance/app_state.py) is kept in Dagster's key-value table for
+`upload_record_days`, longer than any message of the upload can live (4 days on the queue, 14 in
+the dead-letter queue). The uploads sensor reads it when an upload has no run
+(`app_state.pruned_successes`): a redelivery of a pruned upload is deleted, not run a second time.
 
 `prune(instance, settings)` is the one entry point (the retention sensor and the benchmarks call
-it); `prunable` is the rule, without I/O.
+it); `prunable` is the rule, without I/O; the statements it runs are dagster_tables.py's.
 """
 
 from __future__ import annotations
 
-import json
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-import sqlalchemy as sa
-from dagster import DagsterEventType, DagsterInstance, DagsterRunStatus
-from dagster_postgres import PostgresRunStorage
+from dagster import DagsterInstance, DagsterRunStatus
 
 from episode_pipeline.config.settings import RetentionSettings
 from episode_pipeline.dagster_compat import BulkActionsFilter, BulkActionStatus
-from episode_pipeline.defs.asset_keys import RAW_ARCHIVE_KEY
-from episode_pipeline.defs.partitions import BATCHES_PARTITION_NAME, EPISODES_PARTITION_NAME
-from episode_pipeline.instance.run_tags import CAMPAIGN_TAG, IN_FLIGHT_STATUSES, UPLOAD_TAG
+from episode_pipeline.instance.app_state import pruned_successes as pruned_successes
+from episode_pipeline.instance.run_tags import CAMPAIGN_TAG
+from episode_pipeline.orchestration import dagster_tables
 from episode_pipeline.runtime import metrics
-from episode_pipeline.uploads.reasons import REASON_PREFIX
+
+# `pruned_successes` (app_state's) is re-exported for defs/sensors/ (sqs.py, lost_uploads.py)
+# until they import it from instance/app_state.py.
 
 DAY_SECONDS = 24 * 3600
 BATCH_EPISODES = 500  # episodes per group of statements: each statement stays well under 1 s
 # A pass stops starting batches after this long: it runs inside a sensor tick (60 s deadline);
 # a backlog is worked off over the next ticks.
 PASS_SECONDS = 30.0
-UPLOAD_DONE_PREFIX = "episode_pipeline/upload-done/"
-RAW_ARCHIVE_ASSET_KEY = RAW_ARCHIVE_KEY.to_string()  # as the event log stores it: '["raw_archive"]'
-ASSET_EVENTS = (
-    DagsterEventType.ASSET_MATERIALIZATION.value,
-    DagsterEventType.ASSET_OBSERVATION.value,
-)
 
 
 # -- the rule (pure) ----------------------------------------------------------------------------
@@ -99,10 +92,6 @@ def prunable(episode: EpisodeRuns, settings: RetentionSettings, now: float) -> b
     return kept_because(episode, settings, now) is None
 
 
-def upload_record(run_id: str, ended: float) -> str:
-    return json.dumps({"run_id": run_id, "ended": ended}, separators=(",", ":"))
-
-
 @dataclass
 class PruneReport:
     """What one pass deleted: shown in the retention sensor's tick log and metadata."""
@@ -138,115 +127,7 @@ class PruneReport:
         )
 
 
-# -- I/O: Dagster's run and event storage (one PostgreSQL database) -----------------------------
-
-_CANDIDATES = sa.text(
-    """
-    SELECT partition,
-           (array_agg(status ORDER BY id DESC))[1] AS latest_status,
-           max(coalesce(end_time, extract(epoch FROM update_timestamp))) AS last_ended,
-           extract(epoch FROM max(create_timestamp)) AS latest_created
-      FROM runs
-     WHERE partition IS NOT NULL
-     GROUP BY partition
-    HAVING NOT bool_or(status = ANY(:in_flight))
-       AND max(coalesce(end_time, extract(epoch FROM update_timestamp))) <
-           CASE WHEN (array_agg(status ORDER BY id DESC))[1] = :success
-                THEN :succeeded_cutoff ELSE :failed_cutoff END
-     ORDER BY last_ended
-     LIMIT :limit
-    """
-)
-# Reported uploads only (run_id ''): a run logs an observation of the bytes it reads when none
-# was reported (a reprocessed or campaign run of a pruned episode), after its own creation; that
-# one is no upload waiting, and would keep the episode for ever.
-_NEWEST_OBSERVATIONS = sa.text(
-    """
-    SELECT partition, extract(epoch FROM max(timestamp))
-      FROM event_logs
-     WHERE asset_key = :asset_key AND dagster_event_type = :observation
-       AND partition = ANY(:partitions) AND run_id = ''
-     GROUP BY partition
-    """
-)
-_RUNS_OF = sa.text(
-    "SELECT run_id FROM runs WHERE partition = ANY(:partitions) AND NOT (status = ANY(:in_flight))"
-)
-_SUCCEEDED_UPLOADS = sa.text(
-    """
-    SELECT t.value, r.run_id, coalesce(r.end_time, extract(epoch FROM r.update_timestamp))
-      FROM run_tags t JOIN runs r ON r.run_id = t.run_id
-     WHERE t.key = :upload_tag AND t.run_id = ANY(:run_ids) AND r.status = :success
-    """
-)
-# Child rows first, the runs last, the partition only if no run of it appeared meanwhile: a pass
-# cut short is finished by the next one.
-_DELETES = (
-    (
-        "asset_event_tags",
-        "DELETE FROM asset_event_tags WHERE event_id IN (SELECT id FROM event_logs"
-        " WHERE run_id = ANY(:run_ids) AND dagster_event_type = ANY(:asset_events))",
-    ),
-    (
-        "asset_event_tags",
-        "DELETE FROM asset_event_tags WHERE event_id IN (SELECT id FROM event_logs"
-        " WHERE run_id = '' AND asset_key = :asset_key AND partition = ANY(:partitions))",
-    ),
-    ("event_logs", "DELETE FROM event_logs WHERE run_id = ANY(:run_ids)"),
-    (
-        "event_logs",
-        "DELETE FROM event_logs WHERE run_id = '' AND asset_key = :asset_key"
-        " AND dagster_event_type = ANY(:asset_events) AND partition = ANY(:partitions)",
-    ),
-    ("check_executions", "DELETE FROM asset_check_executions WHERE run_id = ANY(:run_ids)"),
-    ("run_tags", "DELETE FROM run_tags WHERE run_id = ANY(:run_ids)"),
-    ("runs", "DELETE FROM runs WHERE run_id = ANY(:run_ids)"),
-    (
-        "partitions",
-        "DELETE FROM dynamic_partitions d WHERE partitions_def_name = ANY(:partitions_defs)"
-        " AND partition = ANY(:partitions)"
-        " AND NOT EXISTS (SELECT 1 FROM runs r WHERE r.partition = d.partition)",
-    ),
-)
-_LIVE_PARTITIONS = sa.text(
-    "SELECT count(*) FROM dynamic_partitions WHERE partitions_def_name = :partitions_def"
-)
-_EXPIRE_RECORDS = sa.text(
-    "DELETE FROM kvs WHERE key LIKE :prefix AND (value::json ->> 'ended')::float < :cutoff"
-)
-# The uploads sensor's reasons for leaving a message (uploads.reasons), by when it left it.
-_EXPIRE_REASONS = sa.text(
-    "DELETE FROM kvs WHERE key LIKE :prefix AND (value::json ->> 'at')::float < :cutoff"
-)
-
-
-def _in_flight() -> list[str]:
-    return [status.value for status in IN_FLIGHT_STATUSES]
-
-
-def _connect(instance: DagsterInstance) -> Any:
-    """A connection to the database holding both the run and the event-log storage."""
-    storage = instance.run_storage
-    if not isinstance(storage, PostgresRunStorage):  # ours is pooled (instance/storage.py)
-        raise RuntimeError(
-            f"retention needs Dagster's PostgreSQL storage (dagster-postgres), not "
-            f"{type(storage).__name__}: the pruning statements are PostgreSQL's"
-        )
-    return storage.connect()  # type: ignore[attr-defined]
-
-
-def _newest_observations(conn: Any, partitions: list[str]) -> dict[str, Any]:
-    """Partition → the epoch seconds of its newest reported upload's observation, where one is."""
-    return dict(
-        conn.execute(
-            _NEWEST_OBSERVATIONS,
-            {
-                "asset_key": RAW_ARCHIVE_ASSET_KEY,
-                "observation": DagsterEventType.ASSET_OBSERVATION.value,
-                "partitions": partitions,
-            },
-        ).fetchall()
-    )
+# -- I/O: Dagster's run and event storage (the statements: dagster_tables.py) ------------------
 
 
 def candidate_episodes(
@@ -254,19 +135,10 @@ def candidate_episodes(
 ) -> list[EpisodeRuns]:
     """The oldest settled episodes past their window, with their newest archive observation."""
     succeeded, failed = cutoffs(settings, now)
-    rows = conn.execute(
-        _CANDIDATES,
-        {
-            "in_flight": _in_flight(),
-            "success": DagsterRunStatus.SUCCESS.value,
-            "succeeded_cutoff": succeeded,
-            "failed_cutoff": failed,
-            "limit": limit,
-        },
-    ).fetchall()
+    rows = dagster_tables.settled_partitions(conn, succeeded, failed, limit)
     if not rows:
         return []
-    observed = _newest_observations(conn, [row[0] for row in rows])
+    observed = dagster_tables.newest_observations(conn, [row[0] for row in rows])
     return [
         EpisodeRuns(
             partition=partition,
@@ -278,40 +150,6 @@ def candidate_episodes(
         )
         for partition, status, ended, created in rows
     ]
-
-
-def delete_episodes(conn: Any, partitions: Sequence[str]) -> dict[str, int]:
-    """Delete the finished runs of these partitions, their events and the partitions; first
-    keep the record of each upload they succeeded for. Returns rows deleted by kind."""
-    params: dict[str, Any] = {
-        "partitions": list(partitions),
-        "in_flight": _in_flight(),
-        "asset_key": RAW_ARCHIVE_ASSET_KEY,
-        "asset_events": list(ASSET_EVENTS),
-        # An episode's ORG/EP never equals a batch key (no '/'): one statement prunes both.
-        "partitions_defs": [EPISODES_PARTITION_NAME, BATCHES_PARTITION_NAME],
-        "upload_tag": UPLOAD_TAG,
-        "success": DagsterRunStatus.SUCCESS.value,
-    }
-    params["run_ids"] = [row[0] for row in conn.execute(_RUNS_OF, params).fetchall()]
-    counts = {"runs": 0, "upload_records_kept": 0}
-    records = {
-        UPLOAD_DONE_PREFIX + upload: upload_record(run_id, float(ended))
-        for upload, run_id, ended in conn.execute(_SUCCEEDED_UPLOADS, params).fetchall()
-    }
-    if records:
-        conn.execute(
-            sa.text(
-                "INSERT INTO kvs (key, value) VALUES (:key, :value)"
-                " ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value"
-            ),
-            [{"key": key, "value": value} for key, value in records.items()],
-        )
-        counts["upload_records_kept"] = len(records)
-    for kind, statement in _DELETES:
-        deleted = conn.execute(sa.text(statement), params).rowcount
-        counts[kind] = counts.get(kind, 0) + max(deleted, 0)
-    return counts
 
 
 def partitions_of_active_backfills(
@@ -343,7 +181,7 @@ def prune(
     started = time.monotonic()
     report = PruneReport()
     busy = partitions_of_active_backfills(instance)
-    with _connect(instance) as conn:
+    with dagster_tables.connect(instance) as conn:
         remaining = settings.episodes_per_tick
         while remaining > 0:
             batch = candidate_episodes(conn, settings, now, min(BATCH_EPISODES, remaining))
@@ -352,7 +190,7 @@ def prune(
             ]
             report.kept_waiting += len(batch) - len(chosen)
             if chosen:
-                report.add(delete_episodes(conn, chosen))
+                report.add(dagster_tables.delete_episodes(conn, chosen))
                 report.episodes += len(chosen)
                 report.examples.extend(chosen[: max(0, 5 - len(report.examples))])
                 if log is not None:
@@ -362,14 +200,9 @@ def prune(
             if len(batch) < BATCH_EPISODES or not chosen or out_of_time:
                 break
         record_cutoff = now - settings.upload_record_days * DAY_SECONDS
-        report.upload_records_expired = conn.execute(
-            _EXPIRE_RECORDS, {"prefix": UPLOAD_DONE_PREFIX + "%", "cutoff": record_cutoff}
-        ).rowcount
-        conn.execute(_EXPIRE_REASONS, {"prefix": REASON_PREFIX + "%", "cutoff": record_cutoff})
-        report.live_partitions = int(
-            conn.execute(_LIVE_PARTITIONS, {"partitions_def": EPISODES_PARTITION_NAME}).scalar()
-            or 0
-        )
+        report.upload_records_expired = dagster_tables.expire_upload_records(conn, record_cutoff)
+        dagster_tables.expire_dead_letter_reasons(conn, record_cutoff)
+        report.live_partitions = dagster_tables.live_episode_partitions(conn)
     report.seconds = time.monotonic() - started
     metrics.count(metrics.EPISODES_PRUNED, report.episodes)
     metrics.gauge(metrics.LIVE_PARTITIONS, report.live_partitions)
@@ -378,23 +211,6 @@ def prune(
 
 # -- a campaign's partitions: the same rule, the campaign's own runs settled ---------------------
 
-# Per partition: any run in flight; the newest status and end among the runs that are not the
-# campaign's; the newest run's creation (all runs: a reported upload after it waits).
-_CAMPAIGN_EPISODES = sa.text(
-    """
-    SELECT r.partition,
-           bool_or(r.status = ANY(:in_flight)),
-           (array_agg(r.status ORDER BY r.id DESC) FILTER (WHERE t.run_id IS NULL))[1],
-           max(coalesce(r.end_time, extract(epoch FROM r.update_timestamp)))
-               FILTER (WHERE t.run_id IS NULL),
-           extract(epoch FROM max(r.create_timestamp))
-      FROM runs r
-      LEFT JOIN run_tags t
-        ON t.run_id = r.run_id AND t.key = :campaign_tag AND t.value = :campaign
-     WHERE r.partition = ANY(:partitions)
-     GROUP BY r.partition
-    """
-)
 LONG_AGO = float("-inf")  # a campaign's own run, or none: past every window
 
 
@@ -403,19 +219,8 @@ def campaign_episodes(conn: Any, campaign_id: str, partitions: Sequence[str]) ->
     long ago: they settled its ledger row, and it prunes them at once (its live budget), not a
     window later. Every other run — an upload's, a `reprocess`'s, another campaign's — keeps
     its window."""
-    runs = {
-        partition: (bool(in_flight), status, ended, created)
-        for partition, in_flight, status, ended, created in conn.execute(
-            _CAMPAIGN_EPISODES,
-            {
-                "partitions": list(partitions),
-                "in_flight": _in_flight(),
-                "campaign_tag": CAMPAIGN_TAG,
-                "campaign": campaign_id,
-            },
-        ).fetchall()
-    }
-    observed = _newest_observations(conn, list(partitions))
+    runs = dagster_tables.campaign_partition_runs(conn, campaign_id, partitions)
+    observed = dagster_tables.newest_observations(conn, list(partitions))
     episodes = []
     for partition in partitions:
         in_flight, status, ended, created = runs.get(partition, (False, None, None, None))
@@ -460,7 +265,7 @@ def prune_campaign_partitions(
     if not partitions:
         return result
     busy = partitions_of_active_backfills(instance, except_campaign=campaign_id)
-    with _connect(instance) as conn:
+    with dagster_tables.connect(instance) as conn:
         for episode in campaign_episodes(conn, campaign_id, partitions):
             reason = kept_because(episode, settings, now)
             if reason in (None, WITHIN_WINDOW) and episode.partition in busy:
@@ -472,20 +277,5 @@ def prune_campaign_partitions(
             else:
                 result.waiting[episode.partition] = reason
         if result.deleted:
-            result.counts = delete_episodes(conn, result.deleted)
+            result.counts = dagster_tables.delete_episodes(conn, result.deleted)
     return result
-
-
-# -- the uploads sensor's fallback --------------------------------------------------------------
-
-
-def pruned_successes(instance: DagsterInstance, uploads: Iterable[str]) -> dict[str, str]:
-    """Upload → the id of its successful run, for uploads whose runs were pruned: one query."""
-    keys = {UPLOAD_DONE_PREFIX + upload for upload in uploads}
-    if not keys:
-        return {}
-    found = instance.run_storage.get_cursor_values(keys)
-    return {
-        key.removeprefix(UPLOAD_DONE_PREFIX): json.loads(value)["run_id"]
-        for key, value in found.items()
-    }

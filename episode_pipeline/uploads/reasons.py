@@ -11,7 +11,8 @@ Where each reason lives, durably (SQS cannot edit a message in place):
 - `bad_key`: the key names no episode (outside orgs/…/episodes/…, or an invalid id). Read: the
   body.
 - `no_object`: HEAD 404: the object was deleted since the event, or the event's key decodes to
-  another object's. Read: the sensor's record (Dagster's key-value table, by message id).
+  another object's. Read: the sensor's record (Dagster's key-value table, by message id:
+  instance/app_state.py).
 - `no_run`: a run was requested but none exists at the next receive (the tick failed after
   deciding). Read: the sensor's record, else the absence of runs.
 - `run_failed`: the upload's runs failed on each receive. Read: Dagster's runs of the upload.
@@ -26,9 +27,9 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass
 
-# Where the uploads sensor keeps why it last left a message (SQS keeps no reason with a dead
-# letter): Dagster's key-value table, this prefix + the message id; `dlq list` reads it and
-# retention expires it after `RETENTION_UPLOAD_RECORD_DAYS` (longer than a message lives).
+# Transitional: defs/sensors/sqs.py (record_reasons, recorded_reasons) still writes and reads the
+# records with this prefix. Their key, kept by instance/app_state.py (DEAD_LETTER_REASON_PREFIX),
+# is the same string; delete this once they call app_state.
 REASON_PREFIX = "episode_pipeline/dead-letter-reason/"
 
 MALFORMED = "malformed"
