@@ -1,4 +1,4 @@
-"""What the S3 and SQS resources share: the connection fields, and `AwsSettings` from them.
+"""What the S3, SQS and transcode resources share: the AWS fields and the `AwsSettings` they hold.
 
 The resources only carry configuration for the UI and hand out the core clients
 (`episode_pipeline.storage.bucket.Bucket`, `episode_pipeline.uploads.upload_queue.UploadQueue`).

@@ -73,7 +73,8 @@ class SettingsFields(Generic[Group]):
         return values
 
     def read(self, resource: Any) -> Group:
-        """The settings group the resource's fields describe (the inverse of `values`)."""
+        """The settings group the resource's fields describe (the inverse of `values`; for a
+        group shown whole)."""
         values: dict[str, Any] = {}
         for f in self.settings():
             value = getattr(resource, self.field_name(f))
