@@ -8,9 +8,17 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from dagster import ConfigurableResource, EnvVar
 
 from episode_pipeline.config.__main__ import DOC, with_table
-from episode_pipeline.config.env import EnvSettings, MissingSettings, declaration, variables
+from episode_pipeline.config.env import (
+    EnvSettings,
+    MissingSettings,
+    declaration,
+    field_default,
+    setting,
+    variables,
+)
 from episode_pipeline.config.settings import (
     SUBPROCESS,
     ArchiveLimits,
@@ -19,11 +27,13 @@ from episode_pipeline.config.settings import (
     QueueSettings,
     S3Deadlines,
     Settings,
+    TranscodeSettings,
     VideoSettings,
 )
 from episode_pipeline.defs.resources.archive_limits import ArchiveLimitsResource
 from episode_pipeline.defs.resources.database import PostgresResource
 from episode_pipeline.defs.resources.s3 import S3BucketResource
+from episode_pipeline.defs.resources.settings_fields import SettingsFields, settings_resource
 from episode_pipeline.defs.resources.sqs import UploadQueueResource
 from episode_pipeline.defs.resources.transcoder import HlsTranscoder
 
@@ -47,7 +57,7 @@ def _groups(cls: type) -> Iterator[type]:
             yield from _groups(hint)
 
 
-def test_every_field_is_a_declared_setting_or_a_group() -> None:
+def test_every_field_is_a_declared_declaredor_a_group() -> None:
     undeclared = [
         f"{group.__name__}.{field.name}"
         for group in _groups(Settings)
@@ -121,3 +131,97 @@ def test_resources_default_to_the_declarations() -> None:
     )
     description = HlsTranscoder.model_fields["ladder"].description
     assert description and description.endswith("(TRANSCODE_LADDER)")
+
+
+# Each resource, each group it carries, the settings it shows of it (None: all) and their names.
+CARRIED: list[tuple[type[ConfigurableResource], type[EnvSettings], set[str] | None, dict]] = [
+    (PostgresResource, DatabaseSettings, None, {"name": "database"}),
+    (ArchiveLimitsResource, ArchiveLimits, None, {}),
+    (S3BucketResource, AwsSettings, None, {}),
+    (S3BucketResource, S3Deadlines, None, {}),
+    (S3BucketResource, Settings, {"bucket", "viewer_url"}, {}),
+    (UploadQueueResource, AwsSettings, None, {}),
+    (UploadQueueResource, QueueSettings, {"visibility_timeout_seconds"}, {}),
+    (UploadQueueResource, Settings, {"sqs_queue_url"}, {"sqs_queue_url": "queue_url"}),
+    (HlsTranscoder, AwsSettings, None, {}),
+    (HlsTranscoder, TranscodeSettings, None, {}),
+    (HlsTranscoder, VideoSettings, None, {}),
+]
+
+
+@pytest.mark.parametrize(
+    ("resource", "group", "shown", "rename"),
+    CARRIED,
+    ids=[f"{resource.__name__}-{group.__name__}" for resource, group, *_ in CARRIED],
+)
+def test_each_declaredis_a_field_with_its_declared_default_and_meaning(
+    resource: type[ConfigurableResource],
+    group: type[EnvSettings],
+    shown: set[str] | None,
+    rename: dict[str, str],
+) -> None:
+    for declared in dataclasses.fields(group):  # type: ignore[arg-type]
+        about = declaration(declared)
+        if about is None or (shown is not None and declared.name not in shown):
+            continue
+        field = resource.model_fields[rename.get(declared.name, declared.name)]
+        assert field.description == f"{about.about} ({', '.join(about.env)})"
+        default = field_default(declared)
+        if default is dataclasses.MISSING:
+            assert field.is_required()
+        else:  # Dagster config has lists where the settings have tuples
+            expected = list(default) if isinstance(default, tuple) else default
+            assert field.get_default(call_default_factory=True) == expected
+
+
+def _is_env_var(value: object, name: str) -> bool:
+    """Shown and stored as the variable's name only (an `EnvVar` is also a `str`)."""
+    return isinstance(value, EnvVar) and value.env_var_name == name
+
+
+def _settings() -> Settings:
+    return Settings(
+        bucket="data",
+        aws=AwsSettings(access_key_id="testing", secret_access_key="testing-secret"),
+        database=DatabaseSettings(host="db", password="s3cret"),
+    )
+
+
+def test_a_secret_from_its_variable_is_an_env_var(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing-secret")
+    monkeypatch.setenv("DB_PASSWORD", "s3cret")
+    settings = _settings()
+    for resource in (
+        S3BucketResource.from_settings(settings),
+        UploadQueueResource.from_settings(settings),
+        HlsTranscoder.from_settings(settings),
+    ):
+        assert _is_env_var(resource.secret_access_key, "AWS_SECRET_ACCESS_KEY")
+        assert resource.aws_settings() == settings.aws
+    database = PostgresResource.from_settings(settings.database)
+    assert _is_env_var(database.password, "DB_PASSWORD")
+    assert database.database_settings() == settings.database
+
+
+def test_a_declaredadded_to_a_group_is_a_field_of_its_resource(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    @dataclasses.dataclass(frozen=True)
+    class Grown(EnvSettings):
+        size: int = setting("GROWN_SIZE", "How big.", 3)
+        names: tuple[str, ...] = setting("GROWN_NAMES", "Which.", ("a",))
+        token: str | None = setting("GROWN_TOKEN", "The key.", None, secret=True)
+
+    fields = SettingsFields(Grown, rename={"size": "grown_size"})
+
+    class GrownResource(settings_resource(fields)):
+        pass
+
+    assert set(GrownResource.model_fields) == {"grown_size", "names", "token"}
+    assert GrownResource().names == ["a"]
+    monkeypatch.setenv("GROWN_TOKEN", "t0ken")
+    grown = Grown(size=5, names=("b", "c"), token="t0ken")
+    resource = GrownResource(**fields.values(grown))
+    assert (resource.grown_size, resource.names) == (5, ["b", "c"])
+    assert _is_env_var(resource.token, "GROWN_TOKEN")
+    assert fields.read(resource) == grown

@@ -1,8 +1,8 @@
-"""What the S3 and SQS resources share: the connection fields, and `AwsSettings` from them.
+"""What the S3, SQS and transcode resources share: the AWS fields and the `AwsSettings` they hold.
 
 The resources only carry configuration for the UI and hand out the core clients
 (`episode_pipeline.storage.bucket.Bucket`, `episode_pipeline.uploads.upload_queue.UploadQueue`).
-A secret key read from the environment stays an `EnvVar` (see `secret_config`).
+A secret key read from the environment stays an `EnvVar` (see `settings_fields`).
 """
 
 from __future__ import annotations
@@ -10,31 +10,24 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from dagster import ConfigurableResource
 from pydantic import PrivateAttr
 
 from episode_pipeline.config.settings import AwsSettings
-from episode_pipeline.defs.resources.settings_fields import (
-    resource_values,
-    setting_field,
-    settings_from,
-)
+from episode_pipeline.defs.resources.settings_fields import SettingsFields, settings_resource
 
 Client = TypeVar("Client")
+
+_AWS = SettingsFields(AwsSettings)
 
 
 def aws_fields(aws: AwsSettings) -> dict[str, Any]:
     """The connection fields of an `AwsResource`, from `Settings.aws`."""
-    return resource_values(aws)
+    return _AWS.values(aws)
 
 
-class AwsResource(ConfigurableResource):
-    """Base of the S3 and SQS resources: where the endpoint is and how to sign."""
-
-    region: str = setting_field(AwsSettings, "region")
-    endpoint_url: str | None = setting_field(AwsSettings, "endpoint_url")
-    access_key_id: str | None = setting_field(AwsSettings, "access_key_id")
-    secret_access_key: str | None = setting_field(AwsSettings, "secret_access_key")
+class AwsResource(settings_resource(_AWS)):
+    """Base of the S3, SQS and transcode resources: where the endpoint is and how to sign (a
+    field for each `AwsSettings` setting)."""
 
     _client: Any = PrivateAttr(default=None)
 
@@ -45,4 +38,4 @@ class AwsResource(ConfigurableResource):
         return self._client
 
     def aws_settings(self) -> AwsSettings:
-        return settings_from(self, AwsSettings)
+        return _AWS.read(self)

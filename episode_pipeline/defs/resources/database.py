@@ -12,40 +12,22 @@ from contextlib import contextmanager
 from typing import Any
 
 import psycopg
-from dagster import ConfigurableResource, InitResourceContext
+from dagster import InitResourceContext
 from pydantic import Field, PrivateAttr
 
 from episode_pipeline.config.settings import DatabaseSettings
 from episode_pipeline.db.connection import connect as db_connect
 from episode_pipeline.db.schema_check import DatabaseSchema, check_schema, read_schema
-from episode_pipeline.defs.resources.settings_fields import (
-    resource_values,
-    setting_field,
-    settings_from,
-)
+from episode_pipeline.defs.resources.settings_fields import SettingsFields, settings_resource
 
-# The resource's field for each `DatabaseSettings` field: the same name, but for the database's.
-_FIELD = {"name": "database"}
+# Every `DatabaseSettings` field, under the same name but for the database's.
+_DATABASE = SettingsFields(DatabaseSettings, rename={"name": "database"})
 
 
-class PostgresResource(ConfigurableResource):
-    """Connection settings for the pipeline's PostgreSQL (Aurora on AWS, pgserver locally)."""
+class PostgresResource(settings_resource(_DATABASE)):
+    """Connection settings for the pipeline's PostgreSQL (Aurora on AWS, pgserver locally): a
+    field for each `DatabaseSettings` setting (`database` for its `name`)."""
 
-    host: str = setting_field(DatabaseSettings, "host")
-    port: int = setting_field(DatabaseSettings, "port")
-    database: str = setting_field(DatabaseSettings, "name")
-    user: str = setting_field(DatabaseSettings, "user")
-    password: str | None = setting_field(DatabaseSettings, "password")
-    ssl: bool = setting_field(DatabaseSettings, "ssl")
-    iam_auth: bool = setting_field(DatabaseSettings, "iam_auth")
-    region: str = setting_field(DatabaseSettings, "region")
-    connect_timeout_seconds: int = setting_field(DatabaseSettings, "connect_timeout_seconds")
-    statement_timeout_seconds: int = setting_field(DatabaseSettings, "statement_timeout_seconds")
-    lock_timeout_seconds: int = setting_field(DatabaseSettings, "lock_timeout_seconds")
-    idle_in_transaction_timeout_seconds: int = setting_field(
-        DatabaseSettings, "idle_in_transaction_timeout_seconds"
-    )
-    keepalive_idle_seconds: int = setting_field(DatabaseSettings, "keepalive_idle_seconds")
     check_schema_on_start: bool = Field(
         default=True,
         description="Before a run uses the database, check that every column the contract "
@@ -62,10 +44,10 @@ class PostgresResource(ConfigurableResource):
         A password that came from `DB_PASSWORD` is passed as an `EnvVar`, so Dagster never
         displays or stores the secret itself.
         """
-        return cls(**resource_values(db, _FIELD))
+        return cls(**_DATABASE.values(db))
 
     def database_settings(self) -> DatabaseSettings:
-        return settings_from(self, DatabaseSettings, _FIELD)
+        return _DATABASE.read(self)
 
     def setup_for_execution(self, context: InitResourceContext) -> None:
         if self.check_schema_on_start:

@@ -4,34 +4,27 @@ from __future__ import annotations
 
 from episode_pipeline.config.settings import S3Deadlines, Settings
 from episode_pipeline.defs.resources.aws import AwsResource, aws_fields
-from episode_pipeline.defs.resources.settings_fields import (
-    resource_values,
-    setting_field,
-    settings_from,
-)
+from episode_pipeline.defs.resources.settings_fields import SettingsFields, settings_resource
 from episode_pipeline.storage.bucket import Bucket
 
+# Of `Settings`' own settings (every service's), the two this resource uses.
+_BUCKET = SettingsFields(Settings, only=("bucket", "viewer_url"))
+_DEADLINES = SettingsFields(S3Deadlines)
 
-class S3BucketResource(AwsResource):
+
+class S3BucketResource(settings_resource(_BUCKET, _DEADLINES, base=AwsResource)):
     """The data bucket (DATA_BUCKET): uploads, processed files and the assets' stored outputs."""
-
-    bucket: str = setting_field(Settings, "bucket")
-    connect_timeout_seconds: float = setting_field(S3Deadlines, "connect_timeout_seconds")
-    read_timeout_seconds: float = setting_field(S3Deadlines, "read_timeout_seconds")
-    max_attempts: int = setting_field(S3Deadlines, "max_attempts")
-    viewer_url: str | None = setting_field(Settings, "viewer_url")
 
     @classmethod
     def from_settings(cls, settings: Settings) -> S3BucketResource:
         return cls(
-            bucket=settings.bucket,
-            viewer_url=settings.viewer_url,
-            **resource_values(settings.s3_deadlines),
+            **_BUCKET.values(settings),
+            **_DEADLINES.values(settings.s3_deadlines),
             **aws_fields(settings.aws),
         )
 
     def deadlines(self) -> S3Deadlines:
-        return settings_from(self, S3Deadlines)
+        return _DEADLINES.read(self)
 
     def get_client(self) -> Bucket:
         return self._cached(lambda: Bucket(self.bucket, self.aws_settings(), self.deadlines()))

@@ -4,21 +4,25 @@ from __future__ import annotations
 
 from episode_pipeline.config.settings import QueueSettings, Settings
 from episode_pipeline.defs.resources.aws import AwsResource, aws_fields
-from episode_pipeline.defs.resources.settings_fields import setting_field
+from episode_pipeline.defs.resources.settings_fields import SettingsFields, settings_resource
 from episode_pipeline.uploads.upload_queue import UploadQueue
 
+# The settings this resource uses: the queue (its field `queue_url`) and its visibility timeout
+# (the heartbeat is the sensors' business).
+_QUEUE_URL = SettingsFields(
+    Settings, only=("sqs_queue_url",), rename={"sqs_queue_url": "queue_url"}
+)
+_VISIBILITY = SettingsFields(QueueSettings, only=("visibility_timeout_seconds",))
 
-class UploadQueueResource(AwsResource):
+
+class UploadQueueResource(settings_resource(_QUEUE_URL, _VISIBILITY, base=AwsResource)):
     """The SQS queue the data bucket notifies about uploaded archives (SQS_QUEUE_URL)."""
-
-    queue_url: str | None = setting_field(Settings, "sqs_queue_url")
-    visibility_timeout_seconds: int = setting_field(QueueSettings, "visibility_timeout_seconds")
 
     @classmethod
     def from_settings(cls, settings: Settings) -> UploadQueueResource:
         return cls(
-            queue_url=settings.sqs_queue_url,
-            visibility_timeout_seconds=settings.queue.visibility_timeout_seconds,
+            **_QUEUE_URL.values(settings),
+            **_VISIBILITY.values(settings.queue),
             **aws_fields(settings.aws),
         )
 

@@ -50,11 +50,7 @@ from episode_pipeline.config.settings import (
     VideoSettings,
 )
 from episode_pipeline.defs.resources.aws import AwsResource, aws_fields
-from episode_pipeline.defs.resources.settings_fields import (
-    resource_values,
-    setting_field,
-    settings_from,
-)
+from episode_pipeline.defs.resources.settings_fields import SettingsFields, settings_resource
 from episode_pipeline.instance.run_tags import TRANSCODER_TAG, transcoder_of
 from episode_pipeline.storage.aws import aws_client, aws_fault
 from episode_pipeline.transcode.job import (
@@ -141,8 +137,17 @@ class TranscodeOutcome:
     mode: str = SUBPROCESS
 
 
-class HlsTranscoder(AwsResource):
-    """Runs one episode's transcode as an external process and returns its cameras' results."""
+_TRANSCODE = SettingsFields(TranscodeSettings)
+# What the transcode program makes of each camera (`TranscodeSettings.video`).
+_VIDEO = SettingsFields(VideoSettings)
+
+
+class HlsTranscoder(settings_resource(_TRANSCODE, _VIDEO, base=AwsResource)):
+    """Runs one episode's transcode as an external process and returns its cameras' results.
+
+    Its fields: every `TranscodeSettings` and `VideoSettings` setting, and the three below,
+    which no variable sets.
+    """
 
     mode: Literal["subprocess", "ecs"] = Field(
         default=SUBPROCESS,
@@ -152,30 +157,7 @@ class HlsTranscoder(AwsResource):
     python_executable: str | None = Field(
         default=None, description="subprocess mode: the interpreter (default: this one)."
     )
-    task_definition: str | None = setting_field(TranscodeSettings, "task_definition")
-    ecs_cluster: str | None = setting_field(TranscodeSettings, "ecs_cluster")
-    ecs_subnets: list[str] = setting_field(TranscodeSettings, "ecs_subnets")
-    ecs_security_groups: list[str] = setting_field(TranscodeSettings, "ecs_security_groups")
-    container_name: str = setting_field(TranscodeSettings, "container_name")
     poll_seconds: int = Field(default=6, description="ecs mode: seconds between task polls.")
-    max_vcpu: int = setting_field(TranscodeSettings, "max_vcpu")
-    deadline_seconds: float | None = setting_field(TranscodeSettings, "deadline_seconds")
-    step_retries: int = setting_field(TranscodeSettings, "step_retries")
-    step_retry_seconds: float = setting_field(TranscodeSettings, "step_retry_seconds")
-    task_above_bytes: int | None = setting_field(TranscodeSettings, "task_above_bytes")
-    # What the transcode program makes of each camera: `VideoSettings`, field by field.
-    preset: str = setting_field(VideoSettings, "preset")
-    ladder: list[str] = setting_field(VideoSettings, "ladder")
-    ladder_preset: str = setting_field(VideoSettings, "ladder_preset")
-    ffmpeg: str | None = setting_field(VideoSettings, "ffmpeg")
-    ffmpeg_deadline_base_seconds: float = setting_field(
-        VideoSettings, "ffmpeg_deadline_base_seconds"
-    )
-    ffmpeg_deadline_per_source_second: float = setting_field(
-        VideoSettings, "ffmpeg_deadline_per_source_second"
-    )
-    probe_deadline_seconds: float = setting_field(VideoSettings, "probe_deadline_seconds")
-    camera_workers: int | None = setting_field(VideoSettings, "camera_workers")
 
     @classmethod
     def from_settings(cls, settings: Settings) -> HlsTranscoder:
@@ -183,13 +165,13 @@ class HlsTranscoder(AwsResource):
         set (production), for the runs whose tag asks for it."""
         transcode = settings.transcode
         return cls(
-            **resource_values(transcode),
-            **resource_values(transcode.video),
+            **_TRANSCODE.values(transcode),
+            **_VIDEO.values(transcode.video),
             **aws_fields(settings.aws),
         )
 
     def video(self) -> VideoSettings:
-        return settings_from(self, VideoSettings)
+        return _VIDEO.read(self)
 
     def job(
         self, bucket: str, cameras: Sequence[Any], s3_deadlines: S3Deadlines | None = None
