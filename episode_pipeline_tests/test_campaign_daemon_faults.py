@@ -27,7 +27,6 @@ from datetime import datetime
 import pytest
 from dagster import DagsterInstance, DagsterRun, DagsterRunStatus, RunsFilter
 
-from episode_pipeline.campaign.governor import NO_CAPACITY, THROTTLED, classify_error
 from episode_pipeline.campaign.ledger import NO_RUN
 from episode_pipeline.campaign.progress import ALL_REJECTED
 from episode_pipeline.commands import campaign as commands
@@ -40,6 +39,7 @@ from episode_pipeline.local.dagster_home import Difference
 from episode_pipeline.local.upload import upload_episode
 from episode_pipeline.orchestration.campaigns import wave_backfill_id
 from episode_pipeline.orchestration.run_errors import run_error
+from episode_pipeline.runtime.failure_causes import NO_CAPACITY, THROTTLED, classify_error
 from episode_pipeline.samples.writer import SampleSpec, write_sample
 from episode_pipeline_tests.support.campaigns import start_campaign
 from episode_pipeline_tests.support.daemon import (

@@ -13,15 +13,10 @@ from episode_pipeline.campaign import ledger
 from episode_pipeline.campaign.canary import CanarySettings, compare
 from episode_pipeline.campaign.config import CampaignConfig
 from episode_pipeline.campaign.governor import (
-    NO_CAPACITY,
-    OTHER,
-    THROTTLED,
     GovernorSettings,
     GovernorState,
     Observation,
-    classify_error,
     observe,
-    retry_after_seconds,
 )
 from episode_pipeline.campaign.waves import (
     WaveSettings,
@@ -33,6 +28,7 @@ from episode_pipeline.campaign.waves import (
 )
 from episode_pipeline.config.settings import CampaignSettings
 from episode_pipeline.episodes.code_versions import code_version_digest
+from episode_pipeline.runtime.failure_causes import NO_CAPACITY, OTHER, THROTTLED
 from episode_pipeline_tests.support.dagster_internals import RunRecord
 
 NOW = datetime(2026, 12, 1, 12, tzinfo=UTC)
@@ -401,47 +397,6 @@ def test_a_failure_rate_over_the_window_halves() -> None:
 def test_the_state_round_trips_through_json() -> None:
     state = GovernorState(limit=3, ok_streak=2, paused_until=NOW, recent=(True, False))
     assert GovernorState.from_json(state.to_json()) == state
-
-
-@pytest.mark.parametrize(
-    ("message", "expected"),
-    [
-        (
-            "ClientError: An error occurred (SlowDown) when calling the PutObject operation",
-            THROTTLED,
-        ),
-        ("ClientError: An error occurred (503) when calling the PutObject operation", THROTTLED),
-        ("ClientError: An error occurred (429) when calling the HeadObject operation", THROTTLED),
-        ("ServiceUnavailable: Service Unavailable", THROTTLED),
-        ("botocore 503 Service Unavailable", THROTTLED),
-        ("ResponseError: too many 503 error responses", THROTTLED),
-        ("unexpected status code 503 from s3", THROTTLED),
-        ("HTTP/1.1 503 Slow Down", THROTTLED),
-        ("{'ResponseMetadata': {'HTTPStatusCode': 503}}", THROTTLED),
-        ("ThrottlingException: Rate exceeded (RunTask)", THROTTLED),
-        (
-            "ClientError: An error occurred (ThrottlingException) when calling the RunTask "
-            "operation (reached max retries: 4): Rate exceeded",
-            THROTTLED,
-        ),
-        ("Capacity is unavailable at this time", NO_CAPACITY),
-        ("RESOURCE:MEMORY", NO_CAPACITY),
-        ("Exception: Task failed. Failure reason: RESOURCE:CPU", NO_CAPACITY),
-        ("frames: ValueError: bad parquet", OTHER),
-        # Issue 32, finding 10: an id with 503 or 429 in it is not a throttle.
-        ("extracted_files: ValueError: acme/ep-503: bad tar header", OTHER),
-        ("frames: KeyError: 'camera-429'", OTHER),
-        ("episode ep_503 429 frames short", OTHER),
-        (None, OTHER),
-    ],
-)
-def test_run_errors_are_classified(message: str | None, expected: str) -> None:
-    assert classify_error(message) == expected
-
-
-def test_a_retry_after_in_the_error_is_read() -> None:
-    assert retry_after_seconds("SlowDown ... 'Retry-After': '7'") == 7.0
-    assert retry_after_seconds("SlowDown") is None
 
 
 # -- the canary ---------------------------------------------------------------------------------

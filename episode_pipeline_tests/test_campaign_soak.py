@@ -61,7 +61,6 @@ import yaml
 from dagster import DagsterInstance, DagsterRun, DagsterRunStatus, RunRecord, RunsFilter
 
 from episode_pipeline.campaign import canary
-from episode_pipeline.campaign.governor import THROTTLED
 from episode_pipeline.cli import build_parser
 from episode_pipeline.commands import campaign as commands
 from episode_pipeline.config.settings import Settings
@@ -89,6 +88,7 @@ from episode_pipeline.instance.run_tags import (
 from episode_pipeline.local import aws_setup
 from episode_pipeline.local.upload import upload_episode
 from episode_pipeline.orchestration.campaigns import AFTER_CLAIM, wave_backfill_id
+from episode_pipeline.runtime.failure_causes import THROTTLED
 from episode_pipeline.runtime.injection_points import MID_EXTRACTION, release
 from episode_pipeline.samples.writer import SampleSpec, write_sample
 from episode_pipeline.storage.bucket import Bucket

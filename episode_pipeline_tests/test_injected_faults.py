@@ -24,7 +24,6 @@ from typing import Any
 import pytest
 from dagster import DagsterEventType, DagsterInstance
 
-from episode_pipeline.campaign.governor import retry_after_seconds
 from episode_pipeline.config.settings import S3Deadlines, Settings
 from episode_pipeline.db.connection import connect
 from episode_pipeline.db.episodes import ensure_episode_row, episode_row, frame_rows
@@ -34,13 +33,13 @@ from episode_pipeline.episodes.timeline import TIMELINE_NAME
 from episode_pipeline.local.pg_server import init_cluster, start_postgres, stop_postgres
 from episode_pipeline.orchestration.failures import failure_cause
 from episode_pipeline.runner import process_episode
+from episode_pipeline.runtime.failure_causes import STORAGE, retry_after_seconds
 from episode_pipeline.runtime.injection_points import (
     INJECTION_ABOUT_ENV,
     INJECTION_POINT_ENV,
     MID_COPY,
     release,
 )
-from episode_pipeline.runtime.metrics import STORAGE
 from episode_pipeline.samples.writer import SampleSpec, write_sample
 from episode_pipeline.storage.bucket import Bucket
 from episode_pipeline.video.playlist import parse_master, parse_playlist

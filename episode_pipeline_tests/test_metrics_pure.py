@@ -1,5 +1,5 @@
-"""The metric lines against the EMF specification, the cause classes, the sensor wrapper and
-health's verdict, without servers."""
+"""The metric lines against the EMF specification, the sensor wrapper and health's verdict,
+without servers."""
 
 from __future__ import annotations
 
@@ -117,27 +117,6 @@ def test_undeclared_metrics_and_missing_dimensions_are_refused() -> None:
 def test_the_deployment_is_the_declared_setting() -> None:
     assert metrics.Emitter.from_env({}).deployment == "local"
     assert metrics.Emitter.from_env({"METRICS_DEPLOYMENT": "ep-prod"}).deployment == "ep-prod"
-
-
-@pytest.mark.parametrize(
-    ("errors", "cause"),
-    [
-        ([("extracted_files", "CorruptArchive", "not a zstd frame")], "bad_archive"),
-        ([("extracted_files", "NotALeRobotDataset", "no meta/info.json")], "bad_archive"),
-        ([("hls_renditions", "TranscodeFailed", "ffmpeg exited 1")], "transcode"),
-        ([("frames", "psycopg.errors.UniqueViolation", "duplicate key")], "database"),
-        ([("frames", "OperationalError", "connection refused")], "database"),
-        ([("hls_renditions", "DeadlineExceeded", "ffmpeg ran past 600 s")], "timeout"),
-        ([(None, "failure", "exceeded maximum runtime of 7200 seconds")], "timeout"),
-        ([("extracted_files", "ClientError", "SlowDown")], "storage"),
-        ([(None, "failure", "its process is gone (killed or crashed)")], "run_crashed"),
-        ([], "run_crashed"),
-        ([("frames", "KeyError", "'x'")], "other"),
-    ],
-)
-def test_cause_classes(errors: list, cause: str) -> None:
-    assert metrics.cause_class(errors) == cause
-    assert cause in metrics.CAUSES
 
 
 def test_counts_belong_to_the_tick_that_made_them() -> None:

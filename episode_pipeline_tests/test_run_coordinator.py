@@ -12,9 +12,6 @@ import uuid
 import pytest
 from dagster import DagsterEvent, DagsterEventType, DagsterRun, DagsterRunStatus, RunsFilter
 
-from episode_pipeline.campaign.governor import NO_CAPACITY as NO_CAPACITY_CLASS
-from episode_pipeline.campaign.governor import THROTTLED as THROTTLED_CLASS
-from episode_pipeline.campaign.governor import classify_error
 from episode_pipeline.config.settings import ECS, SUBPROCESS
 from episode_pipeline.db.batches import create_batch
 from episode_pipeline.episodes.batches import batch_key
@@ -45,6 +42,9 @@ from episode_pipeline.instance.run_tags import (
 )
 from episode_pipeline.orchestration.run_errors import run_error
 from episode_pipeline.reprocess import Selection, reprocess
+from episode_pipeline.runtime.failure_causes import NO_CAPACITY as NO_CAPACITY_CLASS
+from episode_pipeline.runtime.failure_causes import THROTTLED as THROTTLED_CLASS
+from episode_pipeline.runtime.failure_causes import classify_error
 from episode_pipeline.transcode.placement import RUN_WITHOUT_TRANSCODE
 from episode_pipeline_tests.support import new_ref
 from episode_pipeline_tests.support.dagster_internals import (

@@ -12,8 +12,8 @@ from boto3.s3.transfer import S3Transfer
 from botocore.exceptions import ClientError, EndpointConnectionError, ReadTimeoutError
 from botocore.stub import Stubber
 
-from episode_pipeline.campaign.governor import retry_after_seconds
 from episode_pipeline.config.settings import AwsSettings, S3Deadlines
+from episode_pipeline.runtime.failure_causes import retry_after_seconds
 from episode_pipeline.storage.aws import AwsFault, aws_client, aws_fault
 from episode_pipeline.transcode.job import (
     CONTENT,

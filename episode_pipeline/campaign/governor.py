@@ -10,65 +10,19 @@ Every change is a `Decision`, logged by the driver and shown by `campaign status
 How the signals arrive: a run throttled by S3 failed its step with that error; a run ECS would not
 start (RunTask throttled, no capacity) carries the launcher's exception in the run queue's engine
 event (`orchestration/run_errors.run_error` reads both). The driver classifies each failed run's
-error (`classify_error`), records the class on the ledger row (backpressure uses up no attempt:
-`ledger.after_outcome`), then feeds the outcomes here.
+error (`runtime/failure_causes.classify_error`), records the class on the ledger row
+(backpressure uses up no attempt: `ledger.after_outcome`), then feeds the outcomes here.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
 
 from episode_pipeline.config.settings import CampaignSettings
-
-THROTTLED = "throttled"  # S3 SlowDown / 503, ECS ThrottlingException, API rate exceeded
-NO_CAPACITY = "no_capacity"  # ECS could not place the task
-OTHER = "other"  # an ordinary failure: counted in the failure rate
-BACKPRESSURE = (THROTTLED, NO_CAPACITY)
-
-# The forms botocore and AWS print, not a bare number: an episode id such as `ep-503` must not
-# read as a throttle. Error codes as botocore quotes them (`An error occurred (SlowDown) ...`),
-# case-sensitive as AWS spells them; an HTTP status only as `(503)` (botocore's code when the
-# body had none), `status code 503`, `HTTP 503` / `HTTP/1.1 503`, `'HTTPStatusCode': 503` or
-# urllib3's `too many 503 error responses`.
-_THROTTLE_CODES = re.compile(
-    r"\b(?:SlowDown|Slow Down|ServiceUnavailable|Service Unavailable|Throttling|"
-    r"ThrottlingException|ThrottledException|RequestThrottled|TooManyRequests|"
-    r"TooManyRequestsException|RequestLimitExceeded|Rate exceeded)\b"
-)
-_THROTTLE_STATUSES = re.compile(
-    r"\((?:503|429)\)|"
-    r"\b(?:status(?: code)?|HTTP(?:/\d(?:\.\d)?)?)\s*[:=]?\s*(?:503|429)\b|"
-    r"HTTPStatusCode[\"']?\s*:\s*(?:503|429)\b|"
-    r"\btoo many (?:503|429) error responses",
-    re.IGNORECASE,
-)
-_CAPACITY_PATTERNS = re.compile(
-    r"RESOURCE:(CPU|MEMORY|ENI)|Capacity is unavailable|insufficient capacity|"
-    r"No Container Instances|unable to place",
-    re.IGNORECASE,
-)
-_RETRY_AFTER = re.compile(r"Retry-After[\"']?\s*[:=]\s*[\"']?(\d+(?:\.\d+)?)", re.IGNORECASE)
-
-
-def classify_error(message: str | None) -> str:
-    """A failed run's error → THROTTLED, NO_CAPACITY or OTHER (the ledger's `error_class`)."""
-    text = message or ""
-    if _CAPACITY_PATTERNS.search(text):
-        return NO_CAPACITY
-    if _THROTTLE_CODES.search(text) or _THROTTLE_STATUSES.search(text):
-        return THROTTLED
-    return OTHER
-
-
-def retry_after_seconds(message: str | None) -> float | None:
-    """A `Retry-After: N` the error carried (delta-seconds), if any."""
-    match = _RETRY_AFTER.search(message or "")
-    return float(match.group(1)) if match else None
-
+from episode_pipeline.runtime.failure_causes import BACKPRESSURE
 
 # The defaults are the settings' (`CAMPAIGN_CONCURRENCY_*`, ...): declared once, in config/.
 _DEFAULT = CampaignSettings()

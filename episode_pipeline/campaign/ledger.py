@@ -17,7 +17,7 @@ import random
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from episode_pipeline.campaign.governor import BACKPRESSURE
+from episode_pipeline.runtime.failure_causes import BACKPRESSURE
 
 PENDING = "pending"
 REQUESTED = "requested"
@@ -70,7 +70,7 @@ class Outcome:
 
     succeeded: bool
     error: str | None = None
-    error_class: str | None = None  # governor.classify_error's
+    error_class: str | None = None  # failure_causes.classify_error's
     retryable: bool = True
 
 

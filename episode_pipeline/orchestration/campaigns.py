@@ -31,14 +31,7 @@ from dagster import (
 
 from episode_pipeline.campaign import canary, ledger, progress
 from episode_pipeline.campaign.config import CampaignConfig
-from episode_pipeline.campaign.governor import (
-    BACKPRESSURE,
-    GovernorState,
-    Observation,
-    classify_error,
-    observe,
-    retry_after_seconds,
-)
+from episode_pipeline.campaign.governor import GovernorState, Observation, observe
 from episode_pipeline.campaign.waves import measured_rate, next_wave_size, runs_to_keep_in_flight
 from episode_pipeline.config.settings import RetentionSettings
 from episode_pipeline.dagster_compat import (
@@ -68,8 +61,13 @@ from episode_pipeline.orchestration.failures import fail_episode_of_run, failure
 from episode_pipeline.orchestration.retention import prune_campaign_partitions
 from episode_pipeline.orchestration.run_errors import run_error
 from episode_pipeline.orchestration.runs import add_partitions, missing_partitions
+from episode_pipeline.runtime.failure_causes import (
+    BACKPRESSURE,
+    BAD_ARCHIVE,
+    classify_error,
+    retry_after_seconds,
+)
 from episode_pipeline.runtime.injection_points import reach
-from episode_pipeline.runtime.metrics import BAD_ARCHIVE
 
 # Below the uploads' (Dagster's default 0): a fresh upload's run is dequeued first.
 CAMPAIGN_PRIORITY = "-10"
@@ -360,7 +358,7 @@ def drive_campaign(
 
 
 def fails_every_run(instance: DagsterInstance, run: DagsterRun) -> bool:
-    """A run of the episode job that failed on its archive (`metrics.BAD_ARCHIVE`): every run
+    """A run of the episode job that failed on its archive (`BAD_ARCHIVE`): every run
     of that archive fails the same way, so the ledger rejects it at once, its cause named. A
     fixed archive comes back as an upload, by the upload path."""
     return run.job_name == EPISODE_JOB_NAME and failure_cause(instance, run.run_id) == BAD_ARCHIVE

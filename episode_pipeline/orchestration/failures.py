@@ -47,7 +47,7 @@ from episode_pipeline.instance.run_tags import (
     episode_of_run,
 )
 from episode_pipeline.orchestration.run_errors import run_errors
-from episode_pipeline.runtime import metrics
+from episode_pipeline.runtime import failure_causes, metrics
 from episode_pipeline.runtime.processes import process_alive
 
 
@@ -96,9 +96,10 @@ def fail_episode_of_run(
 
 
 def failure_cause(instance: DagsterInstance, run_id: str) -> str:
-    """The run's failure as a cause class (`runtime.metrics.CAUSES`), from its recorded errors."""
+    """The run's failure as a cause class (`runtime.failure_causes.CAUSES`), from its recorded
+    errors."""
     errors = run_errors(instance, run_id)
-    return metrics.cause_class([(e.step, e.error_type, e.message) for e in errors])
+    return failure_causes.cause_class([(e.step, e.error_type, e.message) for e in errors])
 
 
 def run_wall_seconds(instance: DagsterInstance, run_id: str) -> float | None:
@@ -118,7 +119,7 @@ def emit_episode_failed(
     live run when None: `cause` says why)."""
     if run is None:
         metrics.Emitter.from_env().episode_failed(
-            ref.partition_key, None, cause or metrics.RUN_CRASHED, None
+            ref.partition_key, None, cause or failure_causes.RUN_CRASHED, None
         )
         return
     metrics.Emitter.from_env().episode_failed(

@@ -1,7 +1,7 @@
 """A failed run's errors, unwrapped from Dagster's, in one place: what `status` and `process`
 show (`run_errors`, `StepError.line`), what the campaign's ledger and governor read
 (`run_error`: one line), what a batch records of a child run it executed (`run_cause`), and
-what the metrics classify (`runtime.metrics.cause_class`). Keyed reads by run id and event
+what the metrics classify (`runtime.failure_causes.cause_class`). Keyed reads by run id and event
 type only.
 """
 

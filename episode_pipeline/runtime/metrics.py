@@ -26,7 +26,6 @@ import contextvars
 import functools
 import json
 import os
-import re
 import sys
 import threading
 import time
@@ -95,7 +94,8 @@ EPISODES_PROCESSED = _declare(
 )  # fmt: skip
 EPISODES_FAILED = _declare(
     "EpisodesFailed", Unit.COUNT,
-    "1 when an episode becomes `failed`; also by `Cause` (`CAUSES`)", EPISODE_SCOPE, by=CAUSE,
+    "1 when an episode becomes `failed`; also by `Cause` (`failure_causes.CAUSES`)",
+    EPISODE_SCOPE, by=CAUSE,
 )  # fmt: skip
 EPISODE_LATENCY_SECONDS = _declare(
     "EpisodeLatencySeconds", Unit.SECONDS,
@@ -172,108 +172,6 @@ EPISODE_METRICS = tuple(name for name, metric in METRICS.items() if metric.scope
 def tick_counters(sensor: str) -> tuple[str, ...]:
     """The counters every line of this sensor carries (0 when nothing happened)."""
     return tuple(name for name, metric in METRICS.items() if sensor in metric.always_on)
-
-
-# -- the cause class of a failure (pure) ---------------------------------------------------------
-
-BAD_ARCHIVE = "bad_archive"
-TRANSCODE = "transcode"
-DATABASE = "database"
-STORAGE = "storage"
-TIMEOUT = "timeout"
-CHECK = "check"
-RUN_CRASHED = "run_crashed"
-OTHER = "other"
-CAUSES = (BAD_ARCHIVE, TRANSCODE, DATABASE, STORAGE, TIMEOUT, CHECK, RUN_CRASHED, OTHER)
-
-# The user's exception class (diagnosis unwraps Dagster's) → its class. Names, not imports: the
-# error may come from another process (the transcode program, a run task) as stored text.
-_CAUSE_OF_TYPE: Mapping[str, str] = {
-    **dict.fromkeys(
-        (
-            "ArchiveError",
-            "CorruptArchive",
-            "DuplicateMember",
-            "UndecodableMemberName",
-            "ArchiveLimitExceeded",
-            "ArchiveNotFound",
-            "NotALeRobotDataset",
-            "DatasetInfoError",
-            "TaskTableError",
-            "FrameDataError",
-            "UnreadableParquet",
-            "ZstdError",
-            "ReadError",  # tarfile
-        ),
-        BAD_ARCHIVE,
-    ),
-    **dict.fromkeys(
-        (
-            "TranscodeFailed",
-            "TranscodeError",
-            "TranscodeInterrupted",
-            "FFmpegNotFound",
-            "PlaylistError",
-            "ProbeError",
-        ),
-        TRANSCODE,
-    ),
-    **dict.fromkeys(
-        (
-            "SchemaMismatch",
-            "EpisodeNotFound",
-            "EpisodeOrgMismatch",
-            "TableMismatch",
-            "SkippedRows",
-            "OperationalError",
-            "IntegrityError",
-            "DataError",
-            "ProgrammingError",
-            "InterfaceError",
-            "PoolTimeout",
-        ),
-        DATABASE,
-    ),
-    **dict.fromkeys(
-        (
-            "ClientError",
-            "StorageUnavailable",  # hls_renditions' last try failed on S3
-            "EndpointConnectionError",
-            "ConnectionClosedError",
-            "MissingStoredOutput",
-            "NoCredentialsError",
-        ),
-        STORAGE,
-    ),
-    **dict.fromkeys(
-        ("DeadlineExceeded", "TimeoutError", "ReadTimeoutError", "ConnectTimeoutError"), TIMEOUT
-    ),
-    "DagsterAssetCheckFailedError": CHECK,
-}
-_TIMEOUT_WORDS = re.compile(r"\b(deadline|timed out|timeout|maximum runtime)\b", re.IGNORECASE)
-_DATABASE_MODULES = ("psycopg", "psycopg_pool", "sqlalchemy")
-
-
-def cause_class(errors: Sequence[tuple[str | None, str, str]]) -> str:
-    """The short cause class of a failure, from its errors as diagnosis reads them: (step or
-    None for the run itself, the user's exception class, its message), first failing step first.
-
-    A failure with no step error is the run's own: its process died, run monitoring failed it
-    (timeout when it says it ran too long), or it was canceled — `run_crashed`.
-    """
-    if not errors:
-        return RUN_CRASHED
-    step, error_type, message = errors[0]
-    found = _CAUSE_OF_TYPE.get(error_type.rsplit(".", 1)[-1])
-    if found is not None:
-        return found
-    if error_type.startswith(_DATABASE_MODULES):
-        return DATABASE
-    if _TIMEOUT_WORDS.search(message):
-        return TIMEOUT
-    if step is None:
-        return RUN_CRASHED
-    return OTHER
 
 
 # -- the document (pure) ------------------------------------------------------------------------

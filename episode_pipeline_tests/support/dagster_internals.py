@@ -13,6 +13,7 @@ from dagster._core.definitions.data_version import DATA_VERSION_TAG
 from dagster._core.definitions.partitions.context import partition_loading_context
 from dagster._core.definitions.partitions.subset.default import DefaultPartitionsSubset
 from dagster._core.definitions.run_request import InstigatorType
+from dagster._core.errors import DagsterAssetCheckFailedError
 from dagster._core.event_api import PartitionKeyFilter
 from dagster._core.events import (
     AssetObservationData,
@@ -99,6 +100,7 @@ __all__ = [
     "CheckRunHealthResult",
     "ConfigurableClassData",
     "DaemonHeartbeat",
+    "DagsterAssetCheckFailedError",
     "DefaultPartitionsSubset",
     "EmptyWorkspaceTarget",
     "EngineEventData",

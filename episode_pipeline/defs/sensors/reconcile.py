@@ -43,7 +43,7 @@ from episode_pipeline.orchestration.runs import (
     latest_run_of_episode,
     new_partitions_request,
 )
-from episode_pipeline.runtime import metrics
+from episode_pipeline.runtime import failure_causes
 
 WAITING_UPLOADS_SENSOR_NAME = "waiting_uploads"
 STALE_PROCESSING_SENSOR_NAME = "stale_processing"
@@ -138,7 +138,7 @@ def sweep_stale_processing(
                 context.log.warning(f"{ref}: processing after successful run {latest.run_id}")
                 continue
             if fail_if_still_processing(conn, schema, ref, seen):
-                emit_episode_failed(instance, latest, ref, metrics.RUN_CRASHED)
+                emit_episode_failed(instance, latest, ref, failure_causes.RUN_CRASHED)
                 last = f"run {latest.run_id} ({latest.status.value})" if latest else "no run"
                 context.log.warning(
                     f"{ref}: left processing by {last}, no run alive: marked failed"
