@@ -1,13 +1,13 @@
 """A failed run's errors, unwrapped from Dagster's, in one place: what `status` and `process`
 show (`run_errors`, `StepError.line`), what the campaign's ledger and governor read
-(`run_error`: one line), what a batch records of a child run it executed (`run_cause`), and
-what the metrics classify (`runtime.failure_causes.cause_class`). Keyed reads by run id and event
-type only.
+(`run_error`: one line), what a batch records of a child run it executed (`run_cause`; both
+lines written by `failure_line`), and what the metrics classify
+(`runtime.failure_causes.cause_class`). Keyed reads by run id and event type only.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from dagster import DagsterEvent, DagsterEventType, DagsterInstance, DagsterRun
@@ -95,40 +95,43 @@ _ERROR_EVENTS = (
 )
 
 
+def failure_line(
+    events: Iterable[tuple[DagsterEvent, str | None]],
+    read_from: Sequence[DagsterEventType],
+    *,
+    first_line_only: bool,
+) -> str | None:
+    """A failed run's error as one line, from its events (each with its log message): the error
+    of the first type in `read_from` that carried one, as `step: Type: message` (the message's
+    first line only with `first_line_only`); else its run failure's message; else None."""
+    lines: dict[DagsterEventType, str] = {}
+    run_failure_message = None
+    for event, message in events:
+        error = getattr(event.event_specific_data, "error", None)
+        if error is not None and event.event_type in read_from:
+            if event.event_type not in lines:
+                error_type, text = user_error_text(error)
+                if first_line_only:
+                    text = (text.splitlines() or [""])[0]
+                step = f"{event.step_key}: " if event.step_key else ""
+                lines[event.event_type] = f"{step}{error_type}: {text}"
+        elif event.event_type == DagsterEventType.RUN_FAILURE and run_failure_message is None:
+            run_failure_message = message or None
+    found = [lines[event_type] for event_type in read_from if event_type in lines]
+    return found[0] if found else run_failure_message
+
+
 def run_error(instance: DagsterInstance, run: DagsterRun) -> str:
     """The failed run's first step error, else its launch error, else its own, as one line."""
     records = instance.get_records_for_run(run.run_id, of_type=set(_ERROR_EVENTS)).records
-    errors: dict[DagsterEventType, str] = {}
-    message = None
-    for record in records:
-        event = record.event_log_entry.dagster_event
-        if event is None or event.event_type in errors:
-            continue
-        error = getattr(event.event_specific_data, "error", None)
-        if error is not None:
-            error_type, text = user_error_text(error)
-            step = f"{event.step_key}: " if event.step_key else ""
-            errors[event.event_type] = f"{step}{error_type}: {text}"[:1000]
-        elif event.event_type == DagsterEventType.RUN_FAILURE and message is None:
-            message = record.event_log_entry.message or None
-    for event_type in _ERROR_EVENTS:
-        if event_type in errors:
-            return errors[event_type]
-    return (message or f"run {run.status.value.lower()}")[:1000]
+    entries = (record.event_log_entry for record in records)
+    events = ((e.dagster_event, e.message) for e in entries if e.dagster_event is not None)
+    line = failure_line(events, _ERROR_EVENTS, first_line_only=False)
+    return (line or f"run {run.status.value.lower()}")[:1000]
 
 
 def run_cause(events: Iterable[DagsterEvent]) -> str | None:
     """`step: Type: first line` of the first failed step among a run's events (an in-process
     run's result), else the run's own failure."""
-    events = list(events)
-    for event in events:
-        if event.event_type == DagsterEventType.STEP_FAILURE and event.step_failure_data:
-            error = event.step_failure_data.error
-            if error is not None:
-                error_type, message = user_error_text(error)
-                first = (message.splitlines() or [""])[0]
-                return f"{event.step_key}: {error_type}: {first}"
-    for event in events:
-        if event.event_type == DagsterEventType.RUN_FAILURE:
-            return event.message or "the run failed"
-    return None
+    with_messages = ((event, event.message or "the run failed") for event in events)
+    return failure_line(with_messages, (DagsterEventType.STEP_FAILURE,), first_line_only=True)
