@@ -174,6 +174,25 @@ def test_each_declaredis_a_field_with_its_declared_default_and_meaning(
             assert field.get_default(call_default_factory=True) == expected
 
 
+@pytest.mark.parametrize(
+    "resource", sorted({resource for resource, *_ in CARRIED}, key=lambda r: r.__name__)
+)
+def test_the_launchpad_shows_each_field_with_its_default_and_meaning(
+    resource: type[ConfigurableResource],
+) -> None:
+    """Dagster's config schema, which the launchpad shows, has every field's default (a list
+    too: a default factory would leave it blank) and description."""
+    schema = resource.to_config_schema().as_field().config_type.fields  # type: ignore[attr-defined]
+    for name, field in resource.model_fields.items():
+        shown = schema[name]
+        assert shown.description == field.description
+        if field.is_required():
+            assert shown.is_required
+        else:
+            assert shown.default_provided, f"{resource.__name__}.{name} shows no default"
+            assert shown.default_value == field.get_default(call_default_factory=True)
+
+
 def _is_env_var(value: object, name: str) -> bool:
     """Shown and stored as the variable's name only (an `EnvVar` is also a `str`)."""
     return isinstance(value, EnvVar) and value.env_var_name == name
