@@ -154,7 +154,7 @@ CARRIED: list[tuple[type[ConfigurableResource], type[EnvSettings], set[str] | No
     CARRIED,
     ids=[f"{resource.__name__}-{group.__name__}" for resource, group, *_ in CARRIED],
 )
-def test_each_declaredis_a_field_with_its_declared_default_and_meaning(
+def test_each_setting_is_a_field_with_its_declared_default_and_meaning(
     resource: type[ConfigurableResource],
     group: type[EnvSettings],
     shown: set[str] | None,
@@ -222,7 +222,7 @@ def test_a_secret_from_its_variable_is_an_env_var(monkeypatch: pytest.MonkeyPatc
     assert database.database_settings() == settings.database
 
 
-def test_a_declaredadded_to_a_group_is_a_field_of_its_resource(
+def test_a_setting_added_to_a_group_is_a_field_of_its_resource(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     @dataclasses.dataclass(frozen=True)
