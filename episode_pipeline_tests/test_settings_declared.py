@@ -154,7 +154,7 @@ CARRIED: list[tuple[type[ConfigurableResource], type[EnvSettings], set[str] | No
     CARRIED,
     ids=[f"{resource.__name__}-{group.__name__}" for resource, group, *_ in CARRIED],
 )
-def test_each_declaredis_a_field_with_its_declared_default_and_meaning(
+def test_each_setting_is_a_field_with_its_declared_default_and_meaning(
     resource: type[ConfigurableResource],
     group: type[EnvSettings],
     shown: set[str] | None,
@@ -172,6 +172,25 @@ def test_each_declaredis_a_field_with_its_declared_default_and_meaning(
         else:  # Dagster config has lists where the settings have tuples
             expected = list(default) if isinstance(default, tuple) else default
             assert field.get_default(call_default_factory=True) == expected
+
+
+@pytest.mark.parametrize(
+    "resource", sorted({resource for resource, *_ in CARRIED}, key=lambda r: r.__name__)
+)
+def test_the_launchpad_shows_each_field_with_its_default_and_meaning(
+    resource: type[ConfigurableResource],
+) -> None:
+    """Dagster's config schema, which the launchpad shows, has every field's default (a list
+    too: a default factory would leave it blank) and description."""
+    schema = resource.to_config_schema().as_field().config_type.fields  # type: ignore[attr-defined]
+    for name, field in resource.model_fields.items():
+        shown = schema[name]
+        assert shown.description == field.description
+        if field.is_required():
+            assert shown.is_required
+        else:
+            assert shown.default_provided, f"{resource.__name__}.{name} shows no default"
+            assert shown.default_value == field.get_default(call_default_factory=True)
 
 
 def _is_env_var(value: object, name: str) -> bool:
@@ -203,7 +222,7 @@ def test_a_secret_from_its_variable_is_an_env_var(monkeypatch: pytest.MonkeyPatc
     assert database.database_settings() == settings.database
 
 
-def test_a_declaredadded_to_a_group_is_a_field_of_its_resource(
+def test_a_setting_added_to_a_group_is_a_field_of_its_resource(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     @dataclasses.dataclass(frozen=True)

@@ -65,11 +65,9 @@ class SettingsFields(Generic[Group]):
             value = getattr(settings, f.name)
             about = declaration(f)
             assert about is not None
-            if about.secret:
-                value = secret_field(value, about.env[0])
-            elif isinstance(value, tuple):
-                value = list(value)
-            values[self.field_name(f)] = value
+            values[self.field_name(f)] = (
+                secret_field(value, about.env[0]) if about.secret else _as_config(value)
+            )
         return values
 
     def read(self, resource: Any) -> Group:
@@ -101,6 +99,11 @@ def settings_resource(
     return types.new_class(name, (base,), exec_body=body)
 
 
+def _as_config(value: Any) -> Any:
+    """Dagster config has lists where the settings have tuples."""
+    return list(value) if isinstance(value, tuple) else value
+
+
 def _config_type(hint: Any) -> Any:
     """Dagster config has lists, not tuples: `tuple[X, ...]` is configured as `list[X]`."""
     if typing.get_origin(hint) is tuple:
@@ -109,16 +112,17 @@ def _config_type(hint: Any) -> Any:
 
 
 def _pydantic_field(setting: dataclasses.Field) -> Any:
-    """The setting's declared default (tuples as lists) and meaning, with its variable(s)."""
+    """The setting's declared default (tuples as lists) and meaning, with its variable(s).
+
+    A list default is given as a value, not a factory: Dagster's config schema (the launchpad)
+    shows only a value, and pydantic copies it for each instance."""
     about = declaration(setting)
     assert about is not None
     description = f"{about.about} ({', '.join(about.env)})"
     default = field_default(setting)
     if default is dataclasses.MISSING:
         return Field(description=description)
-    if isinstance(default, tuple):
-        return Field(default_factory=lambda: list(default), description=description)
-    return Field(default=default, description=description)
+    return Field(default=_as_config(default), description=description)
 
 
 def resolved(value: str | None) -> str | None:
