@@ -11,7 +11,7 @@ from dagster import (
     TableColumnLineage,
 )
 
-from episode_pipeline.db.partition_tables import RowBatches
+from episode_pipeline.db.partition_tables import PartitionTable, RowBatches
 from episode_pipeline.db.schema_check import OPTIONAL_COLUMNS
 from episode_pipeline.defs.asset_keys import EXTRACTED_FILES_KEY
 from episode_pipeline.defs.metadata import (
@@ -36,6 +36,14 @@ from episode_pipeline.lerobot.sync import TimingAccumulator
 
 FRAMES_COLUMNS = [(c.name, c.sql_type, c.description) for c in FRAMES_TABLE_COLUMNS]
 FRAMES_SCHEMA_METADATA = table_schema(FRAMES_COLUMNS)
+# Where the PostgreSQL IO manager writes the rows: one episode's at a time, in frame order.
+FRAMES_ROWS = PartitionTable(
+    FRAMES_TABLE,
+    partition_column="episode_id",
+    order_by="frame_order",
+    # Written when the application's table has them (docs/contract.md#frame-rows).
+    optional_columns=OPTIONAL_COLUMNS[FRAMES_TABLE],
+)
 
 
 def column_lineage(read: list[FrameColumns]) -> TableColumnLineage:
@@ -74,11 +82,7 @@ def frames_metadata(read: FramesRead) -> dict[str, Any]:
     metadata={
         "dagster/table_name": f"public.{FRAMES_TABLE}",
         "dagster/column_schema": FRAMES_SCHEMA_METADATA,
-        "table": FRAMES_TABLE,
-        "partition_expr": "episode_id",
-        "order_by": "frame_order",
-        # Written when the application's table has them (docs/contract.md#frame-rows).
-        "optional_columns": list(OPTIONAL_COLUMNS[FRAMES_TABLE]),
+        **FRAMES_ROWS.as_metadata(),
     },
     description="The episode's frames in PostgreSQL: one `frames` row per row of every data "
     "parquet, files in path order, replaced as a whole on every run. `timestamp` → "
