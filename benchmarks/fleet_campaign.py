@@ -19,10 +19,10 @@ a daemon's SIGKILL as an ECS task does, takes every STARTING run, reports `RUN_S
 durable record (`episode_outputs`, the deployed code versions: what the asset writes) and its own
 log row (`bench_standin_runs`: one row per run it processed), and reports `RUN_SUCCESS`. It writes
 no materialization, no frames, no HLS. With `fleet_campaign_k=K` > 1 the campaign runs the batch
-job (`process_episode_batch`) and the stand-in plays it as `defs/batches.run_batch` does: each of
-the batch's episodes a child run of `process_episode` with the tags `run_batch` gives it, made
-in turn within the batch's `fleet_campaign_run_seconds`, their partitions added first as
-`run_batch` adds them.
+job (`process_episode_batch`) and the stand-in plays it as `orchestration/batches.run_batch`
+does: each of the batch's episodes a child run of `process_episode` with the tags `run_batch`
+gives it, made in turn within the batch's `fleet_campaign_run_seconds`, their partitions added
+first as `run_batch` adds them.
 
 **At the plan's rate** (`fleet_campaign_k=25`, issue 33): the campaign runs at the default plan's
 run rate (`campaign plan` for a million at the defaults: K = 25, 340 batches of 681 s at once,
@@ -265,9 +265,10 @@ def standin_worker(stop_file: Path, run_seconds: float = STANDIN_RUN_SECONDS) ->
 
         def batch(run: DagsterRun) -> None:
             """A batch run (K > 1): each episode in turn as a child run of the episode job with
-            the tags `defs/batches.run_batch` gives it, the i-th ending at i / K of `run_seconds`
-            from the batch's start: the batch lives `run_seconds`, its children's bookkeeping
-            included, as the `batch` stage's measured batch life includes it (the plan's)."""
+            the tags `orchestration/batches.run_batch` gives it, the i-th ending at i / K of
+            `run_seconds` from the batch's start: the batch lives `run_seconds`, its children's
+            bookkeeping included, as the `batch` stage's measured batch life includes it (the
+            plan's)."""
             began = time.monotonic()
             key = run.tags[PARTITION_TAG]
             with connect(settings.database) as conn:

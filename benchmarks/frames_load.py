@@ -17,7 +17,7 @@ a *replace* first has the episode's rows in place (DELETE then deletes them). Bo
 are measured: 6 floats (an SO-101 arm) and 50 (a humanoid), where jsonb parsing dominates.
 
 Memory: a child process streams a long episode's parquet (`stream_rows`, 1,000,000 by default)
-into the IO manager as the `frames` asset does (``file_batches`` of defs/assets/frames.py in
+into the IO manager as the `frames` asset does (``file_batches`` of episodes/frame_rows.py in
 ``RowBatches``); its peak RSS is compared with the
 same rows held whole (one DataFrame, as a non-streaming asset would; run once,
 ``WHOLE_REPEATS``) and with a short episode (flat means the long one needs no more than the
@@ -36,6 +36,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -52,9 +53,10 @@ from benchmarks.common import (
     write_data_parquet,
 )
 from episode_pipeline.db.partition_tables import RowBatches, copy_chunks
-from episode_pipeline.defs.assets.frames import FramesRead, file_batches
+from episode_pipeline.defs.assets.frames import frames_metadata
 from episode_pipeline.defs.io_managers.postgres_tables import PostgresPolarsIOManager
 from episode_pipeline.defs.resources.database import PostgresResource
+from episode_pipeline.episodes.frame_rows import FramesRead, file_batches
 from episode_pipeline.lerobot.frames import FRAME_COLUMNS, FRAMES_SCHEMA, frames_table
 
 NAME = "frames_load"
@@ -252,7 +254,9 @@ def child_memory(parquet: Path, table: str, mode: str) -> dict[str, Any]:
         read = FramesRead(features=None)  # no info.json: each file's own columns, as the asset
         log = logging.getLogger(NAME)
         rows: pl.DataFrame | RowBatches = RowBatches(
-            [file_batches(parquet, str(parquet), read, log)], FRAMES_SCHEMA, read.metadata
+            [file_batches(parquet, str(parquet), read, log)],
+            FRAMES_SCHEMA,
+            partial(frames_metadata, read),
         )
     else:
         rows = frames_table(parquet, path=str(parquet))

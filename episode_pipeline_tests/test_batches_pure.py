@@ -7,7 +7,6 @@ import pytest
 from dagster import DagsterRun, DagsterRunStatus
 
 from episode_pipeline.config.settings import SUBPROCESS, TranscodeSettings
-from episode_pipeline.defs.batches import ALREADY_FAILED, ALREADY_SUCCEEDED, ended_children
 from episode_pipeline.episodes.batches import BatchKey, InvalidBatchKey, batch_key, parse_batch_key
 from episode_pipeline.episodes.keys import InvalidEpisodeKey, parse_partition_key
 from episode_pipeline.instance.run_tags import (
@@ -19,6 +18,7 @@ from episode_pipeline.instance.run_tags import (
     batch_child_tags,
     episode_of_run,
 )
+from episode_pipeline.orchestration.batches import ALREADY_FAILED, ALREADY_SUCCEEDED, ended_children
 from episode_pipeline.orchestration.failures import is_orphaned
 from episode_pipeline.transcode.placement import place, place_batch
 

@@ -11,6 +11,7 @@ from episode_pipeline.campaign.capacity import (
     HEADROOM,
     UPLOAD_RUNS_PER_SECOND,
     Ceilings,
+    PlanBasis,
     Prices,
     Workload,
     capacity,
@@ -45,11 +46,12 @@ ROOMY = Ceilings(
 RAMP = {"start": 4, "increase_after": 20}
 
 
+def basis(ceilings: Ceilings = ROOMY) -> PlanBasis:
+    return PlanBasis(WORK, ceilings, PRICES, **RAMP)
+
+
 def plan(k: int, concurrency: int, ceilings: Ceilings = ROOMY, episodes: int = 1_000_000):
-    return capacity(
-        episodes=episodes, k=k, concurrency=concurrency, workload=WORK, ceilings=ceilings,
-        prices=PRICES, **RAMP,
-    )  # fmt: skip
+    return capacity(episodes=episodes, k=k, concurrency=concurrency, basis=basis(ceilings))
 
 
 def limit(planned, name: str):
@@ -137,10 +139,7 @@ def test_the_governors_climb_is_a_harmonic_sum() -> None:
 
 def test_within_chooses_the_k_that_leaves_the_most_headroom() -> None:
     ceilings = _with(db_connections=2_500, live_partitions=25_000)
-    choice = choose(
-        episodes=1_000_000, hours=24, ks=range(1, 101), workload=WORK, ceilings=ceilings,
-        prices=PRICES, **RAMP,
-    )  # fmt: skip
+    choice = choose(episodes=1_000_000, hours=24, ks=range(1, 101), basis=basis(ceilings))
     chosen = choice.plan
     assert chosen is not None and chosen.fits and chosen.hours_to_finish <= 24
     k, concurrency = chosen.episodes_per_run, chosen.concurrency
@@ -157,20 +156,16 @@ def test_within_chooses_the_k_that_leaves_the_most_headroom() -> None:
 
 def test_within_names_the_limit_that_forbids_it() -> None:
     choice = choose(
-        episodes=1_000_000, hours=24, ks=range(1, 101), workload=WORK,
-        ceilings=_with(fargate_vcpus=100), prices=PRICES, **RAMP,
-    )  # fmt: skip
+        episodes=1_000_000, hours=24, ks=range(1, 101), basis=basis(_with(fargate_vcpus=100))
+    )
     assert choice.plan is None and choice.forbidding is not None
     assert choice.forbidding.name == "Fargate vCPU" and choice.forbidding.ceiling == 100
     assert choice.as_dict()["fits"] is False
     # No concurrency finishes before the first batch ends: time itself forbids it.
-    too_soon = choose(
-        episodes=1_000, hours=0.01, ks=range(1, 5), workload=WORK, ceilings=ROOMY,
-        prices=PRICES, **RAMP,
-    )  # fmt: skip
+    too_soon = choose(episodes=1_000, hours=0.01, ks=range(1, 5), basis=basis())
     assert too_soon.forbidding is not None and too_soon.forbidding.name == "time to finish"
     with pytest.raises(ValueError, match="positive"):
-        choose(episodes=1, hours=0, ks=[1], workload=WORK, ceilings=ROOMY, prices=PRICES, **RAMP)
+        choose(episodes=1, hours=0, ks=[1], basis=basis())
 
 
 def test_the_plan_prints_every_limit_and_the_one_that_binds() -> None:
@@ -182,10 +177,7 @@ def test_the_plan_prints_every_limit_and_the_one_that_binds() -> None:
     assert "binding: database connections" in text and "does not fit" in text
     assert text.count("\n| ") == len(planned["limits"]) + 2  # the header, its rule, a row each
     assert "| Fargate memory | 800 GiB | - | - | - |" in text
-    forbidden = choose(
-        episodes=1_000_000, hours=24, ks=[25], workload=WORK,
-        ceilings=_with(fargate_vcpus=100), prices=PRICES, **RAMP,
-    )  # fmt: skip
+    forbidden = choose(episodes=1_000_000, hours=24, ks=[25], basis=basis(_with(fargate_vcpus=100)))
     (line,) = within_lines(forbidden.as_dict())
     assert "Fargate vCPU forbids it" in line and math.isfinite(planned["hours_to_finish"])
     args = build_parser().parse_args(["campaign", "plan", "--stale", "--within", "24"])

@@ -199,9 +199,9 @@ def test_a_release_is_an_attempt_with_backoff_and_rejects_out_of_attempts(
 def test_a_batch_s_episodes_the_ledger_no_longer_waits_on_from_it(
     db_conn: psycopg.Connection,
 ) -> None:
-    """What a later attempt of a batch run leaves alone (defs/batches.py): the episodes whose
-    row the ledger settled, or claimed into another batch since; not the ones it still waits
-    on from this batch, nor any of a batch no campaign made."""
+    """What a later attempt of a batch run leaves alone (orchestration/batches.py): the episodes
+    whose row the ledger settled, or claimed into another batch since; not the ones it still
+    waits on from this batch, nor any of a batch no campaign made."""
     campaign_id, refs = processed_campaign(db_conn, 4)
     now, policy, rng = datetime.now(UTC), ledger.RetryPolicy(max_attempts=3), random.Random(5)
     rows = db.claim_wave(db_conn, campaign_id, 0, 4, 4, now)

@@ -73,7 +73,6 @@ from episode_pipeline.db import campaigns as db
 from episode_pipeline.db.connection import connect
 from episode_pipeline.db.episodes import episode_row, frame_rows
 from episode_pipeline.db.outputs import output_record
-from episode_pipeline.defs.batches import ABANDONED_BY_RETRY
 from episode_pipeline.defs.partitions import EPISODES_PARTITION_NAME
 from episode_pipeline.episodes.keys import EpisodeRef
 from episode_pipeline.instance.run_tags import (
@@ -87,6 +86,7 @@ from episode_pipeline.instance.run_tags import (
 )
 from episode_pipeline.local import aws_setup
 from episode_pipeline.local.upload import upload_episode
+from episode_pipeline.orchestration.batches import ABANDONED_BY_RETRY
 from episode_pipeline.orchestration.campaigns import AFTER_CLAIM, wave_backfill_id
 from episode_pipeline.runtime.failure_causes import THROTTLED
 from episode_pipeline.runtime.injection_points import MID_EXTRACTION, release
@@ -666,7 +666,7 @@ def assert_the_end(
     live = set(instance.get_dynamic_partitions(EPISODES_PARTITION_NAME))
     # Only the re-uploaded episode's partition is live: its upload's, retention's to prune. (At
     # K = 5 a batch's retry once ran settled episodes again, adding a rejected one's pruned
-    # partition back and leaving a throttled one's to retention: `defs/batches.py`.)
+    # partition back and leaving a throttled one's to retention: `orchestration/batches.py`.)
     assert live & {ref.partition_key for ref in refs} == {refs[REUPLOADED].partition_key}, (
         f"{sorted(live & {ref.partition_key for ref in refs})}\n{run_lines(soak.runs())}"
     )

@@ -11,7 +11,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from episode_pipeline.db.partition_tables import SkippedRows
-from episode_pipeline.defs.assets.frames import FramesRead, file_batches
+from episode_pipeline.defs.assets.frames import frames_metadata
+from episode_pipeline.episodes.frame_rows import FramesRead, file_batches
 from episode_pipeline.lerobot.frames import BATCH_ROWS
 from episode_pipeline.lerobot.sync import TimingAccumulator
 
@@ -46,7 +47,7 @@ def test_files_read_in_turn_number_frames_on_and_record_what_they_held(tmp_path:
         [10, 11, 12, 13, 14],
     ]
     assert read.rows == 15
-    metadata = read.metadata()
+    metadata = frames_metadata(read)
     assert metadata["files_read"] == 2
     assert metadata["files_failed"] == 0
     assert metadata["lerobot_episodes"] == 2
@@ -69,7 +70,7 @@ def test_a_file_unreadable_part_way_is_skipped_listed_and_not_counted(tmp_path: 
         next(batches)
 
     assert read.rows == 0  # the IO manager rolls the part back: nothing of it counts
-    assert read.metadata()["files_read"] == 0
+    assert frames_metadata(read)["files_read"] == 0
     assert read.timing.episodes == {}  # nor do its timestamps
     assert [f["file"] for f in read.failed] == ["data/bad.parquet"]
     # The next file numbers its frames from 0, as if the bad one had never been there.

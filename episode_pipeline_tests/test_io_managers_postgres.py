@@ -19,7 +19,12 @@ from dagster import (
 )
 
 from episode_pipeline.config.settings import Settings
-from episode_pipeline.db.partition_tables import RowBatches, SkippedRows, TableMismatch
+from episode_pipeline.db.partition_tables import (
+    PartitionTable,
+    RowBatches,
+    SkippedRows,
+    TableMismatch,
+)
 from episode_pipeline.defs.io_managers.postgres_tables import PostgresPolarsIOManager
 from episode_pipeline.defs.resources.database import PostgresResource
 from episode_pipeline.episodes.keys import EpisodeRef
@@ -27,7 +32,7 @@ from episode_pipeline.episodes.keys import EpisodeRef
 pytestmark = pytest.mark.integration
 
 EPISODES = DynamicPartitionsDefinition(name="pg_io_test_episodes")
-FRAMES_METADATA = {"table": "frames", "partition_expr": "episode_id", "order_by": "frame_order"}
+FRAMES_METADATA = PartitionTable("frames", "episode_id", order_by="frame_order").as_metadata()
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,13 @@ import polars as pl
 import pytest
 from dagster import AssetKey
 
-from episode_pipeline.db.partition_tables import copy_chunks, text_ready, with_partition_column
+from episode_pipeline.db.partition_tables import (
+    PartitionTable,
+    copy_chunks,
+    text_ready,
+    with_partition_column,
+)
+from episode_pipeline.defs.assets.frames import FRAMES_ROWS
 from episode_pipeline.defs.io_managers.postgres_tables import PostgresPolarsIOManager
 from episode_pipeline.defs.io_managers.s3_outputs import encode, object_key, to_jsonable
 from episode_pipeline.defs.resources.database import PostgresResource
@@ -145,6 +151,22 @@ def test_rows_of_another_partition_are_refused() -> None:
     frame = pl.DataFrame({"episode_id": ["ep-7", "ep-8", None]})
     with pytest.raises(ValueError, match=r"2 row\(s\) for public.frames have episode_id"):
         with_partition_column(frame, "episode_id", "ep-7", "public.frames")
+
+
+def test_a_partition_table_travels_as_the_metadata_keys_the_ui_shows() -> None:
+    assert FRAMES_ROWS.as_metadata() == {
+        "table": "frames",
+        "partition_expr": "episode_id",
+        "order_by": "frame_order",
+        "optional_columns": ["frame_order", "lerobot_episode_index", "frame_index"],
+    }
+    assert PartitionTable.from_metadata(FRAMES_ROWS.as_metadata(), ["frames"]) == FRAMES_ROWS
+    several = PartitionTable("t", "episode_id", order_by=("a", "b"))
+    assert PartitionTable.from_metadata(several.as_metadata(), ["x"]) == several
+    # The table defaults to the asset's name; the partition column has no default.
+    assert PartitionTable.from_metadata({"partition_expr": "id"}, ["ns", "rows"]).table == "rows"
+    with pytest.raises(ValueError, match="'ns/rows' is partitioned but has no \"partition_expr\""):
+        PartitionTable.from_metadata({"table": "rows"}, ["ns", "rows"])
 
 
 def test_schema_config_uses_its_alias() -> None:

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from episode_pipeline.campaign.waves import WaveSettings, runs_to_keep_in_flight
@@ -152,6 +152,19 @@ class Prices:
 
 
 @dataclass(frozen=True)
+class PlanBasis:
+    """What a plan is figured on at any K and concurrency: one episode's demands, the ceilings,
+    the prices, and the governor's climb (its first limit, and the successes after which it
+    adds one run)."""
+
+    workload: Workload
+    ceilings: Ceilings
+    prices: Prices
+    start: int
+    increase_after: int
+
+
+@dataclass(frozen=True)
 class Limit:
     name: str
     demand: float
@@ -200,9 +213,7 @@ class Capacity:
     ramp_hours: float  # the governor's climb from its start to `concurrency`
     task_hours: float
     cost: Cost
-    workload: Workload = field(default_factory=Workload)
-    start: int = 1  # the governor's first limit and its climb, which the time counts
-    increase_after: int = 1
+    basis: PlanBasis  # its climb is counted in the time
 
     @property
     def binding(self) -> Limit:
@@ -230,7 +241,7 @@ class Capacity:
                 "s3": round(self.cost.s3_usd, 2),
                 "total": round(self.cost.total_usd, 2),
             },
-            "workload": asdict(self.workload),
+            "workload": asdict(self.basis.workload),
         }
 
 
@@ -281,19 +292,14 @@ def ramp_seconds(start: int, concurrency: int, increase_after: int, task_episode
 
 
 def finish_seconds(
-    *,
-    episodes: int,
-    k: int,
-    concurrency: int,
-    workload: Workload,
-    start: int,
-    increase_after: int,
+    *, episodes: int, k: int, concurrency: int, basis: PlanBasis
 ) -> tuple[float, float]:
     """(seconds to finish, seconds of the climb) at K and `concurrency` tasks once climbed to,
-    no ceiling in the way: the climb, the rest at full pace, the last batch's life."""  # fmt: skip
+    no ceiling in the way: the climb, the rest at full pace, the last batch's life."""
     if not episodes:
         return 0.0, 0.0
-    task_s = workload.task_seconds(k)
+    start, increase_after = basis.start, basis.increase_after
+    task_s = basis.workload.task_seconds(k)
     per_episode = task_s / k  # task seconds each episode costs, its share of the fixed ones
     climb = max(start, concurrency)
     ramp = ramp_seconds(start, climb, increase_after, per_episode)
@@ -301,31 +307,19 @@ def finish_seconds(
     return ramp + rest * per_episode / climb + task_s, ramp
 
 
-def capacity(
-    *,
-    episodes: int,
-    k: int,
-    concurrency: int,
-    workload: Workload,
-    ceilings: Ceilings,
-    prices: Prices,
-    start: int,
-    increase_after: int,
-) -> Capacity:
-    """The plan at K and `concurrency` (the governor's maximum, climbed to from `start`)."""
+def capacity(*, episodes: int, k: int, concurrency: int, basis: PlanBasis) -> Capacity:
+    """The plan at K and `concurrency` (the governor's maximum, climbed to from its start)."""
+    workload, prices = basis.workload, basis.prices
     task_s = workload.task_seconds(k)
     rate = concurrency * k / task_s
     limits = limits_at(
-        k=k, concurrency=concurrency, rate=rate, workload=workload, ceilings=ceilings
+        k=k, concurrency=concurrency, rate=rate, workload=workload, ceilings=basis.ceilings
     )
     # Over a ceiling itself (not its headroom), the campaign is held to that ceiling's pace.
     over = max((limit.share for limit in limits if limit.scales_with_rate), default=0.0)
     # Past a ceiling the campaign goes at that ceiling's pace: as if that many fewer tasks ran.
     effective = max(1, min(concurrency, math.floor(concurrency / max(1.0, over))))
-    seconds, ramp = finish_seconds(
-        episodes=episodes, k=k, concurrency=effective, workload=workload, start=start,
-        increase_after=increase_after,
-    )  # fmt: skip
+    seconds, ramp = finish_seconds(episodes=episodes, k=k, concurrency=effective, basis=basis)
     runs = math.ceil(episodes / k)
     task_hours = runs * task_s / 3600
     fargate = task_hours * (
@@ -346,9 +340,7 @@ def capacity(
         ramp_hours=ramp / 3600,
         task_hours=task_hours,
         cost=Cost(fargate_usd=fargate, s3_usd=s3),
-        workload=workload,
-        start=start,
-        increase_after=increase_after,
+        basis=basis,
     )
 
 
@@ -371,17 +363,7 @@ class Choice:
         }
 
 
-def choose(
-    *,
-    episodes: int,
-    hours: float,
-    ks: Iterable[int],
-    workload: Workload,
-    ceilings: Ceilings,
-    prices: Prices,
-    start: int,
-    increase_after: int,
-) -> Choice:
+def choose(*, episodes: int, hours: float, ks: Iterable[int], basis: PlanBasis) -> Choice:
     """The K whose least concurrency that finishes within `hours` leaves the most headroom (its
     binding limit the furthest below its ceiling; on a tie the smaller K: a shorter batch to
     retry, a finer pace). The concurrency is the least that finishes in time (fewer tasks,
@@ -392,10 +374,7 @@ def choose(
     best: Capacity | None = None
     nearest: Capacity | None = None
     for k in sorted(set(ks)):
-        plan = least_concurrency(
-            episodes=episodes, hours=hours, k=k, workload=workload, ceilings=ceilings,
-            prices=prices, start=start, increase_after=increase_after,
-        )  # fmt: skip
+        plan = least_concurrency(episodes=episodes, hours=hours, k=k, basis=basis)
         if plan.fits and plan.hours_to_finish <= hours:
             if best is None or plan.binding.pressure < best.binding.pressure:
                 best = plan
@@ -414,9 +393,11 @@ def forbidding(plan: Capacity, hours: float) -> Limit:
     """What keeps `plan` from finishing within `hours`: time itself when no concurrency would
     (the governor's climb and one batch's life), else its binding limit."""
     unhindered, _ = finish_seconds(
-        episodes=plan.episodes, k=plan.episodes_per_run, concurrency=plan.concurrency,
-        workload=plan.workload, start=plan.start, increase_after=plan.increase_after,
-    )  # fmt: skip
+        episodes=plan.episodes,
+        k=plan.episodes_per_run,
+        concurrency=plan.concurrency,
+        basis=plan.basis,
+    )
     if unhindered <= hours * 3600:
         return plan.binding
     return Limit(
@@ -425,30 +406,17 @@ def forbidding(plan: Capacity, hours: float) -> Limit:
     )  # fmt: skip
 
 
-def least_concurrency(
-    *,
-    episodes: int,
-    hours: float,
-    k: int,
-    workload: Workload,
-    ceilings: Ceilings,
-    prices: Prices,
-    start: int,
-    increase_after: int,
-) -> Capacity:
+def least_concurrency(*, episodes: int, hours: float, k: int, basis: PlanBasis) -> Capacity:
     """At K, the least concurrency that finishes within `hours` (the governor's climb counted)
     with no ceiling in the way, judged against the ceilings. Finishing time falls as the
     concurrency rises, so a bisection finds it."""
 
     def seconds(concurrency: int) -> float:
-        return finish_seconds(
-            episodes=episodes, k=k, concurrency=concurrency, workload=workload, start=start,
-            increase_after=increase_after,
-        )[0]  # fmt: skip
+        return finish_seconds(episodes=episodes, k=k, concurrency=concurrency, basis=basis)[0]
 
     deadline = hours * 3600
-    low = max(1, start)
-    high = max(low, math.ceil(episodes * workload.task_seconds(k) / k / deadline))
+    low = max(1, basis.start)
+    high = max(low, math.ceil(episodes * basis.workload.task_seconds(k) / k / deadline))
     while seconds(high) > deadline and high < MAX_CONCURRENCY:
         high *= 2  # the climb and the last batch add to the steady pace's time
     while low < high:
@@ -457,7 +425,4 @@ def least_concurrency(
             high = middle
         else:
             low = middle + 1
-    return capacity(
-        episodes=episodes, k=k, concurrency=low, workload=workload, ceilings=ceilings,
-        prices=prices, start=start, increase_after=increase_after,
-    )  # fmt: skip
+    return capacity(episodes=episodes, k=k, concurrency=low, basis=basis)

@@ -17,6 +17,7 @@ from episode_pipeline.campaign.capacity import (
     Capacity,
     Ceilings,
     Choice,
+    PlanBasis,
     Prices,
     Workload,
     capacity,
@@ -126,21 +127,23 @@ def capacity_of(
         lane=settings.campaign.concurrency_max,
         lead_seconds=2 * campaign.tick_seconds + BACKFILL_LEAD_SECONDS,  # as the driver's
     )
-    common: dict[str, Any] = {
-        "episodes": count,
-        "workload": workload,
-        "ceilings": ceilings,
-        "prices": Prices.of(campaign),
-        "start": config.governor.start_limit,
-        "increase_after": config.governor.increase_after,
-    }
+    basis = PlanBasis(
+        workload,
+        ceilings,
+        Prices.of(campaign),
+        start=config.governor.start_limit,
+        increase_after=config.governor.increase_after,
+    )
     planned = capacity(
-        k=config.waves.episodes_per_run, concurrency=config.governor.max_limit, **common
+        episodes=count,
+        k=config.waves.episodes_per_run,
+        concurrency=config.governor.max_limit,
+        basis=basis,
     )
     if within_hours is None:
         return planned, None
     ks = range(1, min(config.waves.wave_size, WITHIN_MAX_EPISODES_PER_RUN) + 1)
-    return planned, choose(hours=within_hours, ks=ks, **common)
+    return planned, choose(episodes=count, hours=within_hours, ks=ks, basis=basis)
 
 
 def campaign_id_for(name: str) -> str:

@@ -64,6 +64,64 @@ class SkippedRows(Exception):
     """Raised by a `RowBatches` part's producer: drop that part's rows, copy the other parts."""
 
 
+# A `PartitionTable`'s definition-metadata keys, one per field, as the UI shows them.
+_TABLE_KEY = "table"
+_PARTITION_COLUMN_KEY = "partition_expr"
+_ORDER_BY_KEY = "order_by"
+_OPTIONAL_COLUMNS_KEY = "optional_columns"
+
+
+@dataclass(frozen=True)
+class PartitionTable:
+    """Where an asset's rows live, one partition at a time, as the asset declares it for the
+    PostgreSQL IO manager: the table, the column holding the partition's value, the order its
+    rows load in (a column or several), and the columns written only when the table has them
+    (an application's table may lack what the pipeline can fill).
+
+    It travels as the asset's definition metadata (`as_metadata`, under the keys the UI has
+    always shown) and the IO manager reads it back (`from_metadata`).
+    """
+
+    table: str
+    partition_column: str
+    order_by: str | tuple[str, ...] | None = None
+    optional_columns: tuple[str, ...] = ()
+
+    def as_metadata(self) -> dict[str, Any]:
+        metadata: dict[str, Any] = {
+            _TABLE_KEY: self.table,
+            _PARTITION_COLUMN_KEY: self.partition_column,
+        }
+        if self.order_by is not None:
+            order_by = self.order_by
+            metadata[_ORDER_BY_KEY] = order_by if isinstance(order_by, str) else list(order_by)
+        if self.optional_columns:
+            metadata[_OPTIONAL_COLUMNS_KEY] = list(self.optional_columns)
+        return metadata
+
+    @classmethod
+    def from_metadata(
+        cls, metadata: Mapping[str, Any] | None, asset_path: Sequence[str]
+    ) -> PartitionTable:
+        """The declaration in an asset's definition metadata; the table defaults to the asset's
+        name, the partition column has none."""
+        metadata = metadata or {}
+        partition_column = metadata.get(_PARTITION_COLUMN_KEY)
+        if not partition_column:
+            raise ValueError(
+                f"asset {'/'.join(asset_path)!r} is partitioned but has no "
+                f'"{_PARTITION_COLUMN_KEY}" definition metadata naming the column that holds '
+                f"the partition (e.g. metadata={{'{_PARTITION_COLUMN_KEY}': 'episode_id'}})"
+            )
+        order_by = metadata.get(_ORDER_BY_KEY)
+        return cls(
+            table=str(metadata.get(_TABLE_KEY) or asset_path[-1]),
+            partition_column=str(partition_column),
+            order_by=order_by if order_by is None or isinstance(order_by, str) else tuple(order_by),
+            optional_columns=tuple(metadata.get(_OPTIONAL_COLUMNS_KEY) or ()),
+        )
+
+
 @dataclass(frozen=True)
 class RowBatches:
     """A partition's rows as DataFrames made one after another: an asset's streamed output.

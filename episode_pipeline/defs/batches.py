@@ -1,122 +1,51 @@
-"""Batch runs: K episodes of a campaign in one task, each still its own run of the episode job.
-
-An ECS task is a cold start (~60 s) paid for seconds of work on a short episode. A campaign
-therefore runs `process_episode_batch`, partitioned by batch (`episode_batches`, keys
-`<campaign>.w<wave>.b<n>`, episodes listed in the `episode_batches` table, `db/batches.py`):
-its one op runs each of the batch's episodes as a **child run** of `process_episode`, executed
-in this process against the instance (as `episode-pipeline process` does). So every episode
-keeps its own run, outputs, checks, status and failure, and the UI one result per partition.
-
-- A child run carries its episode's tags, `episode_pipeline/batch=<key>` (the campaign driver
-  reconciles its ledger from them), `episode_pipeline/batch_run=<run id>`, the batch run's
-  campaign tags, the host and pid of this process, and `episode_pipeline/transcoder=subprocess`:
-  the batch's task is sized for its largest archive (`run_coordinator`), so FFmpeg runs in it.
-- A failed child marks its episode `failed` (the failure policy, `defs.failures`) and the op goes
-  on; the op fails only when it cannot run at all (no such batch). Its output metadata lists
-  every episode's outcome, run and cause.
-- Run again (a retry of the batch, or run monitoring resuming it after its task died), an
-  episode an earlier attempt ended is skipped: its child run succeeded or failed on its own,
-  or its campaign's ledger no longer waits on it from this batch (it settled that run, whose
-  record its prune may have deleted since, or claimed the episode again). The ledger retries a
-  failure itself, in a later wave with its attempts and backoff; run again here too, a
-  throttled episode ran twice and a rejected one's pruned partition came back (the K = 5
-  soak). Only the episodes not reached and the one whose child a dead attempt abandoned
-  (failed, tagged `ABANDONED_TAG`; one it left STARTED is failed so first) run again.
-- If the task dies mid-batch and the batch run ends, the child left STARTED is failed by the
-  `orphaned_runs` sensor (run monitoring fails the batch run).
-
-Uploads never come here: their runs are `process_episode` itself, one episode a run. The child
-runs start outside the run queue; the queue counts a batch once and holds its episodes against
-an upload of one of them (`defs/run_coordinator.batch_queue_config`).
+"""The batch job: a campaign's batch of K episodes in one task (one cold start), each its own
+run of the episode job. What the op does is the batch service's (`orchestration/batches.py`);
+here are the job, its op, and what only the definitions know: which stored outputs a run of
+some assets loads, and the outcomes as the UI shows them.
 """
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Sequence
 
-import psycopg
 from dagster import (
-    AssetKey,
-    DagsterInstance,
-    DagsterRun,
-    DagsterRunStatus,
-    Failure,
     JobDefinition,
     Nothing,
     OpExecutionContext,
     Out,
     Output,
-    RunsFilter,
     job,
     op,
 )
 
 from episode_pipeline.campaign.assets import stored_inputs
-from episode_pipeline.db.batches import batch_episodes
-from episode_pipeline.db.campaigns import moved_on_from_batch
 from episode_pipeline.defs.code_versions import asset_children, stored_in_s3
 from episode_pipeline.defs.io_managers.s3_outputs import missing_stored_outputs
 from episode_pipeline.defs.metadata import table
 from episode_pipeline.defs.partitions import batch_partitions
 from episode_pipeline.defs.resources.database import PostgresResource
 from episode_pipeline.defs.resources.s3 import S3BucketResource
-from episode_pipeline.episodes.batches import InvalidBatchKey, parse_batch_key
 from episode_pipeline.episodes.keys import EpisodeRef
-from episode_pipeline.instance.run_tags import (
-    ABANDONED_TAG,
-    BATCH_JOB_NAME,
-    BATCH_TAG,
-    PARTITION_TAG,
-    assets_of_tags,
-    batch_child_tags,
-    episode_tags,
-    in_process_tags,
+from episode_pipeline.instance.run_tags import BATCH_JOB_NAME
+from episode_pipeline.orchestration.batches import (
+    OUTCOMES,
+    EpisodeOutcome,
+    LacksStoredInput,
+    run_batch,
 )
-from episode_pipeline.orchestration.failures import fail_episode_of_run, report_abandoned
-from episode_pipeline.orchestration.run_errors import run_cause
-from episode_pipeline.orchestration.runs import add_partitions
 from episode_pipeline.storage.bucket import Bucket
-
-ABANDONED_BY_RETRY = "run(s) left by a dead attempt"  # the retry's log line names them
-SUCCEEDED = "succeeded"
-FAILED = "failed"
-ALREADY_SUCCEEDED = "already succeeded"  # in an earlier run of the same batch
-ALREADY_FAILED = "already failed"  # on its own, in an earlier run of the same batch
-SETTLED = "settled by its campaign"  # its ledger no longer waits on it from this batch
 
 OUTCOME_COLUMNS = (
     ("position", "int", "the episode's place in the batch"),
     ("episode", "text", "ORG/EP: its partition of the episode assets"),
-    ("outcome", "text", ", ".join((SUCCEEDED, FAILED, ALREADY_SUCCEEDED, ALREADY_FAILED, SETTLED))),
+    ("outcome", "text", ", ".join(OUTCOMES)),
     ("run_id", "text", "the episode's own run of process_episode"),
     ("cause", "text", "why it failed: the failed step and its error"),
 )
 
 
-@dataclass(frozen=True)
-class EpisodeOutcome:
-    position: int
-    episode: str  # its partition key
-    outcome: str
-    run_id: str | None
-    cause: str | None = None
-
-    def as_row(self) -> dict[str, str | int | None]:
-        return {
-            "position": self.position,
-            "episode": self.episode,
-            "outcome": self.outcome,
-            "run_id": self.run_id,
-            "cause": self.cause,
-        }
-
-
 def outcome_metadata(outcomes: Iterable[EpisodeOutcome]) -> dict[str, object]:
     """The batch run's output metadata: counts, and every episode's outcome as a table."""
     listed = list(outcomes)
-    counts = {
-        name: sum(outcome.outcome == name for outcome in listed)
-        for name in (SUCCEEDED, FAILED, ALREADY_SUCCEEDED, ALREADY_FAILED, SETTLED)
-    }
+    counts = {name: sum(outcome.outcome == name for outcome in listed) for name in OUTCOMES}
     return {
         "episodes": len(listed),
         **{name.replace(" ", "_"): count for name, count in counts.items()},
@@ -124,83 +53,16 @@ def outcome_metadata(outcomes: Iterable[EpisodeOutcome]) -> dict[str, object]:
     }
 
 
-def ended_children(children: Iterable[DagsterRun]) -> dict[str, tuple[str, str]]:
-    """Partition → (outcome, run id) of each episode an earlier attempt of the batch ended: by
-    a child that succeeded, else by one that failed on its own (not abandoned by its dead
-    attempt)."""
-    ended: dict[str, tuple[str, str]] = {}
-    for run in children:
-        partition = run.tags.get(PARTITION_TAG)
-        if partition is None or run.tags.get(ABANDONED_TAG) == "true":
-            continue
-        if run.status == DagsterRunStatus.SUCCESS:
-            ended[partition] = (ALREADY_SUCCEEDED, run.run_id)
-        elif run.status == DagsterRunStatus.FAILURE and partition not in ended:
-            ended[partition] = (ALREADY_FAILED, run.run_id)
-    return ended
+def lacks_stored_input(episode_job: JobDefinition, bucket: Bucket) -> LacksStoredInput:
+    """Whether an episode lacks a stored output that a run of some of the episode job's assets
+    loads from the bucket (one HEAD each)."""
+    graph = episode_job.asset_layer.asset_graph
 
+    def lacks(assets: Sequence[str], ref: EpisodeRef) -> bool:
+        stored = stored_in_s3(graph, stored_inputs(assets, asset_children(graph)))
+        return bool(missing_stored_outputs(bucket, stored, [ref]))
 
-def ended_in_batch(
-    instance: DagsterInstance, conn: psycopg.Connection, batch_key: str
-) -> dict[str, tuple[str, str | None]]:
-    """`ended_children` of the batch's runs, and the episodes its campaign settled."""
-    runs = instance.get_runs(
-        RunsFilter(
-            tags={BATCH_TAG: batch_key},
-            statuses=[DagsterRunStatus.SUCCESS, DagsterRunStatus.FAILURE],
-        )
-    )
-    settled = {ref.partition_key: (SETTLED, None) for ref in moved_on_from_batch(conn, batch_key)}
-    return {**settled, **ended_children(runs)}
-
-
-def fail_abandoned_children(
-    context: OpExecutionContext, batch_key: str, postgres: PostgresResource
-) -> list[str]:
-    """Fail the batch's children still STARTED: the op runs one at a time, so before its first
-    one starts, any such run is a dead attempt's (run monitoring resumed the batch run in a new
-    task, under the same run id). Their episodes become `failed` and are run again below."""
-    abandoned = context.instance.get_runs(
-        RunsFilter(tags={BATCH_TAG: batch_key}, statuses=[DagsterRunStatus.STARTED])
-    )
-    for run in abandoned:
-        report_abandoned(context.instance, run, "an earlier attempt of its batch run died")
-        fail_episode_of_run(context.instance, run, postgres)
-    return [run.run_id for run in abandoned]
-
-
-def run_episode(
-    context: OpExecutionContext,
-    episode_job: JobDefinition,
-    position: int,
-    ref: EpisodeRef,
-    tags: Mapping[str, str],
-    postgres: PostgresResource,
-    assets: Sequence[str] | None = None,
-) -> EpisodeOutcome:
-    """One child run of the episode job in this process (of `assets` only, when given); its
-    failure is its episode's alone. Even an error of Dagster's around the run (no run made,
-    nothing marked) is this episode's outcome, not the batch's."""
-    try:
-        result = episode_job.execute_in_process(
-            partition_key=ref.partition_key,
-            instance=context.instance,
-            raise_on_error=False,
-            tags={**tags, **in_process_tags(), **episode_tags(ref.partition_key)},
-            asset_selection=[AssetKey(name) for name in assets] if assets else None,
-        )
-    except Exception as error:
-        context.log.exception(f"{ref}: its run could not be executed")
-        return EpisodeOutcome(
-            position, ref.partition_key, FAILED, None, f"run: {type(error).__name__}: {error}"
-        )
-    run = result.dagster_run
-    if result.success:
-        return EpisodeOutcome(position, ref.partition_key, SUCCEEDED, run.run_id)
-    fail_episode_of_run(context.instance, run, postgres)
-    return EpisodeOutcome(
-        position, ref.partition_key, FAILED, run.run_id, run_cause(result.all_events)
-    )
+    return lacks
 
 
 def batch_job(episode_job: Callable[[], JobDefinition]) -> JobDefinition:
@@ -215,7 +77,9 @@ def batch_job(episode_job: Callable[[], JobDefinition]) -> JobDefinition:
     def process_batch_episodes(
         context: OpExecutionContext, postgres: PostgresResource, s3: S3BucketResource
     ):
-        outcomes = run_batch(context, episode_job(), postgres, s3.get_client())
+        job_def = episode_job()
+        lacks = lacks_stored_input(job_def, s3.get_client())
+        outcomes = run_batch(context, job_def, postgres, lacks)
         yield Output(None, metadata=outcome_metadata(outcomes))
 
     @job(
@@ -228,68 +92,3 @@ def batch_job(episode_job: Callable[[], JobDefinition]) -> JobDefinition:
         process_batch_episodes()
 
     return process_episode_batch
-
-
-def episode_assets(
-    episode_job: JobDefinition, assets: Sequence[str] | None, bucket: Bucket, ref: EpisodeRef
-) -> list[str] | None:
-    """What the episode's run materializes: the campaign's selection (the run's tag), or the
-    whole graph (None) when the selection loads a stored output the episode lacks."""
-    if not assets:
-        return None
-    graph = episode_job.asset_layer.asset_graph
-    stored = stored_in_s3(graph, stored_inputs(assets, asset_children(graph)))
-    return None if missing_stored_outputs(bucket, stored, [ref]) else list(assets)
-
-
-def run_batch(
-    context: OpExecutionContext,
-    episode_job: JobDefinition,
-    postgres: PostgresResource,
-    bucket: Bucket,
-) -> list[EpisodeOutcome]:
-    """Each episode of the context's batch partition in turn, as its own run, of the
-    campaign's asset selection when its run names one."""
-    batch_key = context.partition_key
-    try:
-        parse_batch_key(batch_key)
-    except InvalidBatchKey as error:
-        raise Failure(str(error)) from None
-    instance = context.instance
-    abandoned = fail_abandoned_children(context, batch_key, postgres)
-    if abandoned:
-        context.log.warning(f"failed {len(abandoned)} {ABANDONED_BY_RETRY}: {abandoned}")
-    try:
-        with postgres.connect() as conn:
-            refs = batch_episodes(conn, batch_key)
-            ended = ended_in_batch(instance, conn, batch_key)
-    except psycopg.errors.UndefinedTable as error:
-        raise Failure(
-            f"batch {batch_key}: the database has no episode_batches table ({error}); it is "
-            "migration 005_episode_batches.sql"
-        ) from None
-    if not refs:
-        raise Failure(f"batch {batch_key}: the episode_batches table lists no episode for it")
-    add_partitions(instance, [ref.partition_key for ref in refs if ref.partition_key not in ended])
-    tags = batch_child_tags(batch_key, context.run.run_id, context.run.tags)
-    selection = assets_of_tags(context.run.tags)
-    outcomes: list[EpisodeOutcome] = []
-    for position, ref in enumerate(refs):
-        if ref.partition_key in ended:
-            outcome = EpisodeOutcome(position, ref.partition_key, *ended[ref.partition_key])
-        else:
-            context.log.info(f"batch {batch_key}: episode {position + 1}/{len(refs)} {ref}")
-            assets = episode_assets(episode_job, selection, bucket, ref)
-            if selection and assets is None:
-                context.log.warning(
-                    f"{ref}: a stored output that {', '.join(selection)} load is missing: "
-                    "its run is of the whole graph"
-                )
-            outcome = run_episode(context, episode_job, position, ref, tags, postgres, assets)
-        outcomes.append(outcome)
-        log = context.log.warning if outcome.outcome == FAILED else context.log.info
-        log(
-            f"{ref}: {outcome.outcome} (run {outcome.run_id})"
-            + (f": {outcome.cause}" if outcome.cause else "")
-        )
-    return outcomes

@@ -37,9 +37,9 @@ RECONCILED_TAG = "episode_pipeline/reconciled"
 TRANSCODER_TAG = "episode_pipeline/transcoder"
 ECS_CPU_TAG = "ecs/cpu"
 ECS_MEMORY_TAG = "ecs/memory"
-# A batch run's episode runs (defs/batches.py): the batch they belong to, by key (the campaign
-# driver reconciles its ledger from them) and by the batch run's id (a child left STARTED by a
-# batch task that died is failed once that run has ended: `failures.is_orphaned`).
+# A batch run's episode runs (orchestration/batches.py): the batch they belong to, by key (the
+# campaign driver reconciles its ledger from them) and by the batch run's id (a child left
+# STARTED by a batch task that died is failed once that run has ended: `failures.is_orphaned`).
 BATCH_TAG = "episode_pipeline/batch"
 BATCH_RUN_TAG = "episode_pipeline/batch_run"
 # A run failed because the process executing it died, not by its own end (`failures.

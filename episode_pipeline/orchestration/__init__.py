@@ -3,6 +3,7 @@ write runs, partitions, backfills and the event log. runs.py (which run an uploa
 in flight, partition adds), run_errors.py (a failed run's errors), event_log.py (the reads of
 the event log), failures.py (one failure policy), backfills.py (a backfill as the UI records
 one), retention.py (Dagster keeps the working set), campaigns.py (the campaign driver's tick),
-dagster_tables.py (every statement on Dagster's own tables). They import the definitions' names
-(asset keys, partition names, the database resource) but no asset, check, sensor or job.
+batches.py (a batch run's episodes, each its own child run), dagster_tables.py (every statement
+on Dagster's own tables). They import the definitions' names (asset keys, partition names, the
+database resource) but no asset, check, sensor or job.
 """

@@ -731,7 +731,8 @@ def launch_wave(
             tags=tags,
             backfill_id=backfill_id,
             job_name=job_name,
-            # K > 1: the batch job has no assets to select; its op reads the tag (defs/batches.py).
+            # K > 1: the batch job has no assets to select; its op reads the tag
+            # (orchestration/batches.py).
             asset_selection=selection if job_name == EPISODE_JOB_NAME else None,
         )
     return backfill_id

@@ -8,7 +8,7 @@
   process died is not watched by Dagster's run monitoring: it would stay STARTED forever. Such
   runs carry the host and pid that executed them (`runs.in_process_tags`), so a dead pid on this
   host means a dead run, which is reported failed — and then the rule above applies.
-- A batch run's child runs (`defs.batches`) run in the batch's task, maybe on another host:
+- A batch run's child runs (`orchestration.batches`) run in the batch's task, maybe on another host:
   once the batch run has ended (run monitoring fails it when its task dies), a child still
   STARTED is orphaned too.
 - A run the local daemon launched runs in a worker process the code server started; Dagster
@@ -138,7 +138,7 @@ def is_orphaned(
     ended_batch_runs: Collection[str] = (),
 ) -> bool:
     """A STARTED run executed in a process on this host that no longer exists, or the child of
-    a batch run that has ended (its task, on another host, is gone: `defs.batches`)."""
+    a batch run that has ended (its task, on another host, is gone: `orchestration.batches`)."""
     if run.status != DagsterRunStatus.STARTED:
         return False
     if run.tags.get(BATCH_RUN_TAG) in ended_batch_runs:

@@ -45,12 +45,13 @@ def episode_metadata(
     s3: S3BucketResource,
     postgres: PostgresResource,
 ) -> MaterializeResult:
-    ref = parse_partition_key(context.partition_key)
+    # docs/contract.md#failure-semantics: any failure here is recorded, never raised.
     try:
+        ref = parse_partition_key(context.partition_key)
         title, items = write_metadata(extracted_files, s3.get_client(), postgres, ref)
-    except Exception as error:  # docs/contract.md#failure-semantics: recorded, never raised
+    except Exception as error:
         message = f"{type(error).__name__}: {error}"
-        context.log.error(f"episode {ref}: metadata not written: {message}")
+        context.log.error(f"episode {context.partition_key}: metadata not written: {message}")
         return materialized(context, {"keys_written": 0, "error": message})
     return materialized(
         context,
