@@ -189,8 +189,9 @@ def hold_burst(fleet: Any, queues: list[Any], count: int, prefix: str) -> Counti
     """`count` started runs of the episode job, each holding one received message."""
     from dagster import DagsterRun, DagsterRunStatus
 
-    from episode_pipeline.defs.sensors import sqs as upload_sensors
     from episode_pipeline.instance.run_tags import EPISODE_JOB_NAME, episode_tags
+    from episode_pipeline.orchestration.upload_runs import sqs_tag
+    from episode_pipeline.uploads.deliveries import HeldMessage
 
     sensor.enqueue_sharded(queues, prefix, count)
     queue = CountingQueue(queues, count)
@@ -203,7 +204,7 @@ def hold_burst(fleet: Any, queues: list[Any], count: int, prefix: str) -> Counti
         tags = {
             **episode_tags(key),
             "dagster/partition": key,
-            **upload_sensors.sqs_tag([upload_sensors.HeldMessage(message_id, handle, 1)]),
+            **sqs_tag([HeldMessage(message_id, handle, 1)]),
         }
         # Started (a queued run needs a remote origin): with none, the done sensor evaluated
         # here (no code location) matches the run, as the daemon's does its own location's.
@@ -228,6 +229,7 @@ def measure_heartbeat_and_done(ctx: BenchContext, fleet: Any, sample: Sample) ->
     from episode_pipeline.config.settings import QueueSettings
     from episode_pipeline.defs.sensors import sqs as upload_sensors
     from episode_pipeline.instance.run_tags import EPISODE_JOB_NAME
+    from episode_pipeline.orchestration.upload_runs import keep_in_flight
 
     count = ctx.config.fleet_burst
     shim = SimpleNamespace(stack=lambda: fleet.info)
@@ -237,7 +239,7 @@ def measure_heartbeat_and_done(ctx: BenchContext, fleet: Any, sample: Sample) ->
         for _ in range(ctx.config.repeats):
             with Probe() as probe:
                 started = time.perf_counter()
-                renewed = upload_sensors.keep_in_flight(fleet.instance, queue, sensor.LOG)  # type: ignore[arg-type]
+                renewed = keep_in_flight(fleet.instance, queue, sensor.LOG)  # type: ignore[arg-type]
                 sample.add("heartbeat", time.perf_counter() - started)
             sample.details.setdefault("heartbeat", []).append(
                 {"renewed": renewed, "of": count, **probe.summary()}

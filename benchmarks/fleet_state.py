@@ -305,17 +305,19 @@ class FleetState:
     # -- runs and their events ------------------------------------------------------------------
 
     def run_tags(self, index: int, run_id: str) -> dict[str, str]:
-        """The tags of an upload sensor's run of episode `index` (defs.sensors.sqs.run_tags)."""
+        """The tags of an upload sensor's run of episode `index` (`upload_runs.run_tags`)."""
         from episode_pipeline.defs.sensors import sqs
         from episode_pipeline.instance.run_tags import episode_tags, upload_id, upload_run_key
+        from episode_pipeline.orchestration.upload_runs import sqs_tag
+        from episode_pipeline.uploads.deliveries import HeldMessage
 
         key = partition_key(index)
         upload = upload_id(key, self.archive_version)
-        held = sqs.HeldMessage(message_id(key), receipt(key), 1)
+        held = HeldMessage(message_id(key), receipt(key), 1)
         return {
             **episode_tags(key),
             "episode_pipeline/upload": upload,
-            **sqs.sqs_tag([held]),
+            **sqs_tag([held]),
             "dagster/partition": key,
             "dagster/run_key": upload_run_key(upload),
             "dagster/sensor_name": sqs.UPLOADS_SENSOR_NAME,

@@ -58,7 +58,9 @@ from episode_pipeline.config.settings import AwsSettings, QueueSettings
 from episode_pipeline.defs.sensors import sqs as upload_sensors
 from episode_pipeline.instance.run_tags import EPISODE_JOB_NAME
 from episode_pipeline.local.dagster_home import instance_config
+from episode_pipeline.orchestration.upload_runs import evaluate_uploads, keep_in_flight, sqs_tag
 from episode_pipeline.storage.bucket import Bucket
+from episode_pipeline.uploads.deliveries import HeldMessage
 from episode_pipeline.uploads.upload_queue import MAX_BATCH, UploadQueue
 
 NAME = "sensor"
@@ -402,7 +404,7 @@ def drain_with_sensor(
     )
     for _ in range(max_ticks):
         started = time.perf_counter()
-        result = upload_sensors.evaluate_uploads(context, queue, bucket)  # type: ignore[arg-type]
+        result = evaluate_uploads(context, queue, bucket)  # type: ignore[arg-type]
         drain.tick_seconds.append(time.perf_counter() - started)
         requests = result.run_requests if isinstance(result, SensorResult) else []
         drain.tick_requests.append(len(requests or []))
@@ -506,7 +508,7 @@ def hold_messages(instance: DagsterInstance, queues: list[UploadQueue], count: i
     for queue, messages in zip(queues, in_parallel(receive_all, shares), strict=True):
         sharded.own(queue, messages)
     runs = [
-        queued_run(upload_sensors.sqs_tag([upload_sensors.HeldMessage(message_id, handle, 1)]))
+        queued_run(sqs_tag([HeldMessage(message_id, handle, 1)]))
         for handle, message_id in sharded.message_ids.items()
     ]
     add_runs(instance, runs)
@@ -540,7 +542,7 @@ def measure_heartbeat(
         handles = list(sharded.owner)
         for _ in range(config.repeats):
             started = time.perf_counter()
-            renewed.append(upload_sensors.keep_in_flight(instance, sharded, LOG))  # type: ignore[arg-type]
+            renewed.append(keep_in_flight(instance, sharded, LOG))  # type: ignore[arg-type]
             ours.append(time.perf_counter() - started)
             base.append(timed(lambda: sharded.extend_visibility_many(handles)))
         ctx.phases["heartbeat timed"] = round(sum(ours) + sum(base), 2)

@@ -39,7 +39,7 @@ from episode_pipeline.db import campaigns as db
 from episode_pipeline.db.connection import connect
 from episode_pipeline.db.migrate import apply_migrations
 from episode_pipeline.db.outputs import record_output
-from episode_pipeline.defs.assets.archive import RAW_ARCHIVE_KEY, report_archive_version
+from episode_pipeline.defs.assets.archive import RAW_ARCHIVE_KEY
 from episode_pipeline.defs.partitions import EPISODES_PARTITION_NAME
 from episode_pipeline.defs.resources.database import PostgresResource
 from episode_pipeline.defs.sensors.campaign import campaign_driver
@@ -47,6 +47,7 @@ from episode_pipeline.episodes.keys import EpisodeRef
 from episode_pipeline.instance.app_state import published_limits
 from episode_pipeline.instance.run_tags import EPISODE_JOB_NAME
 from episode_pipeline.local.stack import StackInfo
+from episode_pipeline.orchestration.archive_versions import report_archive_version
 from episode_pipeline.orchestration.campaigns import (
     drive,
     wave_backfill_id,

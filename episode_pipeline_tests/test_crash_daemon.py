@@ -26,7 +26,6 @@ from dagster import DagsterInstance, DagsterRunStatus, RunsFilter
 
 from episode_pipeline.db.connection import connect
 from episode_pipeline.db.episodes import episode_row, frame_rows
-from episode_pipeline.defs.sensors import sqs
 from episode_pipeline.episodes.keys import EpisodeRef
 from episode_pipeline.instance.run_tags import (
     IN_FLIGHT_STATUSES,
@@ -35,6 +34,11 @@ from episode_pipeline.instance.run_tags import (
     upload_id,
 )
 from episode_pipeline.local.upload import upload_episode
+from episode_pipeline.orchestration.upload_runs import (
+    AFTER_RECEIVE,
+    BEFORE_DELETE_DONE,
+    BEFORE_HEARTBEAT,
+)
 from episode_pipeline.runtime.injection_points import (
     MID_COPY,
     MID_EXTRACTION,
@@ -72,10 +76,10 @@ LONG = pytest.mark.slow(seconds=70)
 @pytest.mark.parametrize(
     "point",
     [
-        pytest.param(sqs.AFTER_RECEIVE, marks=LONG),  # received, nothing recorded yet
+        pytest.param(AFTER_RECEIVE, marks=LONG),  # received, nothing recorded yet
         pytest.param(AFTER_SUBMIT_RUN, marks=LONG),  # the run queued, the tick not finished
-        pytest.param(sqs.BEFORE_HEARTBEAT, marks=LONG),  # the heartbeat due while the run works
-        pytest.param(sqs.BEFORE_DELETE_DONE, marks=LONG),  # run succeeded, message not deleted
+        pytest.param(BEFORE_HEARTBEAT, marks=LONG),  # the heartbeat due while the run works
+        pytest.param(BEFORE_DELETE_DONE, marks=LONG),  # run succeeded, message not deleted
     ],
 )
 def test_after_a_sigkill_every_upload_is_processed_exactly_once(
@@ -91,7 +95,7 @@ def test_after_a_sigkill_every_upload_is_processed_exactly_once(
     # still launching the worker would leave the run starting until run monitoring fails it),
     # and while it works: the run is held mid-extraction until the daemon is dead (a 1-second
     # episode's run ends in about 2 s, before a 3-second heartbeat would tick).
-    at_heartbeat = point == sqs.BEFORE_HEARTBEAT
+    at_heartbeat = point == BEFORE_HEARTBEAT
     about = f"{ref.partition_key}:STARTED" if at_heartbeat else ref.partition_key
     home = stage.queue_paused_home if point == AFTER_SUBMIT_RUN else stage.dagster_home
     hold = (MID_EXTRACTION, ref.partition_key) if at_heartbeat else None

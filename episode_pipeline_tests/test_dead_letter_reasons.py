@@ -9,7 +9,7 @@ import json
 import pytest
 from dagster import DagsterRunStatus
 
-from episode_pipeline.defs.sensors.sqs import latest_state
+from episode_pipeline.orchestration.upload_runs import latest_state
 from episode_pipeline.runtime import metrics
 from episode_pipeline.uploads import reasons
 from episode_pipeline.uploads.dead_letters import as_dead_letter

@@ -16,8 +16,8 @@ from dagster import DagsterInstance, SensorResult, SkipReason
 from episode_pipeline import cli
 from episode_pipeline.db.connection import connect
 from episode_pipeline.db.episodes import ensure_episode_row, episode_row
-from episode_pipeline.defs.sensors import sqs
 from episode_pipeline.local.upload import upload_episode
+from episode_pipeline.orchestration import upload_runs
 from episode_pipeline.runtime import metrics
 from episode_pipeline_tests.support import new_ref
 from episode_pipeline_tests.support.queues import (
@@ -124,7 +124,7 @@ def test_a_missing_object_and_bad_bodies_are_dead_lettered_with_their_reasons(
     while True:
         log = Log()
         with metrics.counting_tick() as counts:
-            result = sqs.evaluate_uploads(
+            result = upload_runs.evaluate_uploads(
                 SimpleNamespace(instance=instance, log=log), private.queue, private.storage
             )
         if isinstance(result, SkipReason):  # SQS moved all three on the fourth receive
@@ -176,13 +176,13 @@ def test_a_run_never_created_is_named_at_the_next_receive(
     time.sleep(1.5)
     log = Log()
     with metrics.counting_tick() as counts:
-        again = sqs.evaluate_uploads(
+        again = upload_runs.evaluate_uploads(
             SimpleNamespace(instance=instance, log=log), private.queue, private.storage
         )
     assert isinstance(again, SensorResult) and len(again.run_requests) == 1  # asked again
     assert counts.by_reason == {"MessagesLeft": {"no_run": 1}}
     (named,) = [line for line in log.lines if "no_run:" in line]
     assert f"{request.run_key} has no run at receive 2" in named
-    (message,) = sqs.held_messages(again.run_requests[0].tags)
-    recorded = sqs.recorded_reasons(instance, [message.message_id])[message.message_id]
+    (message,) = upload_runs.held_messages(again.run_requests[0].tags)
+    recorded = upload_runs.recorded_reasons(instance, [message.message_id])[message.message_id]
     assert (recorded.kind, recorded.receive) == ("no_run", 2)

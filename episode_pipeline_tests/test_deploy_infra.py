@@ -147,7 +147,8 @@ QUEUE_MODULES = {
     "uploads/upload_queue.py",
     "uploads/dead_letters.py",
     "cli.py",
-    "defs/sensors/sqs.py",
+    "orchestration/upload_runs.py",
+    "uploads/intake.py",
 }
 
 

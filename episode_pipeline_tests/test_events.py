@@ -7,18 +7,10 @@ from typing import Any
 
 import pytest
 
-from episode_pipeline.defs.sensors.sqs import (
-    HeldMessage,
-    held_by,
-    held_messages,
-    merge_held,
-    plan_batch,
-    run_tags,
-    sqs_tag,
-    upload_of,
-)
 from episode_pipeline.episodes.keys import EpisodeRef
 from episode_pipeline.instance.run_tags import SQS_TAG, upload_id
+from episode_pipeline.orchestration.upload_runs import held_messages, run_tags, sqs_tag, upload_of
+from episode_pipeline.uploads.deliveries import HeldMessage, held_by, merge_held, plan_batch
 from episode_pipeline.uploads.events import (
     Malformed,
     QueueMessage,

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from dagster import DagsterRun, DagsterRunStatus
 
-from episode_pipeline.defs.sensors.sqs import Outcome, decide
 from episode_pipeline.instance.run_tags import IN_FLIGHT_STATUSES, retry_run_key
+from episode_pipeline.orchestration.upload_runs import Outcome, decide
 from episode_pipeline_tests.support.dagster_internals import WILL_RETRY_TAG
 
 UPLOAD = "acme/ep-1@etag1"

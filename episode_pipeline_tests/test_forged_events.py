@@ -18,7 +18,6 @@ from dagster import DagsterInstance, SensorResult
 
 from episode_pipeline.config.settings import TranscodeSettings
 from episode_pipeline.defs.partitions import EPISODES_PARTITION_NAME
-from episode_pipeline.defs.sensors import sqs
 from episode_pipeline.episodes.keys import EpisodeRef
 from episode_pipeline.instance.run_tags import (
     ECS_CPU_TAG,
@@ -26,6 +25,7 @@ from episode_pipeline.instance.run_tags import (
     TRANSCODER_TAG,
     placement_tags,
 )
+from episode_pipeline.orchestration import upload_runs
 from episode_pipeline.storage.bucket import Bucket
 from episode_pipeline.transcode.placement import place
 from episode_pipeline_tests.support import new_ref
@@ -116,7 +116,7 @@ def test_an_event_for_no_object_adds_nothing_and_its_message_waits(
     key = send(private, ghost, 1 << 20, "0" * 32)
     log = Log()
 
-    result = sqs.evaluate_uploads(
+    result = upload_runs.evaluate_uploads(
         SimpleNamespace(instance=instance, log=log), private.queue, private.storage
     )
 
@@ -132,7 +132,7 @@ def test_an_event_for_no_object_adds_nothing_and_its_message_waits(
     # message's next delivery finds it, and the upload is processed after all.
     private.storage.upload_file(archive, key)
     time.sleep(VISIBILITY_SECONDS + 1)
-    again = sqs.evaluate_uploads(
+    again = upload_runs.evaluate_uploads(
         SimpleNamespace(instance=instance, log=log), private.queue, private.storage
     )
     assert isinstance(again, SensorResult)

@@ -40,7 +40,6 @@ from episode_pipeline.defs.assets.hls_renditions import hls_renditions
 from episode_pipeline.defs.checks.hls import HLS_CHECKS
 from episode_pipeline.defs.partitions import EPISODES_PARTITION_NAME
 from episode_pipeline.defs.resources.transcoder import HlsTranscoder
-from episode_pipeline.defs.sensors import sqs
 from episode_pipeline.episodes.keys import EpisodeRef
 from episode_pipeline.instance.run_tags import (
     ECS_CPU_TAG,
@@ -50,6 +49,7 @@ from episode_pipeline.instance.run_tags import (
 )
 from episode_pipeline.local import aws_setup
 from episode_pipeline.local.upload import upload_episode
+from episode_pipeline.orchestration import upload_runs
 from episode_pipeline.orchestration.run_errors import StepError, run_errors
 from episode_pipeline.samples.writer import SampleSpec, pack_archive, write_dataset, write_sample
 from episode_pipeline.storage.bucket import Bucket
@@ -964,7 +964,7 @@ def test_an_upload_costs_one_ecs_task_by_default(tmp_path, stack, settings, ecs_
     with DagsterInstance.get() as instance:  # the stack's: the run worker process shares it
         context = SimpleNamespace(instance=instance, log=logging.getLogger("episode_uploads"))
         storage = Bucket(own.bucket, own.aws)
-        result = sqs.evaluate_uploads(context, queue, storage, transcode)  # type: ignore[arg-type]
+        result = upload_runs.evaluate_uploads(context, queue, storage, transcode)  # type: ignore[arg-type]
         (request,) = result.run_requests
         assert request.tags[TRANSCODER_TAG] == "subprocess"
         assert (request.tags[ECS_CPU_TAG], request.tags[ECS_MEMORY_TAG]) == ("1024", "2048")

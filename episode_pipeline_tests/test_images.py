@@ -49,10 +49,10 @@ from dagster import DagsterInstance, DagsterRunStatus
 
 from episode_pipeline.definitions import build_definitions
 from episode_pipeline.defs.partitions import EPISODES_PARTITION_NAME
-from episode_pipeline.defs.sensors import sqs
 from episode_pipeline.instance.run_tags import EPISODE_JOB_NAME
 from episode_pipeline.local import aws_setup
 from episode_pipeline.local.upload import upload_episode
+from episode_pipeline.orchestration import upload_runs
 from episode_pipeline.samples.writer import SampleSpec, write_sample
 from episode_pipeline.storage.bucket import Bucket
 from episode_pipeline.uploads.upload_queue import UploadQueue
@@ -384,7 +384,7 @@ def test_an_episode_run_executes_in_the_run_image_as_ecs_run_launcher_starts_it(
         context = SimpleNamespace(instance=instance, log=logging.getLogger("episode_uploads"))
         queue = UploadQueue(resources.queue_url, own.aws)
         bucket = Bucket(resources.bucket, own.aws)
-        (request,) = sqs.evaluate_uploads(context, queue, bucket).run_requests  # type: ignore[arg-type]
+        (request,) = upload_runs.evaluate_uploads(context, queue, bucket).run_requests  # type: ignore[arg-type]
         instance.add_dynamic_partitions(EPISODES_PARTITION_NAME, [request.partition_key])
         # As the daemon does: the job (and its origin, the image's Python) from the code server.
         with code_server.origin.create_location(instance) as location:

@@ -38,7 +38,6 @@ from dagster import (
 )
 
 from episode_pipeline.config.settings import RetentionSettings, Settings
-from episode_pipeline.defs.assets.archive import report_archive_version
 from episode_pipeline.defs.partitions import EPISODES_PARTITION_NAME
 from episode_pipeline.defs.resources.aws import aws_fields
 from episode_pipeline.defs.resources.s3 import S3BucketResource
@@ -55,6 +54,8 @@ from episode_pipeline.instance.run_tags import (
 from episode_pipeline.local import aws_setup
 from episode_pipeline.local.stack import StackInfo
 from episode_pipeline.local.upload import upload_episode
+from episode_pipeline.orchestration import upload_runs
+from episode_pipeline.orchestration.archive_versions import report_archive_version
 from episode_pipeline.orchestration.retention import (
     DAY_SECONDS,
     EpisodeRuns,
@@ -113,8 +114,8 @@ def test_windows_must_nest() -> None:
 
 def test_a_pruned_success_is_done_and_nothing_else_changes() -> None:
     upload = "org/ep@etag"
-    assert sqs.decide(upload, None, "run-1").outcome is sqs.Outcome.DONE_PRUNED
-    assert sqs.decide(upload, None).outcome is sqs.Outcome.START
+    assert upload_runs.decide(upload, None, "run-1").outcome is upload_runs.Outcome.DONE_PRUNED
+    assert upload_runs.decide(upload, None).outcome is upload_runs.Outcome.START
 
 
 def test_reprocess_filters_become_one_query() -> None:
@@ -304,7 +305,7 @@ def test_a_redelivered_message_of_a_pruned_upload_gets_no_second_run(
     assert state(instance, pruned) == (0, 0, False)
     queue.client.change_message_visibility(
         QueueUrl=queue.queue_url,
-        ReceiptHandle=sqs.held_messages(request.tags)[0].receipt_handle,
+        ReceiptHandle=upload_runs.held_messages(request.tags)[0].receipt_handle,
         VisibilityTimeout=0,
     )
     upload_episode(archive, fresh, private)  # and a new upload in the same tick
@@ -330,7 +331,7 @@ def test_the_sensors_reasons_for_dead_letters_expire_with_the_upload_records(
     """`dlq list`'s reasons (uploads.reasons) outlive any message, then go: no growing table."""
     old, new = (f"msg-{uuid.uuid4().hex[:8]}" for _ in range(2))
     days_ago = {old: POLICY.upload_record_days + 1, new: POLICY.upload_record_days - 1}
-    sqs.record_reasons(
+    upload_runs.record_reasons(
         instance,
         {
             m: RecordedReason("no_object", "no object at s3://b/k", 3, NOW - d * DAY_SECONDS)
@@ -338,7 +339,7 @@ def test_the_sensors_reasons_for_dead_letters_expire_with_the_upload_records(
         },
     )
     prune(instance, POLICY, now=NOW)
-    assert set(sqs.recorded_reasons(instance, [old, new])) == {new}
+    assert set(upload_runs.recorded_reasons(instance, [old, new])) == {new}
 
 
 @pytest.mark.integration

@@ -35,9 +35,11 @@ from dagster import (
 from episode_pipeline.config import daemon_throughput as throughput
 from episode_pipeline.db.connection import connect
 from episode_pipeline.db.episodes import PROCESSING, ensure_episode_row, episode_row
-from episode_pipeline.defs.sensors.sqs import UPLOAD_DONE_SENSOR_NAME, HeldMessage, sqs_tag
+from episode_pipeline.defs.sensors.sqs import UPLOAD_DONE_SENSOR_NAME
 from episode_pipeline.episodes.keys import EpisodeRef
 from episode_pipeline.instance.run_tags import EPISODE_JOB_NAME, PARTITION_TAG, episode_tags
+from episode_pipeline.orchestration.upload_runs import sqs_tag
+from episode_pipeline.uploads.deliveries import HeldMessage
 from episode_pipeline_tests.support.daemon import CrashStage, Daemon, wait_until
 from episode_pipeline_tests.support.dagster_internals import (
     InProcessCodeLocationOrigin,

@@ -30,6 +30,7 @@ from episode_pipeline.defs.sensors import sqs
 from episode_pipeline.episodes.keys import EpisodeRef
 from episode_pipeline.instance.run_tags import EPISODE_JOB_NAME, UPLOAD_TAG, retry_run_key
 from episode_pipeline.local.upload import upload_episode
+from episode_pipeline.orchestration import upload_runs
 from episode_pipeline.uploads.upload_queue import UploadQueue
 from episode_pipeline_tests.support import new_ref
 from episode_pipeline_tests.support.dagster_internals import (
@@ -81,7 +82,7 @@ def test_upload_becomes_one_run_and_its_message_is_deleted_after_success(
     assert request.tags[UPLOAD_TAG] == request.run_key
     # A new episode has nothing to be stale: no archive version is recorded for it yet.
     assert observed_archive_version(instance, ref) is None
-    (held,) = sqs.held_messages(request.tags)
+    (held,) = upload_runs.held_messages(request.tags)
     assert held.receive_count == 1 and held.message_id and held.receipt_handle
     (add,) = result.dynamic_partitions_requests
     assert add.partitions_def_name == EPISODES_PARTITION_NAME
@@ -90,7 +91,7 @@ def test_upload_becomes_one_run_and_its_message_is_deleted_after_success(
     assert depth(private.queue) == (0, 1)
 
     # The heartbeat finds nothing in flight yet (no run exists in this instance).
-    assert sqs.keep_in_flight(instance, private.queue, log=_Log()) == 0
+    assert upload_runs.keep_in_flight(instance, private.queue, log=_Log()) == 0
 
     outcome = execute(instance, private, request)
     assert outcome.success
@@ -113,7 +114,7 @@ def test_a_failed_run_leaves_its_message_for_a_retry_with_a_new_run_key(
     ref = new_ref()
     key = upload_episode(archive, ref, private.settings)
     (first,) = tick(instance, private).run_requests
-    (held,) = sqs.held_messages(first.tags)
+    (held,) = upload_runs.held_messages(first.tags)
     handle = held.receipt_handle
 
     s3_client.delete_object(Bucket=private.settings.bucket, Key=key)  # the run cannot find it
@@ -122,7 +123,7 @@ def test_a_failed_run_leaves_its_message_for_a_retry_with_a_new_run_key(
 
     # While the run was queued or running, the heartbeat kept the message in flight; now the
     # run has failed the heartbeat leaves it and nothing deleted it.
-    assert sqs.keep_in_flight(instance, private.queue, log=_Log()) == 0
+    assert upload_runs.keep_in_flight(instance, private.queue, log=_Log()) == 0
     assert depth(private.queue) == (0, 1)
 
     # Instead of waiting out the 15-minute visibility timeout, let it come back now.
@@ -136,7 +137,7 @@ def test_a_failed_run_leaves_its_message_for_a_retry_with_a_new_run_key(
     (retry,) = result.run_requests
     assert retry.partition_key == ref.partition_key
     assert retry.run_key == retry_run_key(first.run_key, outcome.dagster_run.run_id)
-    held = sqs.held_messages(retry.tags)
+    held = upload_runs.held_messages(retry.tags)
     assert sorted(m.receive_count for m in held) == [1, 2]
     assert result.dynamic_partitions_requests == []  # the partition exists already
 
@@ -149,10 +150,10 @@ def test_the_heartbeat_keeps_messages_of_queued_runs_in_flight(
     upload_episode(archive, ref, private.settings)
     (request,) = tick(instance, private).run_requests
     run = waiting_run(instance, private, request)
-    (held,) = sqs.held_messages(request.tags)
+    (held,) = upload_runs.held_messages(request.tags)
     handle = held.receipt_handle
     private.queue.extend_visibility_many([handle], 0)  # as if the visibility were about to run out
-    assert sqs.keep_in_flight(instance, private.queue, log=_Log()) == 1
+    assert upload_runs.keep_in_flight(instance, private.queue, log=_Log()) == 1
     assert depth(private.queue) == (0, 1)
     assert private.queue.receive(wait_seconds=0) == []
     instance.delete_run(run.run_id)
@@ -255,7 +256,7 @@ def test_a_redelivery_while_the_run_waits_joins_it_and_its_success_deletes_the_m
     redeliver(private, request.tags)
     assert isinstance(tick(instance, private), SensorResult)
 
-    joined = sqs.held_messages(instance.get_run_by_id(waiting.run_id).tags)
+    joined = upload_runs.held_messages(instance.get_run_by_id(waiting.run_id).tags)
     assert [m.receive_count for m in joined] == [2]  # the fresh receipt handle replaced the old
     assert depth(private.queue) == (0, 1)
     instance.delete_run(waiting.run_id)
@@ -321,7 +322,7 @@ def test_a_tick_logs_what_it_saw_requested_and_skipped(
     private.queue.client.send_message(QueueUrl=private.queue.queue_url, MessageBody="garbage")
     log = _Log()
 
-    sqs.evaluate_uploads(
+    upload_runs.evaluate_uploads(
         SimpleNamespace(instance=instance, log=log), private.queue, private.storage
     )
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import pytest
 
 from episode_pipeline.config.settings import ECS, SUBPROCESS, Settings, TranscodeSettings
-from episode_pipeline.defs.sensors.sqs import sized_placement
 from episode_pipeline.instance.run_tags import (
     ECS_CPU_TAG,
     ECS_MEMORY_TAG,
@@ -15,6 +14,7 @@ from episode_pipeline.instance.run_tags import (
 )
 from episode_pipeline.storage.bucket import ObjectInfo
 from episode_pipeline.transcode.placement import RUN_WITHOUT_TRANSCODE, place
+from episode_pipeline.uploads.intake import sized_placement
 
 MiB = 1 << 20
 WITH_TASK = TranscodeSettings(

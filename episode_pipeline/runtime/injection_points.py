@@ -20,7 +20,7 @@ from pathlib import Path
 INJECTION_POINT_ENV = "EPISODE_PIPELINE_INJECTION_POINT"
 INJECTION_ABOUT_ENV = "EPISODE_PIPELINE_INJECTION_ABOUT"
 
-# Points inside a run (the others belong to the sensors that reach them: `defs/sensors/sqs.py`).
+# Points inside a run (the others belong to the sensors' ticks: `orchestration/upload_runs.py`).
 MID_EXTRACTION = "extraction.after_member"  # a member uploaded under processed/, more to come
 MID_COPY = "frames.mid_copy"  # a COPY into `frames` under way, rows sent, not committed
 

@@ -30,6 +30,7 @@ from episode_pipeline.defs.sensors import sqs
 from episode_pipeline.instance.run_tags import EPISODE_JOB_NAME
 from episode_pipeline.local import aws_setup
 from episode_pipeline.local.stack import StackInfo
+from episode_pipeline.orchestration import upload_runs
 from episode_pipeline.samples.writer import SampleSpec, write_sample
 from episode_pipeline.storage.bucket import Bucket
 from episode_pipeline.uploads.upload_queue import UploadQueue
@@ -143,5 +144,5 @@ def report_done(instance: DagsterInstance, private: PrivateQueue, run_id: str) -
 
 def redeliver(private: PrivateQueue, tags: dict[str, str]) -> None:
     """Make the run's messages visible now, as they would be after the visibility timeout."""
-    handles = [m.receipt_handle for m in sqs.held_messages(tags)]
+    handles = [m.receipt_handle for m in upload_runs.held_messages(tags)]
     assert not private.queue.extend_visibility_many(handles, 0)

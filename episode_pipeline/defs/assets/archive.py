@@ -15,9 +15,7 @@ from typing import Any
 
 from dagster import (
     AssetExecutionContext,
-    AssetObservation,
     AssetsDefinition,
-    DagsterInstance,
     DataVersion,
     DataVersionsByPartition,
     MetadataValue,
@@ -28,7 +26,6 @@ from dagster import (
 
 # Provenance tags: Dagster's own names (1.13.27 pinned) for "made from this event of that input".
 from episode_pipeline.dagster_compat import (
-    DATA_VERSION_TAG,
     create_external_asset_from_source_asset,
     get_input_data_version_tag,
     get_input_event_pointer_tag,
@@ -56,6 +53,7 @@ from episode_pipeline.episodes.extraction import (
 )
 from episode_pipeline.episodes.keys import parse_partition_key
 from episode_pipeline.instance.run_tags import upload_id
+from episode_pipeline.orchestration.archive_versions import archive_observation
 from episode_pipeline.orchestration.event_log import latest_observation
 from episode_pipeline.orchestration.runs import claim_upload
 from episode_pipeline.storage.links import BucketLinks
@@ -75,29 +73,6 @@ SKIPPED_COLUMNS = [
     ("path", "string", "Path inside the tar"),
     ("reason", "string", "Why it was not uploaded"),
 ]
-
-
-def archive_observation(
-    partition_key: str, etag: str, metadata: dict[str, Any] | None = None
-) -> AssetObservation:
-    """`raw_archive` of one episode observed with the upload's ETag as its data version."""
-    return AssetObservation(
-        asset_key=RAW_ARCHIVE_KEY,
-        partition=partition_key,
-        tags={DATA_VERSION_TAG: etag},
-        metadata=metadata or {},
-    )
-
-
-def report_archive_version(
-    instance: DagsterInstance, partition_key: str, etag: str, metadata: dict[str, Any] | None = None
-) -> None:
-    """Record an upload's version when a run is requested for it, before the run starts.
-
-    The episode then shows stale at once (its outputs were made from other bytes) instead of
-    after the run has waited in the queue; the run itself does not depend on it.
-    """
-    instance.report_runless_asset_event(archive_observation(partition_key, etag, metadata))
 
 
 def _archive_metadata(archive: ArchiveObject, links: BucketLinks) -> dict[str, Any]:

@@ -40,7 +40,6 @@ from episode_pipeline.db.episodes import (
     pending_episodes,
 )
 from episode_pipeline.db.schema_check import read_schema
-from episode_pipeline.defs.assets.archive import report_archive_version
 from episode_pipeline.episodes.keys import (
     EpisodeRef,
     UnkeyableRow,
@@ -54,6 +53,7 @@ from episode_pipeline.instance.run_tags import (
     reconciled_run_key,
     upload_id,
 )
+from episode_pipeline.orchestration.archive_versions import report_archive_version
 from episode_pipeline.orchestration.retention import pruned_successes
 from episode_pipeline.orchestration.runs import latest_runs_of_uploads
 from episode_pipeline.runtime import metrics
