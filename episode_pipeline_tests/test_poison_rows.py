@@ -21,11 +21,12 @@ from episode_pipeline.config.settings import ReconcileSettings
 from episode_pipeline.db.episodes import ensure_episode_row, invalid_episode_rows
 from episode_pipeline.defs.resources.database import PostgresResource
 from episode_pipeline.defs.resources.s3 import S3BucketResource
-from episode_pipeline.defs.sensors.lost_uploads import Cursor, reconcile_tick
 from episode_pipeline.defs.sensors.reconcile import reconciliation_sensors
+from episode_pipeline.orchestration.lost_uploads import reconcile_tick
 from episode_pipeline.reprocess import Selection, select_episodes
 from episode_pipeline.samples.writer import SampleSpec, write_sample
 from episode_pipeline.storage.bucket import Bucket
+from episode_pipeline.uploads.lost_uploads import Cursor
 from episode_pipeline_tests.support import new_ref
 
 pytestmark = pytest.mark.integration

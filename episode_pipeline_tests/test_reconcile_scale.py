@@ -22,17 +22,12 @@ from episode_pipeline.config.settings import ReconcileSettings, Settings
 from episode_pipeline.db.connection import connect
 from episode_pipeline.defs.resources.database import PostgresResource
 from episode_pipeline.defs.resources.s3 import S3BucketResource
-from episode_pipeline.defs.sensors.lost_uploads import (
-    Cursor,
-    Visit,
-    reconcile_tick,
-    triage,
-    walk_page_size,
-)
 from episode_pipeline.defs.sensors.reconcile import reconciliation_sensors
 from episode_pipeline.episodes.keys import EpisodeRef
+from episode_pipeline.orchestration.lost_uploads import reconcile_tick
 from episode_pipeline.samples.writer import SampleSpec, write_sample
 from episode_pipeline.storage.bucket import Bucket, ObjectInfo
+from episode_pipeline.uploads.lost_uploads import Cursor, Visit, triage, walk_page_size
 from episode_pipeline_tests.support.schema import APPLICATION_SCHEMA
 
 DEFAULTS = ReconcileSettings()

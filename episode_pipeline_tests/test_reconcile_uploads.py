@@ -22,7 +22,6 @@ from episode_pipeline.db.episodes import (
 from episode_pipeline.db.schema_check import read_schema
 from episode_pipeline.defs.resources.database import PostgresResource
 from episode_pipeline.defs.resources.s3 import S3BucketResource
-from episode_pipeline.defs.sensors.lost_uploads import Cursor
 from episode_pipeline.defs.sensors.reconcile import reconciliation_sensors
 from episode_pipeline.episodes.keys import EpisodeRef
 from episode_pipeline.instance.run_tags import (
@@ -33,6 +32,7 @@ from episode_pipeline.instance.run_tags import (
 )
 from episode_pipeline.samples.writer import SampleSpec, write_sample
 from episode_pipeline.storage.bucket import Bucket
+from episode_pipeline.uploads.lost_uploads import Cursor
 from episode_pipeline_tests.support import new_ref
 from episode_pipeline_tests.support.dagster_internals import create_run_for_test
 from episode_pipeline_tests.support.runs import JOB_ORIGIN

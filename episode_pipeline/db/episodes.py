@@ -385,7 +385,7 @@ def invalid_episode_rows(
     return found
 
 
-# -- reconciliation (defs/sensors/reconcile.py) --------------------------------------------------
+# -- reconciliation (orchestration/lost_uploads.py, orchestration/stale_processing.py) -----------
 
 
 @dataclass

@@ -1,6 +1,7 @@
-"""Reconciliation: what the event-driven path can miss is found by looking at the stores.
+"""Reconciliation: what the event-driven path can miss is found by looking at the stores. Each
+sensor's tick is one call: `orchestration/lost_uploads.py`, `orchestration/stale_processing.py`.
 
-- No upload waits forever (`waiting_uploads`, `defs/sensors/lost_uploads.py`). Never-processed
+- No upload waits forever (`waiting_uploads`, `orchestration/lost_uploads.py`). Never-processed
   episodes are visited every tick or few (an index-backed query), and every episode once a day by
   a walk of the `episodes` table by id, a page per tick, starting over at the end — so no row
   (one that never got an archive, one that keeps failing) can hold the others back. An episode
@@ -11,39 +12,28 @@
 - No episode stays `processing` after the run that owned it is gone (`stale_processing`): a
   killed worker, a lost ECS task or a canceled run leaves no run in flight; the episode becomes
   `failed`, and the upload's message (back after its visibility timeout) retries it.
-  `orphaned_runs` fails in-process runs whose process died (see `defs.failures`); Dagster's run
-  monitoring fails daemon-launched runs whose worker died or that ran past their deadline.
+  `orphaned_runs` fails in-process runs whose process died (`orchestration/failures.py`);
+  Dagster's run monitoring fails daemon-launched runs whose worker died or that ran past their
+  deadline.
 """
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
-
 from dagster import (
-    DagsterRunStatus,
     DefaultSensorStatus,
     SensorDefinition,
     SensorEvaluationContext,
-    SensorResult,
     SkipReason,
     sensor,
 )
 
 from episode_pipeline.config.settings import ReconcileSettings
-from episode_pipeline.db.episodes import fail_if_still_processing, stale_processing
-from episode_pipeline.db.schema_check import read_schema
 from episode_pipeline.defs.resources.database import PostgresResource
 from episode_pipeline.defs.resources.s3 import S3BucketResource
-from episode_pipeline.defs.sensors.lost_uploads import Cursor, reconcile_tick
 from episode_pipeline.instance.run_tags import EPISODE_JOB_NAME
-from episode_pipeline.orchestration.failures import emit_episode_failed, fail_orphaned_runs
-from episode_pipeline.orchestration.runs import (
-    has_run_in_flight,
-    known_partitions,
-    latest_run_of_episode,
-    new_partitions_request,
-)
-from episode_pipeline.runtime import failure_causes
+from episode_pipeline.orchestration.failures import fail_orphaned_runs
+from episode_pipeline.orchestration.lost_uploads import evaluate_waiting_uploads
+from episode_pipeline.orchestration.stale_processing import sweep_stale_processing
 
 WAITING_UPLOADS_SENSOR_NAME = "waiting_uploads"
 STALE_PROCESSING_SENSOR_NAME = "stale_processing"
@@ -74,32 +64,12 @@ def reconciliation_sensors(settings: ReconcileSettings | None = None) -> list[Se
         f"{settings.lost_upload_after_seconds // 60} minutes after it was written (a lost S3 "
         "notification): never-processed episodes every tick or few, and every episode once per "
         f"{settings.walk_cycle_seconds / 3600:g} h, within {settings.s3_requests_per_hour} S3 "
-        "requests an hour (defs/sensors/lost_uploads.py).",
+        "requests an hour (orchestration/lost_uploads.py).",
     )
     def waiting_uploads(
         context: SensorEvaluationContext, postgres: PostgresResource, s3: S3BucketResource
     ):
-        with postgres.connect() as conn:
-            report = reconcile_tick(
-                context.instance,
-                conn,
-                s3.get_client(),
-                settings,
-                Cursor.parse(context.cursor),
-                datetime.now(UTC),
-                log=context.log,
-            )
-        summary = report.describe(settings)
-        context.log.info(summary)
-        context.update_cursor(report.cursor.to_json())
-        if not report.run_requests:
-            return SkipReason(summary)
-        return SensorResult(
-            run_requests=report.run_requests,
-            dynamic_partitions_requests=new_partitions_request(
-                report.lost, known_partitions(context.instance, report.lost)
-            ),
-        )
+        return evaluate_waiting_uploads(context, postgres, s3.get_client(), settings)
 
     @sensor(
         name=STALE_PROCESSING_SENSOR_NAME,
@@ -116,35 +86,6 @@ def reconciliation_sensors(settings: ReconcileSettings | None = None) -> list[Se
         return SkipReason(f"marked {len(failed)} episode(s) failed: {', '.join(failed)}")
 
     return [waiting_uploads, stale_processing_episodes]
-
-
-def sweep_stale_processing(
-    context: SensorEvaluationContext, postgres: PostgresResource, settings: ReconcileSettings
-) -> list[str]:
-    """Fail every episode left `processing` by a run no longer alive; returns their keys."""
-    instance = context.instance
-    failed = []
-    with postgres.connect(autocommit=True) as conn:
-        schema = read_schema(conn)
-        stale = stale_processing(conn, schema, settings.stale_processing_after_seconds)
-        for row in stale.invalid:
-            context.log.warning(f"skipped {row.describe()}")
-        for ref, seen in stale.rows:
-            if has_run_in_flight(instance, ref):
-                continue
-            latest = latest_run_of_episode(instance, ref)
-            if latest is not None and latest.status == DagsterRunStatus.SUCCESS:
-                # A partial materialization (extraction alone) succeeded: not a dead run.
-                context.log.warning(f"{ref}: processing after successful run {latest.run_id}")
-                continue
-            if fail_if_still_processing(conn, schema, ref, seen):
-                emit_episode_failed(instance, latest, ref, failure_causes.RUN_CRASHED)
-                last = f"run {latest.run_id} ({latest.status.value})" if latest else "no run"
-                context.log.warning(
-                    f"{ref}: left processing by {last}, no run alive: marked failed"
-                )
-                failed.append(ref.partition_key)
-    return failed
 
 
 RECONCILIATION_SENSORS = reconciliation_sensors()

@@ -17,21 +17,26 @@ newest run made), then one S3 LIST of the episode's top level (`Delimiter=/`, so
 costs nothing), and a HEAD only for an archive that still looks lost (its version id). Each
 tick logs the S3 requests it made and the hourly rate they amount to.
 
-`reconcile_tick` is the entry point (the `waiting_uploads` sensor, benchmarks); `triage` is the
-rule, without I/O.
+`evaluate_waiting_uploads` is the `waiting_uploads` sensor's tick, `reconcile_tick` its work (the
+benchmarks call it too); the rule, without I/O, is `uploads/lost_uploads.py`.
 """
 
 from __future__ import annotations
 
-import json
-import math
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any
 
-from dagster import DagsterInstance, RunRequest, RunsFilter
+from dagster import (
+    DagsterInstance,
+    RunRequest,
+    RunsFilter,
+    SensorEvaluationContext,
+    SensorResult,
+    SkipReason,
+)
 
 from episode_pipeline.config.settings import ReconcileSettings
 from episode_pipeline.db.episodes import (
@@ -40,6 +45,7 @@ from episode_pipeline.db.episodes import (
     pending_episodes,
 )
 from episode_pipeline.db.schema_check import read_schema
+from episode_pipeline.defs.resources.database import PostgresResource
 from episode_pipeline.episodes.keys import (
     EpisodeRef,
     UnkeyableRow,
@@ -55,111 +61,24 @@ from episode_pipeline.instance.run_tags import (
 )
 from episode_pipeline.orchestration.archive_versions import report_archive_version
 from episode_pipeline.orchestration.retention import pruned_successes
-from episode_pipeline.orchestration.runs import latest_runs_of_uploads
+from episode_pipeline.orchestration.runs import (
+    known_partitions,
+    latest_runs_of_uploads,
+    new_partitions_request,
+)
 from episode_pipeline.runtime import metrics
 from episode_pipeline.storage.bucket import Bucket, ObjectInfo
 from episode_pipeline.uploads.listing import newest_raw_archive
+from episode_pipeline.uploads.lost_uploads import (
+    HOUR_SECONDS,
+    Cursor,
+    S3Requests,
+    Visit,
+    triage,
+    walk_page_size,
+)
 
-HOUR_SECONDS = 3600
 S3_THREADS = 16  # LISTs of one page side by side: a tick of thousands stays within seconds
-
-
-# -- the cursor ---------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Cursor:
-    """Where each pass goes on: the last id it read (None = at the start). The last id may be
-    one the pipeline cannot key, even `''`: the pass moves past it all the same."""
-
-    walk: str | None = None
-    pending: str | None = None
-
-    def to_json(self) -> str:
-        # Own keys, so a legacy cursor's "" (which meant "at the start") is never read as
-        # "after the id ''".
-        return json.dumps(
-            {"walk_after": self.walk, "pending_after": self.pending}, separators=(",", ":")
-        )
-
-    @classmethod
-    def parse(cls, raw: str | None) -> Cursor:
-        """The sensor's cursor; the two older forms (a bare id: the walk's cursor before the
-        pending pass; `{"walk": …, "pending": …}` with "" for the start) still work."""
-        if not raw:
-            return cls()
-        try:
-            value = json.loads(raw)
-        except ValueError:
-            return cls(walk=raw)
-        if not isinstance(value, dict):
-            return cls(walk=raw)
-        if "walk_after" in value or "pending_after" in value:
-            return cls(_after(value.get("walk_after")), _after(value.get("pending_after")))
-        return cls(_after(value.get("walk") or None), _after(value.get("pending") or None))
-
-
-def _after(value: Any) -> str | None:
-    return None if value is None else str(value)
-
-
-# -- sizing and the rule (pure) -----------------------------------------------------------------
-
-
-def walk_page_size(episodes: int, settings: ReconcileSettings, pending_requests: int) -> int:
-    """Episodes the walk visits this tick: the table once per cycle, at least
-    `episodes_per_tick`, within what is left of the tick's share of the S3 budget."""
-    ticks_per_cycle = max(1, settings.walk_cycle_seconds // settings.interval_seconds)
-    wanted = max(settings.episodes_per_tick, math.ceil(episodes / ticks_per_cycle))
-    budget = settings.s3_requests_per_hour * settings.interval_seconds // HOUR_SECONDS
-    return max(1, min(wanted, budget - pending_requests))
-
-
-@dataclass(frozen=True)
-class Visit:
-    """What one episode looks like, before deciding."""
-
-    ref: EpisodeRef
-    processed_at: datetime | None
-    in_flight: bool
-    archive: ObjectInfo | None  # the newest raw archive, from the listing
-    newest_run_created: datetime | None
-
-
-def triage(visit: Visit, settings: ReconcileSettings, now: datetime) -> str | None:
-    """Why the episode's newest upload needs no run, or None: it looks lost (the HEAD and the
-    upload's own runs decide). Handled means a run is in flight, or the row says it was
-    processed after the archive was written, or any run of the episode was made after that."""
-    if visit.in_flight:
-        return "a run is in flight"
-    archive = visit.archive
-    if archive is None:
-        return "no archive yet"  # the application made the row; the robot has not uploaded
-    if archive.last_modified is None:
-        return f"{archive.key} has no LastModified"
-    # S3 truncates LastModified to the second: only a second later is surely after the write.
-    written_by = archive.last_modified + timedelta(seconds=1)
-    if visit.processed_at is not None and visit.processed_at >= written_by:
-        return f"processed at {visit.processed_at:%Y-%m-%d %H:%M:%S}, after it was written"
-    age = (now - archive.last_modified).total_seconds()
-    if age < settings.lost_upload_after_seconds:
-        return f"{age:.0f} s old: the queue may still deliver it"
-    if visit.newest_run_created is not None and visit.newest_run_created >= written_by:
-        return "a run of the episode was made after it was written"
-    return None
-
-
-# -- I/O ----------------------------------------------------------------------------------------
-
-
-@dataclass
-class S3Requests:
-    lists: int = 0
-    heads: int = 0
-
-    @property
-    def total(self) -> int:
-        return self.lists + self.heads
 
 
 def visit_page(
@@ -335,3 +254,33 @@ def lost_upload_requests(
             )
         )
     return run_requests
+
+
+def evaluate_waiting_uploads(
+    context: SensorEvaluationContext,
+    postgres: PostgresResource,
+    bucket: Bucket,
+    settings: ReconcileSettings,
+) -> SensorResult | SkipReason:
+    """One tick of the `waiting_uploads` sensor: a run for each lost upload, the cursor moved on."""
+    with postgres.connect() as conn:
+        report = reconcile_tick(
+            context.instance,
+            conn,
+            bucket,
+            settings,
+            Cursor.parse(context.cursor),
+            datetime.now(UTC),
+            log=context.log,
+        )
+    summary = report.describe(settings)
+    context.log.info(summary)
+    context.update_cursor(report.cursor.to_json())
+    if not report.run_requests:
+        return SkipReason(summary)
+    return SensorResult(
+        run_requests=report.run_requests,
+        dynamic_partitions_requests=new_partitions_request(
+            report.lost, known_partitions(context.instance, report.lost)
+        ),
+    )
