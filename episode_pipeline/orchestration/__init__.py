@@ -4,6 +4,8 @@ in flight, partition adds), run_errors.py (a failed run's errors), event_log.py 
 the event log), failures.py (one failure policy), backfills.py (a backfill as the UI records
 one), retention.py (Dagster keeps the working set), campaigns.py (the campaign driver's tick),
 batches.py (a batch run's episodes, each its own child run), dagster_tables.py (every statement
-on Dagster's own tables). They import the definitions' names (asset keys, partition names, the
-database resource) but no asset, check, sensor or job.
+on Dagster's own tables), upload_runs.py (an upload-queue message becomes a run), lost_uploads.py
+(the reconciliation's tick), stale_processing.py (episodes left `processing` by a dead run),
+archive_versions.py (`raw_archive` observed at an upload's ETag). They import the definitions'
+names (asset keys, partition names, the database resource) but no asset, check, sensor or job.
 """
