@@ -72,13 +72,22 @@ from episode_pipeline.uploads.listing import newest_raw_archive
 from episode_pipeline.uploads.lost_uploads import (
     HOUR_SECONDS,
     Cursor,
-    S3Requests,
     Visit,
     triage,
     walk_page_size,
 )
 
 S3_THREADS = 16  # LISTs of one page side by side: a tick of thousands stays within seconds
+
+
+@dataclass
+class S3Requests:
+    lists: int = 0
+    heads: int = 0
+
+    @property
+    def total(self) -> int:
+        return self.lists + self.heads
 
 
 def visit_page(

@@ -100,13 +100,3 @@ def triage(visit: Visit, settings: ReconcileSettings, now: datetime) -> str | No
     if visit.newest_run_created is not None and visit.newest_run_created >= written_by:
         return "a run of the episode was made after it was written"
     return None
-
-
-@dataclass
-class S3Requests:
-    lists: int = 0
-    heads: int = 0
-
-    @property
-    def total(self) -> int:
-        return self.lists + self.heads
