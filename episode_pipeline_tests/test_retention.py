@@ -44,6 +44,7 @@ from episode_pipeline.defs.resources.s3 import S3BucketResource
 from episode_pipeline.defs.resources.sqs import UploadQueueResource
 from episode_pipeline.defs.sensors import sqs
 from episode_pipeline.episodes.keys import EpisodeRef
+from episode_pipeline.instance.app_state import pruned_successes
 from episode_pipeline.instance.run_tags import (
     EPISODE_JOB_NAME,
     PARTITION_TAG,
@@ -61,7 +62,6 @@ from episode_pipeline.orchestration.retention import (
     EpisodeRuns,
     prunable,
     prune,
-    pruned_successes,
 )
 from episode_pipeline.reprocess import (
     BACKFILL_DAEMON,

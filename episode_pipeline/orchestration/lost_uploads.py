@@ -50,6 +50,7 @@ from episode_pipeline.episodes.keys import (
     EpisodeRef,
     UnkeyableRow,
 )
+from episode_pipeline.instance.app_state import pruned_successes
 from episode_pipeline.instance.run_tags import (
     IN_FLIGHT_STATUSES,
     PARTITION_TAG,
@@ -60,7 +61,6 @@ from episode_pipeline.instance.run_tags import (
     upload_id,
 )
 from episode_pipeline.orchestration.archive_versions import report_archive_version
-from episode_pipeline.orchestration.retention import pruned_successes
 from episode_pipeline.orchestration.runs import (
     known_partitions,
     latest_runs_of_uploads,

@@ -29,13 +29,9 @@ from dagster import DagsterInstance, DagsterRunStatus
 
 from episode_pipeline.config.settings import RetentionSettings
 from episode_pipeline.dagster_compat import BulkActionsFilter, BulkActionStatus
-from episode_pipeline.instance.app_state import pruned_successes as pruned_successes
 from episode_pipeline.instance.run_tags import CAMPAIGN_TAG
 from episode_pipeline.orchestration import dagster_tables
 from episode_pipeline.runtime import metrics
-
-# `pruned_successes` (app_state's) is re-exported for defs/sensors/ (sqs.py, lost_uploads.py)
-# until they import it from instance/app_state.py.
 
 DAY_SECONDS = 24 * 3600
 BATCH_EPISODES = 500  # episodes per group of statements: each statement stays well under 1 s

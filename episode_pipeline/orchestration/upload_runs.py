@@ -64,6 +64,7 @@ from dagster import (
 
 from episode_pipeline.config.settings import TranscodeSettings
 from episode_pipeline.episodes.keys import parse_partition_key
+from episode_pipeline.instance.app_state import pruned_successes
 from episode_pipeline.instance.run_tags import (
     EPISODE_JOB_NAME,
     IN_FLIGHT_STATUSES,
@@ -77,7 +78,6 @@ from episode_pipeline.instance.run_tags import (
     upload_run_key,
 )
 from episode_pipeline.orchestration.archive_versions import report_archive_version
-from episode_pipeline.orchestration.retention import pruned_successes
 from episode_pipeline.orchestration.runs import (
     known_partitions,
     latest_run_of_episode,
@@ -223,7 +223,7 @@ class Decision:
 
 def decide(upload: str, latest: DagsterRun | None, pruned_success: str | None = None) -> Decision:
     """The table in the module docstring; `pruned_success` is the id of the upload's successful
-    run whose runs the retention policy deleted (`retention.pruned_successes`)."""
+    run whose runs the retention policy deleted (`app_state.pruned_successes`)."""
     if latest is None and pruned_success is not None:
         return Decision(Outcome.DONE_PRUNED, upload, run_id=pruned_success)
     if latest is None:
