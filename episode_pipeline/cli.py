@@ -110,15 +110,16 @@ def _print_sync_findings(ref: EpisodeRef) -> None:
 def _dead_letter_rows(letters: list, instance: object | None) -> list[dict[str, object]]:
     """One row per (message, upload): what an operator needs to act, runs included if known,
     and why it is a dead letter (`uploads.reasons.dead_letter_reason`)."""
+    from episode_pipeline.instance.app_state import recorded_dead_letter_reasons
     from episode_pipeline.instance.run_tags import upload_id
     from episode_pipeline.orchestration.runs import latest_runs_of_uploads, upload_history
-    from episode_pipeline.orchestration.upload_runs import latest_state, recorded_reasons
+    from episode_pipeline.orchestration.upload_runs import latest_state
     from episode_pipeline.runner import step_errors
     from episode_pipeline.uploads import reasons
 
     recorded, latest = {}, {}
     if instance is not None:
-        recorded = recorded_reasons(instance, [letter.message_id for letter in letters])
+        recorded = recorded_dead_letter_reasons(instance, [letter.message_id for letter in letters])
         latest = latest_runs_of_uploads(
             instance,
             [upload_id(u.partition_key, u.object_version) for x in letters for u in x.uploads],

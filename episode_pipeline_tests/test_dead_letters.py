@@ -16,6 +16,7 @@ from dagster import DagsterInstance, SensorResult, SkipReason
 from episode_pipeline import cli
 from episode_pipeline.db.connection import connect
 from episode_pipeline.db.episodes import ensure_episode_row, episode_row
+from episode_pipeline.instance import app_state
 from episode_pipeline.local.upload import upload_episode
 from episode_pipeline.orchestration import upload_runs
 from episode_pipeline.runtime import metrics
@@ -184,5 +185,7 @@ def test_a_run_never_created_is_named_at_the_next_receive(
     (named,) = [line for line in log.lines if "no_run:" in line]
     assert f"{request.run_key} has no run at receive 2" in named
     (message,) = upload_runs.held_messages(again.run_requests[0].tags)
-    recorded = upload_runs.recorded_reasons(instance, [message.message_id])[message.message_id]
+    recorded = app_state.recorded_dead_letter_reasons(instance, [message.message_id])[
+        message.message_id
+    ]
     assert (recorded.kind, recorded.receive) == ("no_run", 2)

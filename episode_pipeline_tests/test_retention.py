@@ -44,6 +44,7 @@ from episode_pipeline.defs.resources.s3 import S3BucketResource
 from episode_pipeline.defs.resources.sqs import UploadQueueResource
 from episode_pipeline.defs.sensors import sqs
 from episode_pipeline.episodes.keys import EpisodeRef
+from episode_pipeline.instance import app_state
 from episode_pipeline.instance.app_state import pruned_successes
 from episode_pipeline.instance.run_tags import (
     EPISODE_JOB_NAME,
@@ -331,7 +332,7 @@ def test_the_sensors_reasons_for_dead_letters_expire_with_the_upload_records(
     """`dlq list`'s reasons (uploads.reasons) outlive any message, then go: no growing table."""
     old, new = (f"msg-{uuid.uuid4().hex[:8]}" for _ in range(2))
     days_ago = {old: POLICY.upload_record_days + 1, new: POLICY.upload_record_days - 1}
-    upload_runs.record_reasons(
+    app_state.record_dead_letter_reasons(
         instance,
         {
             m: RecordedReason("no_object", "no object at s3://b/k", 3, NOW - d * DAY_SECONDS)
@@ -339,7 +340,7 @@ def test_the_sensors_reasons_for_dead_letters_expire_with_the_upload_records(
         },
     )
     prune(instance, POLICY, now=NOW)
-    assert set(upload_runs.recorded_reasons(instance, [old, new])) == {new}
+    assert set(app_state.recorded_dead_letter_reasons(instance, [old, new])) == {new}
 
 
 @pytest.mark.integration

@@ -64,7 +64,11 @@ from dagster import (
 
 from episode_pipeline.config.settings import TranscodeSettings
 from episode_pipeline.episodes.keys import parse_partition_key
-from episode_pipeline.instance.app_state import pruned_successes
+from episode_pipeline.instance.app_state import (
+    pruned_successes,
+    record_dead_letter_reasons,
+    recorded_dead_letter_reasons,
+)
 from episode_pipeline.instance.run_tags import (
     EPISODE_JOB_NAME,
     IN_FLIGHT_STATUSES,
@@ -93,7 +97,7 @@ from episode_pipeline.uploads import reasons
 from episode_pipeline.uploads.deliveries import HeldMessage, held_by, merge_held, plan_batch
 from episode_pipeline.uploads.events import Handoff
 from episode_pipeline.uploads.intake import head_objects, receive_batch, sized_placement
-from episode_pipeline.uploads.reasons import REASON_PREFIX, Reason, RecordedReason
+from episode_pipeline.uploads.reasons import Reason, RecordedReason
 from episode_pipeline.uploads.upload_queue import UploadQueue
 
 NOT_CONFIGURED = "the upload queue is not configured (SQS_QUEUE_URL is unset)"
@@ -149,26 +153,6 @@ def run_tags(
 
 
 # -- why a message is left (Dagster's key-value table) ------------------------------------------
-
-
-def record_reasons(instance: DagsterInstance, recorded: Mapping[str, RecordedReason]) -> None:
-    """Keep why each of these messages (by id) was left, for `dlq list`: one statement."""
-    if recorded:
-        instance.run_storage.set_cursor_values(
-            {REASON_PREFIX + message_id: r.to_json() for message_id, r in recorded.items()}
-        )
-
-
-def recorded_reasons(
-    instance: DagsterInstance, message_ids: Iterable[str]
-) -> dict[str, RecordedReason]:
-    """Message id → what the sensor recorded when it last left it (one query)."""
-    keys = {REASON_PREFIX + message_id for message_id in message_ids}
-    if not keys:
-        return {}
-    found = instance.run_storage.get_cursor_values(keys)
-    parsed = {k.removeprefix(REASON_PREFIX): RecordedReason.from_json(v) for k, v in found.items()}
-    return {message_id: r for message_id, r in parsed.items() if r is not None}
 
 
 def latest_state(status: DagsterRunStatus | None) -> str | None:
@@ -300,7 +284,7 @@ def evaluate_uploads(
     )
     held_of = [held_by(h, messages) for h in plan.handoffs]
     # Only a redelivery of an upload with no run yet needs what an earlier receive recorded.
-    earlier = recorded_reasons(
+    earlier = recorded_dead_letter_reasons(
         instance,
         [
             m.message_id
@@ -386,7 +370,7 @@ def evaluate_uploads(
         log.info(decision.describe() + where)
 
     # Kept before the runs are requested: a tick that fails after this still leaves its reasons.
-    record_reasons(instance, left)
+    record_dead_letter_reasons(instance, left)
     requested = [r.run_key for r in run_requests]
     log.info(
         f"tick done: requested {len(requested)} run(s): {', '.join(map(str, requested))}"

@@ -27,11 +27,6 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass
 
-# Transitional: orchestration/upload_runs.py (record_reasons, recorded_reasons) still writes and
-# reads the records with this prefix. Their key, kept by instance/app_state.py
-# (DEAD_LETTER_REASON_PREFIX), is the same string; delete this once they call app_state.
-REASON_PREFIX = "episode_pipeline/dead-letter-reason/"
-
 MALFORMED = "malformed"
 BAD_KEY = "bad_key"
 NO_OBJECT = "no_object"
