@@ -13,11 +13,12 @@ from episode_pipeline.db import episodes as episode_db
 from episode_pipeline.db.connection import connect
 from episode_pipeline.definitions import build_definitions
 from episode_pipeline.defs.asset_keys import EXTRACTED_FILES_KEY
-from episode_pipeline.defs.checks.sync import latest_sync_result, sync_summary
+from episode_pipeline.defs.checks.sync import latest_sync_result
 from episode_pipeline.defs.io_managers.s3_outputs import object_key
 from episode_pipeline.diagnosis import descriptions_of_checks, diagnose, format_diagnosis
 from episode_pipeline.episodes.extracted_files import VIDEO
 from episode_pipeline.episodes.keys import EpisodeRef, UnkeyableRow
+from episode_pipeline.episodes.sync_check import sync_summary
 from episode_pipeline.orchestration.event_log import latest_check_results
 from episode_pipeline.storage.bucket import Bucket
 from episode_pipeline.video.hls import PLAYLIST_NAME

@@ -3,9 +3,11 @@ episode's checks last ended. Assets, checks, the failure policy and the report a
 
 from __future__ import annotations
 
+from collections import defaultdict
 from typing import Any
 
 from dagster import (
+    AssetCheckEvaluation,
     AssetCheckKey,
     AssetKey,
     AssetRecordsFilter,
@@ -18,7 +20,9 @@ from episode_pipeline.dagster_compat import (
     PARTITION_NAME_TAG,
     AssetCheckExecutionRecord,
     AssetCheckExecutionRecordStatus,
+    PartitionKeyFilter,
 )
+from episode_pipeline.defs.asset_keys import HLS_RENDITIONS_KEY
 from episode_pipeline.orchestration.dagster_tables import check_executions
 
 
@@ -32,6 +36,18 @@ def latest_materialization_metadata(
     if not records or records[0].asset_materialization is None:
         return {}
     return {k: v.value for k, v in records[0].asset_materialization.metadata.items()}
+
+
+def recorded_sources(
+    instance: DagsterInstance, partition_key: str
+) -> dict[str, list[dict[str, Any]]]:
+    """The `sources` table of the latest `hls_renditions` materialization (the transcode's probe
+    of each mp4), by camera ({} when none)."""
+    metadata = latest_materialization_metadata(instance, HLS_RENDITIONS_KEY, partition_key)
+    rows: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for record in getattr(metadata.get("sources"), "records", None) or []:
+        rows[record.data["camera"]].append(dict(record.data))
+    return rows
 
 
 def latest_observation(
@@ -87,3 +103,22 @@ def latest_check_results(
         elif record.status == AssetCheckExecutionRecordStatus.FAILED:
             results[key.name] = False
     return results
+
+
+def latest_check_evaluation(
+    instance: DagsterInstance, check_key: AssetCheckKey, partition_key: str
+) -> dict[str, Any] | None:
+    """The check's newest evaluation of this partition as plain values: `passed`, `severity`
+    (its value) and `metadata` (None: never run)."""
+    latest = instance.event_log_storage.get_latest_asset_check_execution_by_key(
+        [check_key], partition_filter=PartitionKeyFilter(key=partition_key)
+    ).get(check_key)
+    event = latest.event if latest else None
+    evaluation = event.dagster_event.event_specific_data if event and event.dagster_event else None
+    if not isinstance(evaluation, AssetCheckEvaluation):
+        return None
+    return {
+        "passed": evaluation.passed,
+        "severity": evaluation.severity.value,
+        "metadata": {name: value.value for name, value in evaluation.metadata.items()},
+    }

@@ -6,13 +6,12 @@ The checks read what S3 holds now (playlists, segments, decoded frames); the sou
 """
 
 import tempfile
-from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from dagster import AssetCheckResult, AssetCheckSeverity, DagsterInstance, MetadataValue
+from dagster import AssetCheckResult, AssetCheckSeverity, MetadataValue
 
 from episode_pipeline.defs.asset_keys import HLS_RENDITIONS_KEY
 from episode_pipeline.defs.checks.family import (
@@ -24,7 +23,7 @@ from episode_pipeline.defs.metadata import table
 from episode_pipeline.defs.resources.s3 import S3BucketResource
 from episode_pipeline.episodes.extracted_files import ExtractedFiles, videos_by_camera
 from episode_pipeline.episodes.keys import parse_partition_key
-from episode_pipeline.orchestration.event_log import latest_materialization_metadata
+from episode_pipeline.orchestration.event_log import recorded_sources
 from episode_pipeline.runtime import metrics
 from episode_pipeline.video.stored import (
     StoredCamera,
@@ -39,17 +38,6 @@ CHECK_COLUMNS = [
     ("passed", "bool", "Whether this camera passed"),
     ("problems", "string", "What is wrong, naming the object"),
 ]
-
-
-def recorded_sources(
-    instance: DagsterInstance, partition_key: str
-) -> dict[str, list[dict[str, Any]]]:
-    """The `sources` table of the latest materialization, by camera ({} when none)."""
-    metadata = latest_materialization_metadata(instance, HLS_RENDITIONS_KEY, partition_key)
-    rows: dict[str, list[dict[str, Any]]] = defaultdict(list)
-    for record in getattr(metadata.get("sources"), "records", None) or []:
-        rows[record.data["camera"]].append(dict(record.data))
-    return rows
 
 
 def usable_sources(rows: list[dict[str, Any]]) -> list[SourceFacts]:
