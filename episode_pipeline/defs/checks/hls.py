@@ -1,15 +1,8 @@
 """The checks of `hls_renditions`, one row per camera so the UI shows which camera failed.
 
-The checks read what S3 holds now (playlists, segments, decoded frames); the sources' facts
-(size, rate, duration, frames) come from the probes the transcode recorded in the materialization
-(`sources`), since probing them again would download every mp4 a second time.
+What they conclude is `episodes/hls_checks.py`'s (from S3 now and the transcode's recorded
+probes); each check here loads the episode's cameras, asks for one verdict and shows it.
 """
-
-import tempfile
-from collections.abc import Callable
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
 
 from dagster import AssetCheckResult, AssetCheckSeverity, MetadataValue
 
@@ -21,17 +14,11 @@ from episode_pipeline.defs.checks.family import (
 )
 from episode_pipeline.defs.metadata import table
 from episode_pipeline.defs.resources.s3 import S3BucketResource
-from episode_pipeline.episodes.extracted_files import ExtractedFiles, videos_by_camera
+from episode_pipeline.episodes.extracted_files import ExtractedFiles
+from episode_pipeline.episodes.hls_checks import CameraVerdicts, CheckedCameras
 from episode_pipeline.episodes.keys import parse_partition_key
 from episode_pipeline.orchestration.event_log import recorded_sources
 from episode_pipeline.runtime import metrics
-from episode_pipeline.video.stored import (
-    StoredCamera,
-    decode_problems,
-    drift_problems,
-    playlist_problems,
-)
-from episode_pipeline.video.verify import SourceFacts
 
 CHECK_COLUMNS = [
     ("camera", "string", "Camera"),
@@ -40,55 +27,28 @@ CHECK_COLUMNS = [
 ]
 
 
-def usable_sources(rows: list[dict[str, Any]]) -> list[SourceFacts]:
-    fields = ("key", "width", "height", "fps", "frames", "seconds")
-    return [SourceFacts(**{f: row[f] for f in fields}) for row in rows if not row.get("error")]
+def load_cameras(
+    context: EpisodeCheckContext, extracted: ExtractedFiles, s3: S3BucketResource
+) -> CheckedCameras:
+    """The episode's cameras in S3 and the probes the transcode recorded of their sources."""
+    ref = parse_partition_key(context.partition_key)
+    bucket = s3.get_client()
+    recorded = recorded_sources(context.instance, context.partition_key)
+    return CheckedCameras.load(ref, extracted, bucket, recorded)
 
 
-@dataclass
-class CheckedCameras:
-    """What every HLS check starts from: the episode's cameras as S3 holds them now, and each
-    camera's usable sources as the transcode probed them."""
-
-    stored: dict[str, StoredCamera]
-    sources: dict[str, list[SourceFacts]]
-    recorded: dict[str, list[dict[str, Any]]]
-
-    @classmethod
-    def load(
-        cls,
-        context: EpisodeCheckContext,
-        extracted: ExtractedFiles,
-        s3: S3BucketResource,
-    ) -> "CheckedCameras":
-        ref = parse_partition_key(context.partition_key)
-        bucket = s3.get_client()
-        recorded = recorded_sources(context.instance, context.partition_key)
-        cameras = list(videos_by_camera(extracted))
-        return cls(
-            stored={c: StoredCamera(bucket, ref.hls_prefix(c)) for c in cameras},
-            sources={c: usable_sources(recorded.get(c, [])) for c in cameras},
-            recorded=recorded,
-        )
-
-    def result(self, problems_of: Callable[[str], list[str]]) -> AssetCheckResult:
-        """The check's result with a camera | passed | problems table (WARN for every HLS check:
-        an episode is processed despite a video error, so a bad stream flags it without blocking
-        it)."""
-        rows = []
-        for camera in self.stored:
-            problems = problems_of(camera)
-            rows.append({"camera": camera, "passed": not problems, "problems": "; ".join(problems)})
-        failing = [row["camera"] for row in rows if not row["passed"]]
-        return AssetCheckResult(
-            passed=not failing,
-            description=f"failing camera(s): {', '.join(failing)}" if failing else None,
-            metadata={
-                "cameras_checked": len(rows),
-                "failing_cameras": MetadataValue.json(failing),
-                "per_camera": table(CHECK_COLUMNS, rows),
-            },
-        )
+def camera_result(verdicts: CameraVerdicts) -> AssetCheckResult:
+    """The check's result with a camera | passed | problems table (WARN for every HLS check: an
+    episode is processed despite a video error, so a bad stream flags it without blocking it)."""
+    return AssetCheckResult(
+        passed=not verdicts.failing,
+        description=verdicts.description,
+        metadata={
+            "cameras_checked": len(verdicts.rows),
+            "failing_cameras": MetadataValue.json(verdicts.failing),
+            "per_camera": table(CHECK_COLUMNS, verdicts.rows),
+        },
+    )
 
 
 family = EpisodeCheckFamily("hls_renditions_checks", ins=EXTRACTED_FILES_INS)
@@ -104,18 +64,8 @@ family = EpisodeCheckFamily("hls_renditions_checks", ins=EXTRACTED_FILES_INS)
 def hls_sources_readable(
     context: EpisodeCheckContext, extracted_files: ExtractedFiles, s3: S3BucketResource
 ) -> AssetCheckResult:
-    checked = CheckedCameras.load(context, extracted_files, s3)
-    files = videos_by_camera(extracted_files)
-
-    def problems_of(camera: str) -> list[str]:
-        rows = {row["key"]: row for row in checked.recorded.get(camera, [])}
-        return [
-            rows[f.key]["error"] if f.key in rows else f"{f.key}: not probed (see the asset)"
-            for f in files[camera]
-            if f.key not in rows or rows[f.key].get("error")
-        ]
-
-    return checked.result(problems_of)
+    checked = load_cameras(context, extracted_files, s3)
+    return camera_result(checked.verdicts(checked.unreadable_sources))
 
 
 @family.check(
@@ -129,8 +79,8 @@ def hls_sources_readable(
 def hls_playlists_valid(
     context: EpisodeCheckContext, extracted_files: ExtractedFiles, s3: S3BucketResource
 ) -> AssetCheckResult:
-    checked = CheckedCameras.load(context, extracted_files, s3)
-    return checked.result(lambda c: playlist_problems(checked.stored[c], checked.sources[c]))
+    checked = load_cameras(context, extracted_files, s3)
+    return camera_result(checked.verdicts(checked.playlist_problems))
 
 
 @family.check(
@@ -142,13 +92,12 @@ def hls_playlists_valid(
 def hls_duration_matches_sources(
     context: EpisodeCheckContext, extracted_files: ExtractedFiles, s3: S3BucketResource
 ) -> AssetCheckResult:
-    checked = CheckedCameras.load(context, extracted_files, s3)
-    result = checked.result(lambda c: drift_problems(checked.stored[c], checked.sources[c]))
-    drifting = result.metadata["failing_cameras"].value if result.metadata else []
+    checked = load_cameras(context, extracted_files, s3)
+    verdicts = checked.verdicts(checked.drift_problems)
     metrics.Emitter.from_env().findings(
-        metrics.DRIFT_FINDINGS, len(drifting), context.partition_key, context.op.run.run_id
+        metrics.DRIFT_FINDINGS, len(verdicts.failing), context.partition_key, context.op.run.run_id
     )
-    return result
+    return camera_result(verdicts)
 
 
 @family.check(
@@ -161,11 +110,9 @@ def hls_duration_matches_sources(
 def hls_decodes_to_source_frames(
     context: EpisodeCheckContext, extracted_files: ExtractedFiles, s3: S3BucketResource
 ) -> AssetCheckResult:
-    checked = CheckedCameras.load(context, extracted_files, s3)
-    cameras = {c: (stored, checked.sources[c]) for c, stored in checked.stored.items()}
-    with tempfile.TemporaryDirectory(prefix="hls-decode-") as tmp:
-        problems = decode_problems(cameras, Path(tmp))
-    return checked.result(lambda c: problems[c])
+    checked = load_cameras(context, extracted_files, s3)
+    problems = checked.decode_problems()
+    return camera_result(checked.verdicts(lambda camera: problems[camera]))
 
 
 HLS_CHECKS = [family.definition()]
