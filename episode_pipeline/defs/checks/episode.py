@@ -7,7 +7,7 @@ from episode_pipeline.defs.asset_keys import EPISODE_KEY, EPISODE_METADATA_KEY
 from episode_pipeline.defs.checks.family import EpisodeCheckContext, EpisodeCheckFamily
 from episode_pipeline.defs.checks.queries import query_episode
 from episode_pipeline.defs.resources.database import PostgresResource
-from episode_pipeline.episodes.episode_rows import REQUIRED_KEYS
+from episode_pipeline.episodes.output_checks import missing_metadata_keys
 
 family = EpisodeCheckFamily("episode_rows_checks")
 
@@ -21,7 +21,7 @@ def metadata_keys_present(
     context: EpisodeCheckContext, postgres: PostgresResource
 ) -> AssetCheckResult:
     present = query_episode(context, postgres, episode_db.metadata_values)
-    missing = [key for key in REQUIRED_KEYS if key not in present]
+    missing = missing_metadata_keys(present)
     return AssetCheckResult(
         passed=not missing,
         metadata={"missing_keys": MetadataValue.json(missing), "keys_present": len(present)},

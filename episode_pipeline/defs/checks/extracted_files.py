@@ -10,6 +10,7 @@ from episode_pipeline.defs.checks.family import (
 )
 from episode_pipeline.defs.resources.s3 import S3BucketResource
 from episode_pipeline.episodes.extracted_files import ExtractedFiles
+from episode_pipeline.episodes.output_checks import object_problems
 
 family = EpisodeCheckFamily("extracted_files_checks", ins=EXTRACTED_FILES_INS)
 
@@ -23,14 +24,7 @@ family = EpisodeCheckFamily("extracted_files_checks", ins=EXTRACTED_FILES_INS)
 def processed_objects_exist(
     context: EpisodeCheckContext, extracted_files: ExtractedFiles, s3: S3BucketResource
 ) -> AssetCheckResult:
-    bucket = s3.get_client()
-    problems = []
-    for file in extracted_files.files:
-        head = bucket.head(file.key)
-        if head is None:
-            problems.append({"key": file.key, "problem": "missing"})
-        elif head.size != file.size:
-            problems.append({"key": file.key, "problem": f"size {head.size} != {file.size}"})
+    problems = object_problems(s3.get_client(), extracted_files.files)
     return AssetCheckResult(
         passed=not problems,
         metadata={

@@ -18,6 +18,7 @@ from episode_pipeline.defs.checks.queries import query_episode
 from episode_pipeline.defs.metadata import FILES_WITHOUT_STATE_METADATA, STATE_FEATURE_METADATA
 from episode_pipeline.defs.resources.database import PostgresResource
 from episode_pipeline.episodes.extracted_files import ExtractedFiles
+from episode_pipeline.episodes.output_checks import missing_state_features
 from episode_pipeline.orchestration.event_log import latest_materialization_metadata
 
 family = EpisodeCheckFamily("frames_checks", ins=EXTRACTED_FILES_INS)
@@ -99,7 +100,7 @@ def frames_state_present(context: EpisodeCheckContext) -> AssetCheckResult:
     missing = metadata.get(FILES_WITHOUT_STATE_METADATA) or []
     return AssetCheckResult(
         passed=bool(metadata) and not missing,
-        description="; ".join(sorted({item["missing"] for item in missing})) or None,
+        description=missing_state_features(missing),
         metadata={
             "state_feature": metadata.get(STATE_FEATURE_METADATA) or "(not materialized)",
             "files_without_state": MetadataValue.json(missing),
