@@ -37,7 +37,7 @@ from dagster import AssetRecordsFilter, DagsterInstance, DagsterRunStatus, RunsF
 from episode_pipeline.config.settings import HealthSettings, Settings
 from episode_pipeline.dagster_compat import InstigatorSelector, TickStatus
 from episode_pipeline.defs.asset_keys import EPISODE_KEY
-from episode_pipeline.defs.assets.episode import UPLOAD_TO_PROCESSED_METADATA
+from episode_pipeline.episodes.processed import UPLOAD_TO_PROCESSED_METADATA
 from episode_pipeline.instance.run_tags import CAMPAIGN_TAG, EPISODE_JOB_NAME
 from episode_pipeline.orchestration.failures import failure_cause, was_processing
 from episode_pipeline.uploads.upload_queue import UploadQueue

@@ -4,7 +4,7 @@ The rule is `lerobot/sync.py` (docs/sync.md); this module gathers its inputs, al
 steps that already read the sources: the rows' timing the `frames` step recorded (fed while the
 data parquets streamed), each mp4's probe the transcode recorded, and for v3.0 the episodes table
 (`meta/episodes/*.parquet`, a small file). Nothing is decoded again. The check
-(`defs/checks/sync.py`) and the timeline (`defs/assets/timeline.py`) start from the same facts.
+(`defs/checks/sync.py`) and the timeline (`episodes/timeline_writer.py`) start from the same facts.
 """
 
 from __future__ import annotations
@@ -98,7 +98,7 @@ def read_episodes_table(
 class SyncInputs:
     """What the sync rule reads about one episode, gathered from the records of the steps that
     already read the sources (and, for v3.0, the episodes table): the check and the timeline
-    (`defs/assets/timeline.py`) start from the same facts."""
+    (`episodes/timeline_writer.py`) start from the same facts."""
 
     codebase_version: str | None
     fps: float | None

@@ -38,6 +38,11 @@ def latest_materialization_metadata(
     return {k: v.value for k, v in records[0].asset_materialization.metadata.items()}
 
 
+def table_rows(metadata: dict[str, Any], name: str) -> list[dict[str, Any]]:
+    """The rows of a table entry of recorded metadata, as dicts ([] when there is none)."""
+    return [dict(r.data) for r in getattr(metadata.get(name), "records", None) or []]
+
+
 def recorded_sources(
     instance: DagsterInstance, partition_key: str
 ) -> dict[str, list[dict[str, Any]]]:
@@ -45,8 +50,8 @@ def recorded_sources(
     of each mp4), by camera ({} when none)."""
     metadata = latest_materialization_metadata(instance, HLS_RENDITIONS_KEY, partition_key)
     rows: dict[str, list[dict[str, Any]]] = defaultdict(list)
-    for record in getattr(metadata.get("sources"), "records", None) or []:
-        rows[record.data["camera"]].append(dict(record.data))
+    for row in table_rows(metadata, "sources"):
+        rows[row["camera"]].append(row)
     return rows
 
 
@@ -105,14 +110,21 @@ def latest_check_results(
     return results
 
 
+def _latest_check_execution(
+    instance: DagsterInstance, check_key: AssetCheckKey, partition_key: str
+) -> AssetCheckExecutionRecord | None:
+    """The check's newest execution of this partition (None: never run)."""
+    return instance.event_log_storage.get_latest_asset_check_execution_by_key(
+        [check_key], partition_filter=PartitionKeyFilter(key=partition_key)
+    ).get(check_key)
+
+
 def latest_check_evaluation(
     instance: DagsterInstance, check_key: AssetCheckKey, partition_key: str
 ) -> dict[str, Any] | None:
     """The check's newest evaluation of this partition as plain values: `passed`, `severity`
     (its value) and `metadata` (None: never run)."""
-    latest = instance.event_log_storage.get_latest_asset_check_execution_by_key(
-        [check_key], partition_filter=PartitionKeyFilter(key=partition_key)
-    ).get(check_key)
+    latest = _latest_check_execution(instance, check_key, partition_key)
     event = latest.event if latest else None
     evaluation = event.dagster_event.event_specific_data if event and event.dagster_event else None
     if not isinstance(evaluation, AssetCheckEvaluation):
@@ -122,3 +134,17 @@ def latest_check_evaluation(
         "severity": evaluation.severity.value,
         "metadata": {name: value.value for name, value in evaluation.metadata.items()},
     }
+
+
+def check_findings_in_run(
+    instance: DagsterInstance, check_key: AssetCheckKey, partition_key: str, run_id: str
+) -> int | None:
+    """The check's `findings` if it already ran in this run (None: not yet, or not here)."""
+    latest = _latest_check_execution(instance, check_key, partition_key)
+    if latest is None or latest.run_id != run_id or latest.event is None:
+        return None
+    evaluation = (
+        latest.event.dagster_event.event_specific_data if latest.event.dagster_event else None
+    )
+    findings = getattr(evaluation, "metadata", {}).get("findings")
+    return len(findings.value) if findings is not None else None

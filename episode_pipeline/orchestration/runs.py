@@ -38,6 +38,12 @@ def claim_upload(instance: DagsterInstance, run: DagsterRun, upload: str) -> str
     return started_for if started_for != upload else None
 
 
+def run_start_time(instance: DagsterInstance, run_id: str) -> float | None:
+    """When the run started (epoch seconds), None when its record has no start."""
+    record = instance.get_run_record_by_id(run_id)
+    return record.start_time if record else None
+
+
 def latest_runs_of_uploads(
     instance: DagsterInstance, uploads: Iterable[str]
 ) -> dict[str, DagsterRun]:

@@ -5,6 +5,7 @@ Its facts are the ones the other steps recorded, read back, nothing decoded agai
 outputs and their sources' places in each stream (`hls_renditions` metadata), the sync rule's
 placements and findings over the same inputs as the `video_frames_in_sync` check, and the state
 and action of every row, read from the data parquets with the `frames` step's own column rule.
+The `episode` asset reads the recorded facts from Dagster's instance and passes them in.
 """
 
 from __future__ import annotations
@@ -15,12 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from dagster import DagsterInstance
-
-from episode_pipeline.defs.asset_keys import HLS_RENDITIONS_KEY
-from episode_pipeline.defs.checks.sync import gather_sync_inputs
 from episode_pipeline.episodes.extracted_files import ExtractedFiles
 from episode_pipeline.episodes.keys import EpisodeRef
+from episode_pipeline.episodes.sync_check import SyncInputs
 from episode_pipeline.episodes.timeline import (
     TIMELINE_NAME,
     CameraSource,
@@ -32,7 +30,6 @@ from episode_pipeline.episodes.timeline import (
 from episode_pipeline.lerobot.features import features_from_info
 from episode_pipeline.lerobot.frames import BATCH_ROWS, FrameDataError, open_frame_file
 from episode_pipeline.lerobot.sync import place_episodes
-from episode_pipeline.orchestration.event_log import latest_materialization_metadata
 from episode_pipeline.storage.bucket import Bucket
 from episode_pipeline.video.storyboard import STORYBOARD_VTT
 
@@ -46,19 +43,18 @@ class WrittenTimeline:
     skipped_files: list[str]  # data files that could not be read (frames skipped them too)
 
 
-def _records(metadata: dict[str, Any], name: str) -> list[dict[str, Any]]:
-    return [dict(r.data) for r in getattr(metadata.get(name), "records", None) or []]
-
-
-def camera_tracks(metadata: dict[str, Any], ref: EpisodeRef) -> list[CameraTrack]:
-    """Every camera of the latest `hls_renditions` materialization, keys relative to
-    processed/ (the viewer resolves them), sources with their places in the stream."""
+def camera_tracks(
+    camera_rows: list[dict[str, Any]], source_rows: list[dict[str, Any]], ref: EpisodeRef
+) -> list[CameraTrack]:
+    """Every camera of the latest `hls_renditions` materialization (its `per_camera` and
+    `sources` tables' rows), keys relative to processed/ (the viewer resolves them), sources
+    with their places in the stream."""
 
     def relative(key: str | None) -> str | None:
         return key.removeprefix(ref.processed_prefix) if key else None
 
     sources: dict[str, list[CameraSource]] = {}
-    for row in _records(metadata, "sources"):
+    for row in source_rows:
         sources.setdefault(row["camera"], []).append(
             CameraSource(
                 key=row["key"],
@@ -69,7 +65,7 @@ def camera_tracks(metadata: dict[str, Any], ref: EpisodeRef) -> list[CameraTrack
             )
         )
     tracks = []
-    for row in _records(metadata, "per_camera"):
+    for row in camera_rows:
         board = row.get("storyboard")
         storyboard = None
         if board:
@@ -124,16 +120,17 @@ def collect_series(
 
 
 def write_timeline(
-    instance: DagsterInstance,
-    partition: str,
     ref: EpisodeRef,
     extracted: ExtractedFiles,
     bucket: Bucket,
+    hls_cameras: list[dict[str, Any]],
+    hls_sources: list[dict[str, Any]],
+    inputs: SyncInputs | None,
 ) -> WrittenTimeline:
     """Build the episode's timeline from the recorded facts and put it at
-    `processed/timeline.json`."""
-    hls = latest_materialization_metadata(instance, HLS_RENDITIONS_KEY, partition)
-    inputs = gather_sync_inputs(instance, partition, extracted, bucket)
+    `processed/timeline.json`: the `hls_renditions` materialization's `per_camera` and `sources`
+    rows, and the sync rule's inputs (None: no `frames` materialization recorded the rows'
+    timing)."""
     collector, skipped, names = collect_series(bucket, extracted)
     placements: dict = {}
     located: list = []
@@ -156,7 +153,7 @@ def write_timeline(
         fps=fps,
         codebase_version=extracted.dataset_info().codebase_version,
         series=collector.series(),
-        cameras=camera_tracks(hls, ref),
+        cameras=camera_tracks(hls_cameras, hls_sources, ref),
         placements=placements,
         findings=located,
         names=names,
