@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from episode_pipeline.defs.assets.hls_tables import (
+from episode_pipeline.episodes.hls_tables import (
     INLINE_MARKDOWN_CHARACTERS,
     source_rows,
     storyboard_markdown,

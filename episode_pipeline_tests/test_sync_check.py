@@ -16,8 +16,8 @@ import av
 import pytest
 
 from episode_pipeline.cli import main
-from episode_pipeline.defs.assets.hls_tables import STORYBOARD_METADATA_PREFIX
 from episode_pipeline.defs.checks.sync import CHECK_NAME
+from episode_pipeline.episodes.hls_tables import STORYBOARD_METADATA_PREFIX
 from episode_pipeline.episodes.keys import EpisodeRef
 from episode_pipeline.local.upload import upload_episode
 from episode_pipeline.report import format_reports

@@ -16,7 +16,7 @@ from collections.abc import Collection, Iterable, Mapping
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
-from episode_pipeline.config.settings import S3Deadlines, VideoSettings
+from episode_pipeline.config.settings import SUBPROCESS, S3Deadlines, VideoSettings
 from episode_pipeline.storage.aws import aws_fault
 from episode_pipeline.video.hls import SEGMENT_SECONDS
 from episode_pipeline.video.playlist import PlaylistError
@@ -386,3 +386,17 @@ def find_results(messages: list[Any]) -> dict[str, TranscodeResult]:
             result = TranscodeResult.from_message(message)
             found[result.camera] = result
     return found
+
+
+@dataclass
+class TranscodeOutcome:
+    """Each reported camera's result, and why the process failed (None when it did not): always
+    an infrastructure error, with the AWS code and Retry-After when ECS or CloudWatch refused."""
+
+    results: dict[str, TranscodeResult] = field(default_factory=dict)
+    error: str | None = None
+    error_code: str | None = None
+    retry_after_seconds: float | None = None
+    deadline_seconds: float = 0.0
+    task_size: TaskSize | None = None  # ECS only
+    mode: str = SUBPROCESS

@@ -23,6 +23,7 @@ as one stream.
 """
 
 import time
+from collections.abc import Mapping
 from typing import Any
 
 from dagster import (
@@ -35,7 +36,12 @@ from dagster import (
 )
 
 from episode_pipeline.defs.asset_keys import EXTRACTED_FILES_KEY
-from episode_pipeline.defs.assets.hls_tables import (
+from episode_pipeline.defs.metadata import bucket_links, materialized, table
+from episode_pipeline.defs.partitions import SERVING, episode_asset
+from episode_pipeline.defs.resources.s3 import S3BucketResource
+from episode_pipeline.defs.resources.transcoder import HlsTranscoder
+from episode_pipeline.episodes.extracted_files import ExtractedFiles, videos_by_camera
+from episode_pipeline.episodes.hls_tables import (
     CAMERA_COLUMNS,
     RENDITION_COLUMNS,
     SOURCE_COLUMNS,
@@ -46,26 +52,17 @@ from episode_pipeline.defs.assets.hls_tables import (
     source_rows,
     storyboard_markdown,
 )
-from episode_pipeline.defs.metadata import bucket_links, materialized, table
-from episode_pipeline.defs.partitions import SERVING, episode_asset
-from episode_pipeline.defs.resources.s3 import S3BucketResource
-from episode_pipeline.defs.resources.transcoder import HlsTranscoder, TranscodeOutcome
-from episode_pipeline.episodes.extracted_files import (
-    ExtractedFiles,
-    ProcessedFile,
-    videos_by_camera,
-)
 from episode_pipeline.episodes.keys import EpisodeRef, parse_partition_key
-from episode_pipeline.instance.run_tags import ECS_CPU_TAG, ECS_MEMORY_TAG
-from episode_pipeline.storage.aws import aws_fault
-from episode_pipeline.storage.bucket import Bucket
-from episode_pipeline.transcode.job import (
-    INFRASTRUCTURE,
-    CameraJob,
-    FailedVideo,
-    TranscodeResult,
-    retry_wait,
+from episode_pipeline.episodes.renditions import (
+    camera_jobs,
+    episode_seconds,
+    failed_video_rows,
+    settle_transcode,
 )
+from episode_pipeline.instance.run_tags import ECS_CPU_TAG, ECS_MEMORY_TAG
+from episode_pipeline.storage.bucket import Bucket
+from episode_pipeline.storage.links import BucketLinks
+from episode_pipeline.transcode.job import TranscodeOutcome, TranscodeResult, retry_wait
 
 
 class StorageUnavailable(Failure):
@@ -75,45 +72,6 @@ class StorageUnavailable(Failure):
 class TranscodeInterrupted(Failure):
     """The transcode's last try failed because its process died, was stopped or ran late, or
     ECS would not start its task (throttled, no capacity)."""
-
-
-def stale_cameras(bucket: Bucket, ref: EpisodeRef, cameras: set[str]) -> set[str]:
-    """Camera folders under `hls/` that this upload no longer has (a re-upload dropped them)."""
-    root = ref.hls_root
-    found = {key[len(root) :].split("/", 1)[0] for key in bucket.list_keys(root)}
-    return {camera for camera in found if camera and camera not in cameras}
-
-
-def episode_seconds(extracted: ExtractedFiles) -> float | None:
-    """The episode's length by its info.json, to size the transcode's deadline (None: unknown)."""
-    try:
-        return extracted.dataset_info().duration_seconds
-    except ValueError:
-        return None
-
-
-def infrastructure_failures(
-    cameras: list[str], outcome: TranscodeOutcome
-) -> tuple[list[TranscodeResult], list[str]]:
-    """The reported results, one per camera, and the infrastructure failures among them: a camera
-    that reported one, and a camera not reported at all (the process died, was stopped or ran past
-    the transcode's deadline), which carries the process's error."""
-    results, causes = [], []
-    for camera in cameras:
-        result = outcome.results.get(camera)
-        if result is None:
-            result = TranscodeResult(
-                camera=camera,
-                playlist_key=None,
-                error=f"transcode failed: {outcome.error or 'not reported'}",
-                error_kind=INFRASTRUCTURE,
-                error_code=outcome.error_code,
-                retry_after_seconds=outcome.retry_after_seconds,
-            )
-        results.append(result)
-        if result.infrastructure_failed:
-            causes.append(result)
-    return results, [f"camera {r.camera}: {r.error}" for r in causes]
 
 
 def retry_or_fail(
@@ -142,17 +100,6 @@ def retry_or_fail(
     return RetryRequested(max_retries=transcoder.step_retries, seconds_to_wait=wait)
 
 
-def failed_videos(result: TranscodeResult, files: list[ProcessedFile]) -> list[FailedVideo]:
-    """The camera's mp4s that made no video: those left out, and all the others when the
-    camera as a whole failed."""
-    left_out = {f.key for f in result.failed}
-    if result.error is None:
-        return result.failed
-    return result.failed + [
-        FailedVideo(f.key, result.error) for f in files if f.key not in left_out
-    ]
-
-
 @episode_asset(
     kinds={"ffmpeg", "s3"},
     tags=SERVING,
@@ -179,14 +126,8 @@ def hls_renditions(
     bucket = s3.get_client()
     links = bucket_links(s3)
     cameras = videos_by_camera(extracted_files)
-    job = transcoder.job(
-        bucket.name,
-        [
-            CameraJob(camera=c, sources=[f.key for f in files], output_prefix=ref.hls_prefix(c))
-            for c, files in cameras.items()
-        ],
-        bucket.deadlines,  # the run's own S3 deadlines, for the transcode's client
-    )
+    # The run's own S3 deadlines, for the transcode's client.
+    job = transcoder.job(bucket.name, camera_jobs(ref, cameras), bucket.deadlines)
     started = time.monotonic()
     outcome = (
         transcoder.transcode(context, job, episode_seconds(extracted_files))
@@ -196,43 +137,45 @@ def hls_renditions(
     transcode_seconds = time.monotonic() - started
     if outcome.error:
         context.log.error(f"transcode: {outcome.error}")
-    results, causes = infrastructure_failures(list(cameras), outcome)
-    stale_fault = None
-    if not causes:
-        try:  # last, once every camera of this upload is up: the cameras it no longer has
-            for camera in sorted(stale_cameras(bucket, ref, set(cameras))):
-                removed = bucket.delete_prefix(ref.hls_prefix(camera))
-                context.log.info(
-                    f"removed {removed} stale object(s) of camera {camera} (no longer uploaded)"
-                )
-        except Exception as error:
-            fault = aws_fault(error)
-            if fault is None:
-                raise
-            causes.append(f"removing stale cameras under {bucket.uri(ref.hls_root)}: {error}")
-            stale_fault = fault
-    if causes:
-        failing = [r for r in results if r.infrastructure_failed]
-        waits = [r.retry_after_seconds for r in failing] + [outcome.retry_after_seconds]
-        if stale_fault is not None:
-            waits.append(stale_fault.retry_after_seconds)
-        # S3 failing in the transcode (a camera's own report) or here; else the process or ECS.
-        reported = [r for r in failing if r.camera in outcome.results]
+    settled = settle_transcode(bucket, ref, cameras, outcome, context.log)
+    if settled.causes:
         raise retry_or_fail(
             context,
             transcoder,
-            causes,
-            storage=any(r.error_code for r in reported) or stale_fault is not None,
-            retry_after=max((w for w in waits if w is not None), default=None),
+            settled.causes,
+            storage=settled.storage,
+            retry_after=settled.retry_after,
         )
-    failed = []
-    for result in results:
-        for item in failed_videos(result, cameras[result.camera]):
-            context.log.warning(f"camera {result.camera}: {item.error}")
-            failed.append({"camera": result.camera, "key": item.key, "error": item.error})
+    failed = failed_video_rows(settled.results, cameras, context.log)
+    return materialized(
+        context,
+        materialization_metadata(
+            ref,
+            bucket,
+            links,
+            settled.results,
+            outcome,
+            transcode_seconds,
+            failed,
+            context.run.tags,
+        ),
+    )
 
+
+def materialization_metadata(
+    ref: EpisodeRef,
+    bucket: Bucket,
+    links: BucketLinks,
+    results: list[TranscodeResult],
+    outcome: TranscodeOutcome,
+    transcode_seconds: float,
+    failed: list[dict[str, Any]],
+    run_tags: Mapping[str, str],
+) -> dict[str, Any]:
+    """What the materialization shows: the cameras' tables, posters and storyboards, the
+    transcode's figures (the sync check and the timeline read the `sources` table back)."""
     metadata: dict[str, Any] = {
-        "cameras": ", ".join(cameras) or "(none)",
+        "cameras": ", ".join(r.camera for r in results) or "(none)",
         "playlists": MetadataValue.json([r.playlist_key for r in results if r.playlist_key]),
         "masters": MetadataValue.json([r.master_key for r in results if r.master_key]),
         "per_camera": table(CAMERA_COLUMNS, [camera_row(r) for r in results]),
@@ -255,11 +198,10 @@ def hls_renditions(
         metadata["transcode_task"] = (
             f"{outcome.task_size.vcpus} vCPU / {outcome.task_size.memory} MiB"
         )
-    if ECS_CPU_TAG in context.run.tags:  # the run's own task, sized by the uploads sensor
+    if ECS_CPU_TAG in run_tags:  # the run's own task, sized by the uploads sensor
         metadata["run_task"] = (
-            f"{int(context.run.tags[ECS_CPU_TAG]) / 1024:g} vCPU / "
-            f"{context.run.tags.get(ECS_MEMORY_TAG)} MiB"
+            f"{int(run_tags[ECS_CPU_TAG]) / 1024:g} vCPU / {run_tags.get(ECS_MEMORY_TAG)} MiB"
         )
     if outcome.error:
         metadata["transcode_error"] = outcome.error
-    return materialized(context, metadata)
+    return metadata

@@ -30,7 +30,6 @@ import subprocess
 import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import botocore.exceptions
@@ -56,7 +55,7 @@ from episode_pipeline.storage.aws import aws_client, aws_fault
 from episode_pipeline.transcode.job import (
     TaskSize,
     TranscodeJob,
-    TranscodeResult,
+    TranscodeOutcome,
     find_results,
     step_deadline,
     task_size,
@@ -121,20 +120,6 @@ class TranscodeFailed(RuntimeError):
 
 class TranscodeDeadlineExceeded(TranscodeFailed):
     """The whole transcode ran past its deadline: the subprocess was killed or the task stopped."""
-
-
-@dataclass
-class TranscodeOutcome:
-    """Each reported camera's result, and why the process failed (None when it did not): always
-    an infrastructure error, with the AWS code and Retry-After when ECS or CloudWatch refused."""
-
-    results: dict[str, TranscodeResult] = field(default_factory=dict)
-    error: str | None = None
-    error_code: str | None = None
-    retry_after_seconds: float | None = None
-    deadline_seconds: float = 0.0
-    task_size: TaskSize | None = None  # ECS only
-    mode: str = SUBPROCESS
 
 
 _TRANSCODE = SettingsFields(TranscodeSettings)
