@@ -4,6 +4,7 @@ adds. The tags and run keys these read are `instance/run_tags.py`'s.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -19,7 +20,12 @@ from dagster import (
 
 from episode_pipeline.defs.partitions import EPISODES_PARTITION_NAME, episode_partitions
 from episode_pipeline.episodes.keys import EpisodeRef
-from episode_pipeline.instance.run_tags import IN_FLIGHT_STATUSES, PARTITION_TAG, UPLOAD_TAG
+from episode_pipeline.instance.run_tags import (
+    IN_FLIGHT_STATUSES,
+    PARTITION_TAG,
+    UPLOAD_TAG,
+    upload_id,
+)
 
 
 def claim_upload(instance: DagsterInstance, run: DagsterRun, upload: str) -> str | None:
@@ -36,6 +42,25 @@ def claim_upload(instance: DagsterInstance, run: DagsterRun, upload: str) -> str
         instance.add_run_tags(run.run_id, {UPLOAD_TAG: upload})
         return None
     return started_for if started_for != upload else None
+
+
+def count_as_the_uploads_run(
+    instance: DagsterInstance,
+    run: DagsterRun,
+    partition_key: str,
+    version: str,
+    log: logging.Logger,
+) -> None:
+    """One successful run per object version, however it was run: this run is the upload's."""
+    upload = upload_id(partition_key, version)
+    started_for = claim_upload(instance, run, upload)
+    if started_for is not None:
+        log.info(f"run started for upload {started_for} reads {upload}, uploaded since")
+    else:
+        log.info(
+            f"this run is upload {upload}'s: its queue message is deleted once the run succeeds, "
+            "not run again"
+        )
 
 
 def run_start_time(instance: DagsterInstance, run_id: str) -> float | None:

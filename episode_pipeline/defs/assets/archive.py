@@ -24,12 +24,7 @@ from dagster import (
     observable_source_asset,
 )
 
-# Provenance tags: Dagster's own names (1.13.27 pinned) for "made from this event of that input".
-from episode_pipeline.dagster_compat import (
-    create_external_asset_from_source_asset,
-    get_input_data_version_tag,
-    get_input_event_pointer_tag,
-)
+from episode_pipeline.dagster_compat import create_external_asset_from_source_asset
 from episode_pipeline.db.episodes import mark_processing
 from episode_pipeline.defs.asset_keys import RAW_ARCHIVE_KEY
 from episode_pipeline.defs.metadata import bucket_links, on_materialization, table
@@ -51,11 +46,10 @@ from episode_pipeline.episodes.extraction import (
     find_archive,
     latest_archive_versions,
 )
-from episode_pipeline.episodes.keys import parse_partition_key
-from episode_pipeline.instance.run_tags import upload_id
-from episode_pipeline.orchestration.archive_versions import archive_observation
-from episode_pipeline.orchestration.event_log import latest_observation
-from episode_pipeline.orchestration.runs import claim_upload
+from episode_pipeline.episodes.keys import EpisodeRef, parse_partition_key
+from episode_pipeline.orchestration.archive_versions import archive_provenance
+from episode_pipeline.orchestration.runs import count_as_the_uploads_run
+from episode_pipeline.storage.bucket import Bucket
 from episode_pipeline.storage.links import BucketLinks
 
 # Bump when the same upload would give other processed files or another `ExtractedFiles`
@@ -84,39 +78,6 @@ def _archive_metadata(archive: ArchiveObject, links: BucketLinks) -> dict[str, A
         "link": MetadataValue.url(links.object(archive.key)),
         "dagster/uri": f"s3://{archive.bucket}/{archive.key}",
     }
-
-
-def archive_provenance(
-    context: AssetExecutionContext, archive: ArchiveObject, links: BucketLinks
-) -> dict[str, str]:
-    """Output tags tying this extraction to the observation of exactly the bytes it reads."""
-    record = latest_observation(context.instance, RAW_ARCHIVE_KEY, context.partition_key)
-    observed = record.asset_observation if record else None
-    if observed is None or observed.data_version != archive.etag:
-        context.log_event(
-            archive_observation(
-                context.partition_key, archive.etag, _archive_metadata(archive, links)
-            )
-        )
-        record = latest_observation(context.instance, RAW_ARCHIVE_KEY, context.partition_key)
-        assert record is not None, "the observation just logged is stored synchronously"
-    return {
-        get_input_event_pointer_tag(RAW_ARCHIVE_KEY): str(record.storage_id),
-        get_input_data_version_tag(RAW_ARCHIVE_KEY): archive.etag,
-    }
-
-
-def _count_as_the_uploads_run(context: AssetExecutionContext, archive: ArchiveObject) -> None:
-    """One successful run per object version, however it was run: this run is the upload's."""
-    upload = upload_id(context.partition_key, archive.version)
-    started_for = claim_upload(context.instance, context.run, upload)
-    if started_for is not None:
-        context.log.info(f"run started for upload {started_for} reads {upload}, uploaded since")
-    else:
-        context.log.info(
-            f"this run is upload {upload}'s: its queue message is deleted once the run succeeds, "
-            "not run again"
-        )
 
 
 @observable_source_asset(
@@ -172,42 +133,22 @@ def extracted_files(
     bucket = s3.get_client()
     links = bucket_links(s3)
     archive = find_archive(bucket, ref)
-    _count_as_the_uploads_run(context, archive)
-    provenance = archive_provenance(context, archive, links)
+    count_as_the_uploads_run(
+        context.instance, context.run, context.partition_key, archive.version, context.log
+    )
+    provenance = archive_provenance(
+        context.instance,
+        context.partition_key,
+        archive.etag,
+        _archive_metadata(archive, links),
+        context.log_event,
+    )
     with postgres.transaction() as conn:
         mark_processing(conn, postgres.database_schema(), ref)
     extracted = extract_archive(
         bucket, ref, archive, log=context.log, limits=archive_limits.get_limits()
     )
-    on_materialization(
-        context,
-        {
-            "archive": MetadataValue.url(links.object(archive.key)),
-            "archive_etag": archive.etag,
-            "processed_prefix": MetadataValue.url(links.folder(ref.processed_prefix)),
-            "dagster/uri": bucket.uri(ref.processed_prefix),
-            "files_uploaded": len(extracted.files),
-            "bytes_extracted": extracted.bytes_extracted,
-            "cameras": ", ".join(extracted.cameras) or "(none)",
-            "files": table(
-                FILES_COLUMNS,
-                (
-                    {
-                        "path": f.path,
-                        "kind": f.kind,
-                        "camera": f.camera,
-                        "rows": f.rows,
-                        "size_bytes": f.size,
-                    }
-                    for f in extracted.files
-                ),
-            ),
-            "skipped_files": table(
-                SKIPPED_COLUMNS,
-                ({"path": s.path, "reason": s.reason} for s in extracted.skipped),
-            ),
-        },
-    )
+    on_materialization(context, _extraction_metadata(ref, bucket, links, archive, extracted))
     return Output(
         extracted,
         # The same upload extracted by the same code gives the same files: downstream assets
@@ -215,3 +156,39 @@ def extracted_files(
         data_version=DataVersion(f"{archive.etag}@{EXTRACTED_FILES_CODE_VERSION}"),
         tags=provenance,
     )
+
+
+def _extraction_metadata(
+    ref: EpisodeRef,
+    bucket: Bucket,
+    links: BucketLinks,
+    archive: ArchiveObject,
+    extracted: ExtractedFiles,
+) -> dict[str, Any]:
+    """What the materialization shows: the archive, where its files went, what was skipped."""
+    return {
+        "archive": MetadataValue.url(links.object(archive.key)),
+        "archive_etag": archive.etag,
+        "processed_prefix": MetadataValue.url(links.folder(ref.processed_prefix)),
+        "dagster/uri": bucket.uri(ref.processed_prefix),
+        "files_uploaded": len(extracted.files),
+        "bytes_extracted": extracted.bytes_extracted,
+        "cameras": ", ".join(extracted.cameras) or "(none)",
+        "files": table(
+            FILES_COLUMNS,
+            (
+                {
+                    "path": f.path,
+                    "kind": f.kind,
+                    "camera": f.camera,
+                    "rows": f.rows,
+                    "size_bytes": f.size,
+                }
+                for f in extracted.files
+            ),
+        ),
+        "skipped_files": table(
+            SKIPPED_COLUMNS,
+            ({"path": s.path, "reason": s.reason} for s in extracted.skipped),
+        ),
+    }
