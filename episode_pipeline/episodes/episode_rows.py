@@ -1,4 +1,5 @@
-"""What the pipeline writes to `episode_metadata`, `entity_versions` and the episode row (pure).
+"""What the pipeline writes to `episode_metadata`, `entity_versions` and the episode row (pure,
+but for `metadata_items`, which reads the upload's task table from S3).
 
 See docs/contract.md#episode-columns and #episode-metadata.
 """
@@ -8,7 +9,10 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from episode_pipeline.episodes.extracted_files import ExtractedFiles
 from episode_pipeline.lerobot.info import DatasetInfo
+from episode_pipeline.lerobot.tasks import first_task
+from episode_pipeline.storage.bucket import Bucket
 
 EDITABLE = "editable"
 NON_EDITABLE = "non_editable"
@@ -52,6 +56,20 @@ def episode_metadata_items(
     items = [MetadataItem(key, value, NON_EDITABLE) for key, value in facts.items()]
     items += [MetadataItem(key, value, EDITABLE) for key, value in PLACEHOLDERS.items()]
     return items
+
+
+def metadata_items(
+    extracted: ExtractedFiles, bucket: Bucket
+) -> tuple[str | None, list[MetadataItem]]:
+    """The episode's first task (its title), and its metadata list."""
+    info = extracted.dataset_info()
+    title = None
+    if extracted.tasks_key:
+        title = first_task(bucket.get_bytes(extracted.tasks_key), path=extracted.tasks_key)
+    items = episode_metadata_items(
+        first_task=title, robot_type=info.robot_type, codebase_version=info.codebase_version
+    )
+    return title, items
 
 
 def entity_version_data(items: list[MetadataItem]) -> list[dict[str, Any]]:

@@ -8,11 +8,9 @@ from episode_pipeline.defs.metadata import materialized, table, table_schema
 from episode_pipeline.defs.partitions import SERVING, episode_asset
 from episode_pipeline.defs.resources.database import PostgresResource
 from episode_pipeline.defs.resources.s3 import S3BucketResource
-from episode_pipeline.episodes.episode_rows import MetadataItem, episode_metadata_items
+from episode_pipeline.episodes.episode_rows import metadata_items
 from episode_pipeline.episodes.extracted_files import ExtractedFiles
-from episode_pipeline.episodes.keys import EpisodeRef, parse_partition_key
-from episode_pipeline.lerobot.tasks import first_task
-from episode_pipeline.storage.bucket import Bucket
+from episode_pipeline.episodes.keys import parse_partition_key
 
 VALUES_COLUMNS = [
     ("meta_key", "text", "The key the application reads"),
@@ -48,7 +46,10 @@ def episode_metadata(
     # docs/contract.md#failure-semantics: any failure here is recorded, never raised.
     try:
         ref = parse_partition_key(context.partition_key)
-        title, items = write_metadata(extracted_files, s3.get_client(), postgres, ref)
+        title, items = metadata_items(extracted_files, s3.get_client())
+        # The keys and version 1 in one transaction.
+        with postgres.transaction() as conn:
+            replace_metadata(conn, postgres.database_schema(), ref, items)
     except Exception as error:
         message = f"{type(error).__name__}: {error}"
         context.log.error(f"episode {context.partition_key}: metadata not written: {message}")
@@ -68,19 +69,3 @@ def episode_metadata(
             "dagster/row_count": len(items),
         },
     )
-
-
-def write_metadata(
-    extracted: ExtractedFiles, bucket: Bucket, postgres: PostgresResource, ref: EpisodeRef
-) -> tuple[str | None, list[MetadataItem]]:
-    """Read the first task, then replace the episode's keys and version 1 in one transaction."""
-    info = extracted.dataset_info()
-    title = None
-    if extracted.tasks_key:
-        title = first_task(bucket.get_bytes(extracted.tasks_key), path=extracted.tasks_key)
-    items = episode_metadata_items(
-        first_task=title, robot_type=info.robot_type, codebase_version=info.codebase_version
-    )
-    with postgres.transaction() as conn:
-        replace_metadata(conn, postgres.database_schema(), ref, items)
-    return title, items
