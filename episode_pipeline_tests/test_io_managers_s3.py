@@ -12,10 +12,10 @@ import pytest
 from dagster import DagsterInstance, DynamicPartitionsDefinition, asset, materialize
 
 from episode_pipeline.config.settings import Settings
-from episode_pipeline.defs.io_managers.s3_outputs import MissingStoredOutput, S3IOManager
+from episode_pipeline.defs.io_managers.s3_outputs import S3IOManager
 from episode_pipeline.defs.resources.s3 import S3BucketResource
 from episode_pipeline.episodes.keys import EpisodeRef
-from episode_pipeline.storage.bucket import Bucket
+from episode_pipeline.storage.bucket import Bucket, MissingStoredOutput
 
 pytestmark = pytest.mark.integration
 

@@ -16,9 +16,11 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-# The error an asset's run fails with when an upstream output it loads is not stored
-# (`defs/io_managers/s3_outputs.MissingStoredOutput`): that episode needs the whole graph.
-MISSING_STORED_OUTPUT = "MissingStoredOutput"
+from episode_pipeline.storage.bucket import MissingStoredOutput
+
+# The error an asset's run fails with when an upstream output it loads is not stored (raised by
+# the S3 IO manager): that episode needs the whole graph.
+MISSING_STORED_OUTPUT = MissingStoredOutput.__name__
 
 
 def changed_assets(recorded: Mapping[str, str] | None, current: Mapping[str, str]) -> set[str]:

@@ -40,7 +40,12 @@ from episode_pipeline.lerobot.frames import FrameDataError
 from episode_pipeline.lerobot.info import DatasetInfoError
 from episode_pipeline.lerobot.parquet import UnreadableParquet
 from episode_pipeline.lerobot.tasks import TaskTableError
-from episode_pipeline.transcode.job import TranscodeError
+from episode_pipeline.storage.bucket import MissingStoredOutput
+from episode_pipeline.transcode.job import (
+    TranscodeDeadlineExceeded,
+    TranscodeError,
+    TranscodeFailed,
+)
 from episode_pipeline.video import FFmpegNotFound
 from episode_pipeline.video.playlist import PlaylistError
 from episode_pipeline.video.probe import ProbeError
@@ -73,7 +78,9 @@ CAUSE_OF_TYPE: Mapping[type[BaseException], str] = {
         ),
         BAD_ARCHIVE,
     ),
-    **dict.fromkeys((TranscodeError, FFmpegNotFound, PlaylistError, ProbeError), TRANSCODE),
+    **dict.fromkeys(
+        (TranscodeError, TranscodeFailed, FFmpegNotFound, PlaylistError, ProbeError), TRANSCODE
+    ),
     **dict.fromkeys(
         (
             SchemaMismatch,
@@ -86,11 +93,19 @@ CAUSE_OF_TYPE: Mapping[type[BaseException], str] = {
         DATABASE,
     ),
     **dict.fromkeys(
-        (ClientError, EndpointConnectionError, ConnectionClosedError, NoCredentialsError), STORAGE
+        (
+            ClientError,
+            EndpointConnectionError,
+            ConnectionClosedError,
+            NoCredentialsError,
+            MissingStoredOutput,
+        ),
+        STORAGE,
     ),
     **dict.fromkeys(
         (
             DeadlineExceeded,
+            TranscodeDeadlineExceeded,  # nearer than TranscodeFailed: the transcode ran late
             TimeoutError,
             ReadTimeoutError,
             ConnectTimeoutError,
@@ -105,13 +120,12 @@ CAUSE_OF_TYPE: Mapping[type[BaseException], str] = {
     ),
 }
 
-# Exceptions of the layers above the core, which must not import them (nor Dagster): named here,
-# and `test_failure_causes_pure.py` imports each, so a rename fails that test.
+# Exceptions the core may not import: the two subclass Dagster's `Failure` (the step's last try
+# fails with them), the third is Dagster's. Named here, and `test_failure_causes_pure.py` imports
+# each, so a rename fails that test.
 CAUSE_OF_NAME_ABOVE_THE_CORE: Mapping[str, str] = {
-    "TranscodeFailed": TRANSCODE,  # defs/resources/transcoder.py
     "TranscodeInterrupted": TRANSCODE,  # defs/assets/hls_renditions.py
     "StorageUnavailable": STORAGE,  # defs/assets/hls_renditions.py: the last try failed on S3
-    "MissingStoredOutput": STORAGE,  # defs/io_managers/s3_outputs.py
     "DagsterAssetCheckFailedError": CHECK,  # Dagster's, raised for a failed blocking check
 }
 

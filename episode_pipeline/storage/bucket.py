@@ -57,6 +57,11 @@ def content_type_for(key: str) -> str:
     return guessed or DEFAULT_CONTENT_TYPE
 
 
+class MissingStoredOutput(LookupError):
+    """An asset's input is not in the bucket: the upstream asset never materialized there (raised
+    by the S3 IO manager; a campaign then runs that episode's whole graph)."""
+
+
 def is_not_found(error: ClientError) -> bool:
     code = str(error.response.get("Error", {}).get("Code", ""))
     return code in {"404", "NoSuchKey", "NotFound"}

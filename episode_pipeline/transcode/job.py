@@ -35,6 +35,14 @@ class TranscodeError(RuntimeError):
     """FFmpeg failed, or wrote a rendition that breaks the contract."""
 
 
+class TranscodeFailed(RuntimeError):
+    """The external process ended without reporting every camera."""
+
+
+class TranscodeDeadlineExceeded(TranscodeFailed):
+    """The whole transcode ran past its deadline: the subprocess was killed or the task stopped."""
+
+
 class JobError(ValueError):
     """The extras do not describe a transcode job; the message names the field."""
 

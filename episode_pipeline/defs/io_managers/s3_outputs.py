@@ -33,13 +33,9 @@ from pydantic import PrivateAttr
 
 from episode_pipeline.defs.resources.s3 import S3BucketResource
 from episode_pipeline.episodes.keys import EpisodeRef, parse_partition_key
-from episode_pipeline.storage.bucket import Bucket, is_not_found
+from episode_pipeline.storage.bucket import Bucket, MissingStoredOutput, is_not_found
 
 DAGSTER_DIR = "_dagster"
-
-
-class MissingStoredOutput(LookupError):
-    """An input's object is not in the bucket: the upstream asset never materialized there."""
 
 
 def to_jsonable(value: Any) -> Any:

@@ -54,6 +54,7 @@ from episode_pipeline.instance.run_tags import TRANSCODER_TAG, transcoder_of
 from episode_pipeline.storage.aws import aws_client, aws_fault
 from episode_pipeline.transcode.job import (
     TaskSize,
+    TranscodeDeadlineExceeded,
     TranscodeJob,
     TranscodeOutcome,
     find_results,
@@ -112,14 +113,6 @@ class TaskRecordingEcs:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._client, name)
-
-
-class TranscodeFailed(RuntimeError):
-    """The external process ended without reporting every camera."""
-
-
-class TranscodeDeadlineExceeded(TranscodeFailed):
-    """The whole transcode ran past its deadline: the subprocess was killed or the task stopped."""
 
 
 _TRANSCODE = SettingsFields(TranscodeSettings)
