@@ -13,7 +13,6 @@ from dagster._core.definitions.data_version import (
 from dagster._core.definitions.external_asset import create_external_asset_from_source_asset
 from dagster._core.definitions.repository_definition import SINGLETON_REPOSITORY_NAME
 from dagster._core.definitions.selector import InstigatorSelector
-from dagster._core.event_api import PartitionKeyFilter
 from dagster._core.execution.backfill import (
     BULK_ACTION_TERMINAL_STATUSES,
     BulkActionsFilter,
@@ -62,7 +61,6 @@ __all__ = [
     "InstigatorSelector",
     "LoadableTargetOrigin",
     "PartitionBackfill",
-    "PartitionKeyFilter",
     "RemotePartitionSetOrigin",
     "RemoteRepositoryOrigin",
     "SerializableErrorInfo",

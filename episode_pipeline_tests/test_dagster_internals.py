@@ -24,7 +24,6 @@ LISTED: dict[str, set[str]] = {
         "dagster._core.definitions.external_asset.create_external_asset_from_source_asset",
         "dagster._core.definitions.repository_definition.SINGLETON_REPOSITORY_NAME",
         "dagster._core.definitions.selector.InstigatorSelector",
-        "dagster._core.event_api.PartitionKeyFilter",
         "dagster._core.execution.backfill.BULK_ACTION_TERMINAL_STATUSES",
         "dagster._core.execution.backfill.BulkActionStatus",
         "dagster._core.execution.backfill.BulkActionsFilter",

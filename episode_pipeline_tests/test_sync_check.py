@@ -16,6 +16,8 @@ import av
 import pytest
 
 from episode_pipeline.cli import main
+from episode_pipeline.db.connection import connect
+from episode_pipeline.db.outputs import output_record
 from episode_pipeline.defs.checks.sync import CHECK_NAME
 from episode_pipeline.episodes.hls_tables import STORYBOARD_METADATA_PREFIX
 from episode_pipeline.episodes.keys import EpisodeRef
@@ -225,3 +227,13 @@ def test_storyboards_and_the_timeline_are_written_with_every_source_and_finding(
     assert spans[(WRIST, "late")] == (0.0, pytest.approx(0.5))
     assert spans[(FRONT, "short")][1] == pytest.approx(29 / 30 + 1 / 30, abs=0.04)
     assert spans[(None, "gap")] == (pytest.approx(9 / 30), pytest.approx(11 / 30))
+
+
+def test_the_episode_record_keeps_the_sync_findings_of_its_run(processed, settings):
+    """`episode` records the sync check's findings of the same run (the campaign's canary
+    compares them across code versions): read through the partition's runs, by check key."""
+    with connect(settings.database) as conn:
+        for name in ("good_v30", "broken_v21"):
+            record = output_record(conn, processed[name])
+            assert record is not None, name
+            assert record["figures"]["sync_findings"] == len(findings(processed[name])), name

@@ -9,7 +9,7 @@ findings) the `episode` asset reads and passes in (`RunFacts`).
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -75,9 +75,6 @@ class RunFacts:
     run_id: str
     started: float | None  # the run's start (epoch seconds), None when not recorded
     code_versions: Mapping[str, str]  # of the episode job's assets
-    # The sync check's findings in this run (None: not yet, or not here); read inside the
-    # transaction, when the outputs table is there, as late as the check may have finished.
-    sync_findings: Callable[[], int | None]
 
 
 @dataclass(frozen=True)
@@ -141,10 +138,11 @@ def record_processed(
     hls_objects: list[ObjectInfo],
     hls_sources: list[dict[str, Any]],
     run: RunFacts,
+    sync_findings: int | None,
 ) -> ProcessedEpisode:
     """Mark the episode processed and replace its record, in the caller's transaction:
     `hls_objects` is the listing of its HLS tree, `hls_sources` the `hls_renditions`
-    materialization's `sources` rows."""
+    materialization's `sources` rows, `sync_findings` the sync rule's count (the timeline's)."""
     processed_at = mark_processed(conn, schema, ref, columns)
     outcome = processed_outcome(extracted, processed_at, hls_objects, run.started)
     recorded = None
@@ -153,7 +151,7 @@ def record_processed(
             FRAME_ROWS: frame_rows(conn, ref),
             SECONDS_BY_CAMERA: seconds_by_camera(hls_sources),
             RENDITIONS: renditions([o.key for o in hls_objects], ref),
-            SYNC_FINDINGS: run.sync_findings(),
+            SYNC_FINDINGS: sync_findings,
         }
         recorded = record_output(
             conn,

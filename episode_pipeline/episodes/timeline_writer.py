@@ -41,6 +41,9 @@ class WrittenTimeline:
     episodes: int
     downsampled: int  # episodes whose series were downsampled
     skipped_files: list[str]  # data files that could not be read (frames skipped them too)
+    # The sync rule's findings on the same inputs as `video_frames_in_sync` (None: no `frames`
+    # timing recorded): the episode's record keeps their count, whichever step runs first.
+    sync_findings: int | None = None
 
 
 def camera_tracks(
@@ -134,10 +137,11 @@ def write_timeline(
     collector, skipped, names = collect_series(bucket, extracted)
     placements: dict = {}
     located: list = []
+    findings: int | None = None
     fps = extracted.dataset_info().fps
     if inputs is not None:
         report = inputs.report()
-        located = report.located
+        located, findings = report.located, len(report.findings)
         rate = inputs.fps or fps
         if rate:
             placements, _ = place_episodes(
@@ -167,4 +171,5 @@ def write_timeline(
         episodes=len(document["episodes"]),
         downsampled=sum(e["series"]["sampling"] != "every_frame" for e in document["episodes"]),
         skipped_files=skipped,
+        sync_findings=findings,
     )

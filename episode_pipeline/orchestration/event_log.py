@@ -20,7 +20,6 @@ from episode_pipeline.dagster_compat import (
     PARTITION_NAME_TAG,
     AssetCheckExecutionRecord,
     AssetCheckExecutionRecordStatus,
-    PartitionKeyFilter,
 )
 from episode_pipeline.defs.asset_keys import HLS_RENDITIONS_KEY
 from episode_pipeline.orchestration.dagster_tables import check_executions
@@ -110,21 +109,13 @@ def latest_check_results(
     return results
 
 
-def _latest_check_execution(
-    instance: DagsterInstance, check_key: AssetCheckKey, partition_key: str
-) -> AssetCheckExecutionRecord | None:
-    """The check's newest execution of this partition (None: never run)."""
-    return instance.event_log_storage.get_latest_asset_check_execution_by_key(
-        [check_key], partition_filter=PartitionKeyFilter(key=partition_key)
-    ).get(check_key)
-
-
 def latest_check_evaluation(
     instance: DagsterInstance, check_key: AssetCheckKey, partition_key: str
 ) -> dict[str, Any] | None:
     """The check's newest evaluation of this partition as plain values: `passed`, `severity`
-    (its value) and `metadata` (None: never run)."""
-    latest = _latest_check_execution(instance, check_key, partition_key)
+    (its value) and `metadata` (None: never run). Read through the partition's runs, as
+    `latest_check_executions` reads, not by Dagster's partition filter."""
+    latest = dict(latest_check_executions(instance, [check_key], partition_key)).get(check_key)
     event = latest.event if latest else None
     evaluation = event.dagster_event.event_specific_data if event and event.dagster_event else None
     if not isinstance(evaluation, AssetCheckEvaluation):
@@ -134,17 +125,3 @@ def latest_check_evaluation(
         "severity": evaluation.severity.value,
         "metadata": {name: value.value for name, value in evaluation.metadata.items()},
     }
-
-
-def check_findings_in_run(
-    instance: DagsterInstance, check_key: AssetCheckKey, partition_key: str, run_id: str
-) -> int | None:
-    """The check's `findings` if it already ran in this run (None: not yet, or not here)."""
-    latest = _latest_check_execution(instance, check_key, partition_key)
-    if latest is None or latest.run_id != run_id or latest.event is None:
-        return None
-    evaluation = (
-        latest.event.dagster_event.event_specific_data if latest.event.dagster_event else None
-    )
-    findings = getattr(evaluation, "metadata", {}).get("findings")
-    return len(findings.value) if findings is not None else None

@@ -8,10 +8,10 @@ compares (docs/operations.md#reprocess-the-fleet).
 from collections.abc import Iterable
 from typing import Any
 
-from dagster import AssetCheckKey, AssetExecutionContext, MaterializeResult, MetadataValue
+from dagster import AssetExecutionContext, MaterializeResult, MetadataValue
 
 from episode_pipeline.defs.asset_keys import FRAMES_KEY, HLS_RENDITIONS_KEY
-from episode_pipeline.defs.checks.sync import CHECK_NAME, gather_sync_inputs
+from episode_pipeline.defs.checks.sync import gather_sync_inputs
 from episode_pipeline.defs.code_versions import code_versions
 from episode_pipeline.defs.metadata import bucket_links, materialized, table_schema
 from episode_pipeline.defs.partitions import SERVING, episode_asset
@@ -29,7 +29,6 @@ from episode_pipeline.episodes.processed import (
 )
 from episode_pipeline.episodes.timeline_writer import WrittenTimeline, write_timeline
 from episode_pipeline.orchestration.event_log import (
-    check_findings_in_run,
     latest_materialization_metadata,
     table_rows,
 )
@@ -49,7 +48,6 @@ EPISODE_COLUMNS = [
     ("fps", "double precision", "`fps` from meta/info.json"),
     ("duration_seconds", "integer", "total_frames / fps, rounded half up"),
 ]
-SYNC_CHECK_KEY = AssetCheckKey(HLS_RENDITIONS_KEY, CHECK_NAME)
 
 
 def playlist_links(keys: Iterable[str], ref: EpisodeRef, links: BucketLinks) -> str:
@@ -117,6 +115,7 @@ def episode(
             hls_objects,
             hls_sources,
             run,
+            timeline.sync_findings,
         )
     if processed.recorded is None:
         context.log.warning("no episode_outputs table (migration 004): the record is not kept")
@@ -136,9 +135,6 @@ def run_facts(context: AssetExecutionContext) -> RunFacts:
         run_id=run_id,
         started=run_start_time(context.instance, run_id),
         code_versions=code_versions(context.job_def.asset_layer.asset_graph),
-        sync_findings=lambda: check_findings_in_run(
-            context.instance, SYNC_CHECK_KEY, context.partition_key, run_id
-        ),
     )
 
 
