@@ -787,9 +787,11 @@ def test_a_failed_runs_episode_is_marked_failed_before_the_prune_deletes_the_run
     ("step_error", "state", "attempts"),
     [
         (("extracted_files", "CorruptArchive"), "rejected", 1),
+        # A subclass of a declared bad-archive type (ArchiveLimitExceeded's): was `other`.
+        (("extracted_files", "TooManyMembers"), "rejected", 1),
         (("hls_renditions", "TranscodeFailed"), "failed", 1),
     ],
-    ids=["bad-archive", "transcode"],
+    ids=["bad-archive", "archive-limit", "transcode"],
 )
 def test_a_run_that_failed_on_its_archive_is_rejected_at_its_first_attempt(
     instance: DagsterInstance,

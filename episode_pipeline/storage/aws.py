@@ -71,7 +71,7 @@ class AwsFault:
     retry_after_seconds: float | None = None
 
     def describe(self) -> str:
-        """`SlowDown (HTTP 503), Retry-After: 5`: the form `campaign.governor` parses."""
+        """`SlowDown (HTTP 503), Retry-After: 5`: the form `runtime/failure_causes` parses."""
         text = self.code + (f" (HTTP {self.status})" if self.status else "")
         if self.retry_after_seconds is not None:
             text += f", Retry-After: {self.retry_after_seconds:g}"
